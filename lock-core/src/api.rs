@@ -1,0 +1,215 @@
+//! The user-facing lock traits, object safe, and their convenience extensions.
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::name::LockName;
+use crate::options::AcquireOptions;
+
+/// An exclusive, reentrant distributed lock held by one owner at a time.
+///
+/// A value of this trait is one **owner** of one named lock (see the
+/// [crate docs](crate#owners-and-reentrancy)): acquiring it again while it holds the
+/// lock re-enters without a round trip, and the lock is freed at the last release.
+/// Usable as `&dyn DistributedLock` or `Arc<dyn DistributedLock>`; the convenience
+/// methods are in [`DistributedLockExt`].
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::{memory::MemoryBackend, DistributedLock, DistributedLockExt, LockClient};
+///
+/// async fn exclusive_job(lock: &dyn DistributedLock) -> lock_core::Result<()> {
+///     let Some(guard) = lock.try_acquire().await? else {
+///         return Ok(()); // someone else is on it
+///     };
+///     // ... work, passing guard.fencing_token() to storage ...
+///     guard.release().await
+/// }
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+/// let client = LockClient::new(MemoryBackend::new());
+/// exclusive_job(&client.lock("nightly")?).await
+/// # }
+/// ```
+#[async_trait]
+pub trait DistributedLock: Send + Sync + fmt::Debug {
+    /// The lock's name.
+    fn name(&self) -> &LockName;
+
+    /// Acquires the lock, waiting and leasing as `options` say.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if not granted in time (or, for a single try, held);
+    /// [`Error::InvalidArgument`] for bad durations; [`Error::Unsupported`] for a lease
+    /// the backend cannot keep; [`Error::Unavailable`] if the backend cannot be reached.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped, nothing is left behind (no queue entry,
+    /// subscription or lease), and a lock this owner already held stays held.
+    async fn acquire_with(&self, options: AcquireOptions) -> Result<LockGuard>;
+
+    /// How many guards this owner holds on a live lease (0 if it does not hold the lock).
+    /// Costs no round trip.
+    fn hold_count(&self) -> u32;
+
+    /// Whether anyone holds the lock, asking the backend.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    async fn is_locked(&self) -> Result<bool>;
+
+    /// **For operators:** removes the lock whoever holds it and wakes the waiters.
+    /// The holders' guards report the loss at their next renewal or expiry. Returns
+    /// whether anything was held.
+    ///
+    /// # Cancel safety
+    /// If dropped, the removal may or may not have happened.
+    async fn force_unlock(&self) -> Result<bool>;
+}
+
+/// An exclusive, reentrant lock granted in the order requests were queued: no waiter
+/// is overtaken by a later one. A single try succeeds only if nobody holds or waits.
+///
+/// Everything else is as for [`DistributedLock`], whose methods it has; a
+/// `&dyn FairLock` coerces to a `&dyn DistributedLock`.
+pub trait FairLock: DistributedLock {}
+
+/// A lock with shared readers and one exclusive writer.
+///
+/// * Readers share; a writer excludes readers and other writers.
+/// * Both sides are reentrant for one owner.
+/// * **Downgrade:** the writer may take the read lock too, then release the write lock
+///   and keep reading. **Upgrade** (read held, asking for write) is refused with
+///   [`Error::InvalidArgument`], since two upgrading readers would deadlock.
+/// * Writer starvation is a per-backend policy, stated in each backend's docs. The
+///   in-memory backend prefers writers: once a writer waits, new readers wait behind it.
+#[async_trait]
+pub trait ReadWriteLock: Send + Sync + fmt::Debug {
+    /// The lock's name.
+    fn name(&self) -> &LockName;
+
+    /// Acquires the read (shared) side.
+    ///
+    /// # Errors
+    /// As [`DistributedLock::acquire_with`].
+    ///
+    /// # Cancel safety
+    /// As [`DistributedLock::acquire_with`]: nothing is left behind.
+    async fn read_with(&self, options: AcquireOptions) -> Result<LockGuard>;
+
+    /// Acquires the write (exclusive) side.
+    ///
+    /// # Errors
+    /// As [`DistributedLock::acquire_with`], and [`Error::InvalidArgument`] if this owner
+    /// holds only the read side (no upgrade).
+    ///
+    /// # Cancel safety
+    /// As [`DistributedLock::acquire_with`]: nothing is left behind.
+    async fn write_with(&self, options: AcquireOptions) -> Result<LockGuard>;
+
+    /// How many read guards this owner holds on a live lease. No round trip.
+    fn read_hold_count(&self) -> u32;
+
+    /// How many write guards this owner holds on a live lease. No round trip.
+    fn write_hold_count(&self) -> u32;
+
+    /// Whether anyone holds either side, asking the backend.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    async fn is_locked(&self) -> Result<bool>;
+
+    /// **For operators:** removes every reader and writer and wakes the waiters.
+    ///
+    /// # Cancel safety
+    /// If dropped, the removal may or may not have happened.
+    async fn force_unlock(&self) -> Result<bool>;
+}
+
+fn none_on_timeout(result: Result<LockGuard>) -> Result<Option<LockGuard>> {
+    match result {
+        Ok(guard) => Ok(Some(guard)),
+        Err(Error::Timeout { .. }) => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+/// Shorthands for [`DistributedLock`] (and so [`FairLock`]). Implemented for every
+/// lock; you MUST NOT implement it yourself.
+pub trait DistributedLockExt: DistributedLock {
+    /// Waits without limit; the watchdog keeps the lease (Redisson's `lock()`).
+    ///
+    /// # Cancel safety
+    /// As [`DistributedLock::acquire_with`]: nothing is left behind.
+    fn acquire(&self) -> impl Future<Output = Result<LockGuard>> + Send {
+        self.acquire_with(AcquireOptions::wait_forever())
+    }
+
+    /// Tries once: `Ok(None)` if the lock is held by someone else.
+    ///
+    /// # Cancel safety
+    /// As [`DistributedLock::acquire_with`]: nothing is left behind.
+    fn try_acquire(&self) -> impl Future<Output = Result<Option<LockGuard>>> + Send {
+        let fut = self.acquire_with(AcquireOptions::try_once());
+        async move { none_on_timeout(fut.await) }
+    }
+
+    /// Waits up to `limit`: [`Error::Timeout`] after that.
+    ///
+    /// # Cancel safety
+    /// As [`DistributedLock::acquire_with`]: nothing is left behind.
+    fn acquire_timeout(&self, limit: Duration) -> impl Future<Output = Result<LockGuard>> + Send {
+        self.acquire_with(AcquireOptions::wait_for(limit))
+    }
+
+    /// Whether this owner holds the lock on a live lease. No round trip.
+    fn is_held_by_me(&self) -> bool {
+        self.hold_count() > 0
+    }
+}
+
+impl<T: DistributedLock + ?Sized> DistributedLockExt for T {}
+
+/// Shorthands for [`ReadWriteLock`]. Implemented for every read-write lock; you MUST
+/// NOT implement it yourself.
+pub trait ReadWriteLockExt: ReadWriteLock {
+    /// Waits without limit for the read side, watchdog lease.
+    ///
+    /// # Cancel safety
+    /// As [`ReadWriteLock::read_with`]: nothing is left behind.
+    fn read(&self) -> impl Future<Output = Result<LockGuard>> + Send {
+        self.read_with(AcquireOptions::wait_forever())
+    }
+
+    /// Waits without limit for the write side, watchdog lease.
+    ///
+    /// # Cancel safety
+    /// As [`ReadWriteLock::write_with`]: nothing is left behind.
+    fn write(&self) -> impl Future<Output = Result<LockGuard>> + Send {
+        self.write_with(AcquireOptions::wait_forever())
+    }
+
+    /// Tries the read side once: `Ok(None)` if a writer holds it.
+    ///
+    /// # Cancel safety
+    /// As [`ReadWriteLock::read_with`]: nothing is left behind.
+    fn try_read(&self) -> impl Future<Output = Result<Option<LockGuard>>> + Send {
+        let fut = self.read_with(AcquireOptions::try_once());
+        async move { none_on_timeout(fut.await) }
+    }
+
+    /// Tries the write side once: `Ok(None)` if anyone else holds either side.
+    ///
+    /// # Cancel safety
+    /// As [`ReadWriteLock::write_with`]: nothing is left behind.
+    fn try_write(&self) -> impl Future<Output = Result<Option<LockGuard>>> + Send {
+        let fut = self.write_with(AcquireOptions::try_once());
+        async move { none_on_timeout(fut.await) }
+    }
+}
+
+impl<T: ReadWriteLock + ?Sized> ReadWriteLockExt for T {}

@@ -1,0 +1,271 @@
+//! The client: one backend, one namespace, one watchdog, and the lock handles made
+//! from them.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::api::{DistributedLock, FairLock, ReadWriteLock};
+use crate::backend::{Capabilities, LockBackend, OwnerToken};
+use crate::error::{Error, Result};
+use crate::locks::{FairMutex, Mutex, RwLock};
+use crate::name::{LockKey, LockName, Namespace};
+use crate::options::{DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_WATCHDOG_LEASE};
+use crate::watchdog::Watchdog;
+
+/// What every lock handle of a client shares.
+#[derive(Debug)]
+pub(crate) struct ClientInner<B: LockBackend> {
+    pub(crate) backend: Arc<B>,
+    pub(crate) watchdog: Watchdog<B>,
+    pub(crate) watchdog_lease: Duration,
+    namespace: Namespace,
+    id: uuid::Uuid,
+    next_owner: AtomicU64,
+    next_lease: AtomicU64,
+}
+
+impl<B: LockBackend> ClientInner<B> {
+    pub(crate) fn next_owner_token(&self) -> OwnerToken {
+        OwnerToken::new(&self.id, self.next_owner.fetch_add(1, Ordering::Relaxed))
+    }
+
+    pub(crate) fn next_lease_id(&self) -> u64 {
+        self.next_lease.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// A lock client over one backend: makes lock handles in its namespace and runs the
+/// one watchdog that renews all of their leases.
+///
+/// Cloning is cheap and shares everything. Leases kept by the watchdog need a tokio
+/// runtime (the watchdog is a task on it).
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::{memory::MemoryBackend, DistributedLockExt, LockClient};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+/// let client = LockClient::builder(MemoryBackend::new())
+///     .namespace("billing")
+///     .watchdog_lease(Duration::from_secs(10))
+///     .build()?;
+/// let guard = client.lock("invoice-run")?.acquire().await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct LockClient<B: LockBackend> {
+    inner: Arc<ClientInner<B>>,
+}
+
+impl<B: LockBackend> Clone for LockClient<B> {
+    fn clone(&self) -> Self {
+        LockClient {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<B: LockBackend> fmt::Debug for LockClient<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClient")
+            .field("backend", &self.inner.backend.name())
+            .field("namespace", &self.inner.namespace)
+            .field("id", &self.inner.id)
+            .finish()
+    }
+}
+
+impl<B: LockBackend> LockClient<B> {
+    /// A client with the default namespace ([`DEFAULT_NAMESPACE`](crate::DEFAULT_NAMESPACE))
+    /// and watchdog lease ([`DEFAULT_WATCHDOG_LEASE`]).
+    pub fn new(backend: B) -> Self {
+        Self::from_parts(
+            Arc::new(backend),
+            Namespace::default(),
+            DEFAULT_WATCHDOG_LEASE,
+        )
+    }
+
+    /// A builder to set the namespace and watchdog lease.
+    pub fn builder(backend: B) -> LockClientBuilder<B> {
+        LockClientBuilder {
+            backend: Arc::new(backend),
+            namespace: None,
+            watchdog_lease: DEFAULT_WATCHDOG_LEASE,
+        }
+    }
+
+    fn from_parts(backend: Arc<B>, namespace: Namespace, watchdog_lease: Duration) -> Self {
+        LockClient {
+            inner: Arc::new(ClientInner {
+                watchdog: Watchdog::new(backend.clone(), watchdog_lease),
+                backend,
+                watchdog_lease,
+                namespace,
+                id: uuid::Uuid::new_v4(),
+                next_owner: AtomicU64::new(1),
+                next_lease: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    fn key(&self, name: &str) -> Result<LockKey> {
+        Ok(LockKey::new(
+            self.inner.namespace.clone(),
+            LockName::new(name)?,
+        ))
+    }
+
+    /// A new owner of the exclusive lock `name`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an invalid name.
+    pub fn lock(&self, name: &str) -> Result<Mutex<B>> {
+        Ok(Mutex::new(self.inner.clone(), self.key(name)?))
+    }
+
+    /// A new owner of the fair lock `name`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an invalid name.
+    pub fn fair_lock(&self, name: &str) -> Result<FairMutex<B>> {
+        Ok(FairMutex::new(self.inner.clone(), self.key(name)?))
+    }
+
+    /// A new owner of the read-write lock `name`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an invalid name.
+    pub fn rw_lock(&self, name: &str) -> Result<RwLock<B>> {
+        Ok(RwLock::new(self.inner.clone(), self.key(name)?))
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.inner.backend
+    }
+
+    /// The namespace every lock of this client lives in.
+    pub fn namespace(&self) -> &Namespace {
+        &self.inner.namespace
+    }
+
+    /// This client's id, the first part of every owner token it hands out.
+    pub fn id(&self) -> uuid::Uuid {
+        self.inner.id
+    }
+
+    /// The lease the watchdog keeps; renewals go out every third of it.
+    pub fn watchdog_lease(&self) -> Duration {
+        self.inner.watchdog_lease
+    }
+
+    /// How many leases the watchdog is keeping alive right now.
+    pub fn watched_leases(&self) -> usize {
+        self.inner.watchdog.len()
+    }
+}
+
+/// Sets up a [`LockClient`].
+#[derive(Debug)]
+pub struct LockClientBuilder<B: LockBackend> {
+    backend: Arc<B>,
+    namespace: Option<String>,
+    watchdog_lease: Duration,
+}
+
+impl<B: LockBackend> LockClientBuilder<B> {
+    /// The prefix of every lock (default `"locks"`); checked by [`build`](Self::build).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// The lease the watchdog keeps, renewed every third of it (default 30 s, at least
+    /// 30 ms). A crashed client's locks are freed this long after its last renewal.
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.watchdog_lease = lease;
+        self
+    }
+
+    /// Checks the settings and makes the client.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad namespace or watchdog lease.
+    pub fn build(self) -> Result<LockClient<B>> {
+        let namespace = match &self.namespace {
+            Some(ns) => Namespace::new(ns)?,
+            None => Namespace::default(),
+        };
+        let lease = self.watchdog_lease;
+        if !(MIN_WATCHDOG_LEASE..=MAX_DURATION).contains(&lease) {
+            return Err(Error::invalid_argument(format!(
+                "watchdog lease {lease:?} must be between {MIN_WATCHDOG_LEASE:?} and {MAX_DURATION:?}"
+            )));
+        }
+        Ok(LockClient::from_parts(self.backend, namespace, lease))
+    }
+}
+
+/// An object-safe view of a [`LockClient`], so code (and the conformance suite) can
+/// work with any backend picked at run time.
+///
+/// ```
+/// use std::sync::Arc;
+/// use lock_core::{memory::MemoryBackend, DistributedLockExt, LockClient, LockProvider};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+/// let provider: Arc<dyn LockProvider> = Arc::new(LockClient::new(MemoryBackend::new()));
+/// let lock = provider.lock("any-backend")?;
+/// lock.acquire().await?.release().await?;
+/// # Ok(()) }
+/// ```
+pub trait LockProvider: Send + Sync + fmt::Debug {
+    /// The backend's short name.
+    fn backend_name(&self) -> &'static str;
+    /// What the backend supports.
+    fn capabilities(&self) -> Capabilities;
+    /// The namespace.
+    fn namespace(&self) -> &Namespace;
+    /// A new owner of the exclusive lock `name`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an invalid name.
+    fn lock(&self, name: &str) -> Result<Arc<dyn DistributedLock>>;
+    /// A new owner of the fair lock `name`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an invalid name.
+    fn fair_lock(&self, name: &str) -> Result<Arc<dyn FairLock>>;
+    /// A new owner of the read-write lock `name`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an invalid name.
+    fn rw_lock(&self, name: &str) -> Result<Arc<dyn ReadWriteLock>>;
+}
+
+impl<B: LockBackend> LockProvider for LockClient<B> {
+    fn backend_name(&self) -> &'static str {
+        self.inner.backend.name()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.backend.capabilities()
+    }
+
+    fn namespace(&self) -> &Namespace {
+        &self.inner.namespace
+    }
+
+    fn lock(&self, name: &str) -> Result<Arc<dyn DistributedLock>> {
+        Ok(Arc::new(LockClient::lock(self, name)?))
+    }
+
+    fn fair_lock(&self, name: &str) -> Result<Arc<dyn FairLock>> {
+        Ok(Arc::new(LockClient::fair_lock(self, name)?))
+    }
+
+    fn rw_lock(&self, name: &str) -> Result<Arc<dyn ReadWriteLock>> {
+        Ok(Arc::new(LockClient::rw_lock(self, name)?))
+    }
+}

@@ -1,0 +1,171 @@
+//! The guard every acquisition returns.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::backend::LockKind;
+use crate::error::Result;
+use crate::lease::{LeaseLoss, LeaseState};
+use crate::name::LockName;
+
+/// What a guard needs from the lock that made it, with the backend type erased.
+pub(crate) trait HoldOps: Send + Sync + fmt::Debug {
+    fn release(&self) -> BoxFuture<'_, Result<()>>;
+    fn release_on_drop(&self);
+    fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<()>>;
+}
+
+/// Proof of one acquisition: holds the lock until released or dropped.
+///
+/// Reentrant acquisitions by the same owner return further guards that share one
+/// lease; the lock is freed when the last of them goes.
+///
+/// # Losing the lease
+///
+/// A lease can end while you hold the guard: a fixed lease runs out, the backend loses
+/// the key, or the watchdog cannot renew in time. Check [`is_held`](Self::is_held)
+/// before a write that must be exclusive, pass [`fencing_token`](Self::fencing_token)
+/// to storage that can reject stale writers, or race your work against
+/// [`lost`](Self::lost).
+///
+/// # Dropping
+///
+/// Releasing over a network cannot happen inside `Drop`. Dropping a guard without
+/// [`release`](Self::release) does this, at once and without blocking: if other guards
+/// of the same acquisition remain, the hold count drops by one and nothing else
+/// happens. If it was the last one, the watchdog stops renewing the lease, and a
+/// release is spawned on the current tokio runtime; without a runtime (or if that
+/// release fails) the lease expires on its own after at most its ttl. Prefer
+/// `release().await` to learn the outcome.
+///
+/// ```
+/// use lock_core::{memory::MemoryBackend, DistributedLockExt, LockClient};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+/// let client = LockClient::new(MemoryBackend::new());
+/// let lock = client.lock("reports")?;
+/// let guard = lock.acquire().await?;
+/// assert!(guard.is_held());
+/// let token = guard.fencing_token(); // hand this to the storage you write to
+/// # let _ = token;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "if unused the lock is released at once (best effort, see `Dropping`)"]
+#[clippy::has_significant_drop]
+pub struct LockGuard {
+    name: LockName,
+    kind: LockKind,
+    fence: u64,
+    state: Arc<LeaseState>,
+    ops: Box<dyn HoldOps>,
+    done: bool,
+}
+
+impl LockGuard {
+    pub(crate) fn new(
+        name: LockName,
+        kind: LockKind,
+        fence: u64,
+        state: Arc<LeaseState>,
+        ops: Box<dyn HoldOps>,
+    ) -> Self {
+        LockGuard {
+            name,
+            kind,
+            fence,
+            state,
+            ops,
+            done: false,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    /// Which lock or side this guard holds.
+    pub fn kind(&self) -> LockKind {
+        self.kind
+    }
+
+    /// The fencing token of this acquisition: strictly greater than the token of every
+    /// earlier acquisition of this name, by anyone. Reentrant guards share their
+    /// acquisition's token.
+    pub fn fencing_token(&self) -> u64 {
+        self.fence
+    }
+
+    /// Whether the lease is still held, as far as this client knows: not reported lost
+    /// and not past its expiry (counted from when the acquire or last renewal was sent).
+    /// Costs no round trip.
+    pub fn is_held(&self) -> bool {
+        self.state.is_held()
+    }
+
+    /// Resolves when this guard stops protecting you: with the reason the lease was
+    /// lost, or with [`LeaseLoss::Released`] once it was released. The future owns what
+    /// it needs, so it can be spawned or raced against work with `tokio::select!`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only watches.
+    pub fn lost(&self) -> impl Future<Output = LeaseLoss> + Send + 'static {
+        self.state.ended_future()
+    }
+
+    /// Releases this hold. The last hold of an acquisition releases the lease on the
+    /// backend and wakes a waiter.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) if the lease had already been lost
+    /// (the backend refused, as another owner or acquisition holds the lock now; that
+    /// holder is untouched). A backend error if the release could not be sent; then the
+    /// lease expires on its own.
+    ///
+    /// # Cancel safety
+    /// If the future is dropped before it completes, the hold is given up anyway and
+    /// the lease, no longer renewed, expires on its own.
+    pub async fn release(mut self) -> Result<()> {
+        self.done = true;
+        self.ops.release().await
+    }
+
+    /// Makes the lease end `ttl` from now. A lease kept by the watchdog stops being
+    /// renewed: from here on it is a fixed lease.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad `ttl` (nothing
+    /// changes); [`Error::LeaseLost`](crate::Error::LeaseLost) if the backend no longer
+    /// has this lease (then nothing changes there either);
+    /// [`Error::Unsupported`](crate::Error::Unsupported) where leases are sessions.
+    ///
+    /// # Cancel safety
+    /// If dropped, the extension may or may not have reached the backend; the watchdog
+    /// has already stopped renewing. Call it again to be sure.
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        self.ops.extend(ttl).await
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            self.ops.release_on_drop();
+        }
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("fencing_token", &self.fence)
+            .field("held", &self.is_held())
+            .finish()
+    }
+}

@@ -1,0 +1,200 @@
+//! The state of one granted lease as the client sees it: its local expiry and whether
+//! it was lost, with a way to wait for the loss.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Why a lease stopped protecting its holder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseLoss {
+    /// The lease ran out before it was renewed or extended (a fixed lease's normal end).
+    Expired,
+    /// The backend no longer has this lease: it was deleted, force-unlocked, taken over
+    /// after expiry, or the server lost its data.
+    Revoked,
+    /// The backend session or connection that carried the lease ended (ZooKeeper
+    /// session expiry, etcd lease revoked, SQL connection closed).
+    SessionLost,
+    /// Renewals kept failing until the lease ran out; the last error is kept.
+    RenewalFailed {
+        /// The last renewal error, as text.
+        last_error: String,
+    },
+    /// The guard was released: the lease ended because its owner let go.
+    Released,
+}
+
+impl fmt::Display for LeaseLoss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LeaseLoss::Expired => f.write_str("the lease expired"),
+            LeaseLoss::Revoked => f.write_str("the backend no longer has the lease"),
+            LeaseLoss::SessionLost => f.write_str("the backend session ended"),
+            LeaseLoss::RenewalFailed { last_error } => {
+                write!(f, "renewal failed until the lease ran out: {last_error}")
+            }
+            LeaseLoss::Released => f.write_str("the lease was released"),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Status {
+    ended: Option<LeaseLoss>,
+    expires_at: Instant,
+}
+
+/// Shared by a lease's guards, the watchdog and the backend's [`LossNotifier`].
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    status: watch::Sender<Status>,
+}
+
+impl LeaseState {
+    /// A live lease that expires at `expires_at` unless renewed.
+    pub(crate) fn new(expires_at: Instant) -> Arc<Self> {
+        Arc::new(LeaseState {
+            status: watch::Sender::new(Status {
+                ended: None,
+                expires_at,
+            }),
+        })
+    }
+
+    /// Held: not ended and not past its local expiry.
+    pub(crate) fn is_held(&self) -> bool {
+        let status = self.status.borrow();
+        status.ended.is_none() && Instant::now() < status.expires_at
+    }
+
+    pub(crate) fn expires_at(&self) -> Instant {
+        self.status.borrow().expires_at
+    }
+
+    /// Why the lease ended, counting a passed expiry; `None` while held.
+    pub(crate) fn ended(&self) -> Option<LeaseLoss> {
+        let status = self.status.borrow();
+        match &status.ended {
+            Some(loss) => Some(loss.clone()),
+            None if Instant::now() >= status.expires_at => Some(LeaseLoss::Expired),
+            None => None,
+        }
+    }
+
+    /// A renewal sent at `sent_at` succeeded: the lease now runs until `sent_at + ttl`.
+    /// Counting from the send, not the reply, keeps the local view conservative.
+    pub(crate) fn renewed(&self, sent_at: Instant, ttl: Duration) {
+        self.status.send_if_modified(|status| {
+            if status.ended.is_some() {
+                return false;
+            }
+            status.expires_at = sent_at + ttl;
+            true
+        });
+    }
+
+    /// Marks the lease ended; the first reason wins. Returns whether this call ended it.
+    pub(crate) fn end(&self, reason: LeaseLoss) -> bool {
+        self.status.send_if_modified(|status| {
+            if status.ended.is_some() {
+                return false;
+            }
+            status.ended = Some(reason);
+            true
+        })
+    }
+
+    /// Resolves with the reason once the lease ends or its local expiry passes.
+    pub(crate) fn ended_future(&self) -> impl Future<Output = LeaseLoss> + Send + 'static {
+        let mut rx = self.status.subscribe();
+        async move {
+            loop {
+                let (ended, expires_at) = {
+                    let status = rx.borrow_and_update();
+                    (status.ended.clone(), status.expires_at)
+                };
+                if let Some(loss) = ended {
+                    return loss;
+                }
+                if Instant::now() >= expires_at {
+                    return LeaseLoss::Expired;
+                }
+                tokio::select! {
+                    changed = rx.changed() => {
+                        if changed.is_err() {
+                            // Every owner of the state is gone: nothing can renew it.
+                            return LeaseLoss::Expired;
+                        }
+                    }
+                    () = tokio::time::sleep_until(expires_at) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Lets a backend report that a lease it granted is gone, for backends that learn it
+/// from a session or stream rather than from a renewal (ZooKeeper session expiry, an
+/// etcd keep-alive stream ending). Cloning is cheap; it does not keep the lease alive.
+///
+/// ```
+/// # use lock_core::{LeaseLoss, LossNotifier};
+/// fn on_session_expired(notifiers: &[LossNotifier]) {
+///     for n in notifiers {
+///         n.notify(LeaseLoss::SessionLost);
+///     }
+/// }
+/// ```
+#[derive(Clone, Debug)]
+pub struct LossNotifier(Weak<LeaseState>);
+
+impl LossNotifier {
+    pub(crate) fn new(state: &Arc<LeaseState>) -> Self {
+        LossNotifier(Arc::downgrade(state))
+    }
+
+    /// Marks the lease lost and wakes everyone waiting on
+    /// [`LockGuard::lost`](crate::LockGuard::lost). A no-op once the lease has ended.
+    pub fn notify(&self, reason: LeaseLoss) {
+        if let Some(state) = self.0.upgrade() {
+            if state.end(reason.clone()) {
+                tracing::warn!(%reason, "lease lost (reported by backend)");
+            }
+        }
+    }
+
+    /// Whether the lease this notifier belongs to is still live (not ended, not
+    /// released); backends drop notifiers for which this is false.
+    pub fn is_live(&self) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|state| state.ended().is_none())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn expiry_and_loss_resolve_the_future() {
+        let state = LeaseState::new(Instant::now() + Duration::from_secs(1));
+        assert!(state.is_held());
+        let fut = state.ended_future();
+        state.renewed(Instant::now(), Duration::from_secs(5));
+        assert_eq!(fut.await, LeaseLoss::Expired);
+        assert!(!state.is_held());
+
+        let state = LeaseState::new(Instant::now() + Duration::from_secs(60));
+        let fut = tokio::spawn(state.ended_future());
+        LossNotifier::new(&state).notify(LeaseLoss::Revoked);
+        assert_eq!(fut.await.unwrap(), LeaseLoss::Revoked);
+        assert!(!state.end(LeaseLoss::Released), "first reason wins");
+    }
+}

@@ -1,0 +1,214 @@
+//! The in-memory backend: the reference implementation of the semantics.
+//!
+//! Locks live in a map behind a mutex inside one process; waiters are woken by
+//! [`tokio::sync::Notify`] (fair-lock waiters individually, in queue order). Every
+//! conformance test passes here first. Leases expire on their own, fencing tokens come
+//! from one counter, and the watchdog renews through [`LockBackend::renew`] exactly as
+//! it does over a network, so the in-memory backend also serves as a fast stand-in for
+//! single-process tests of code that uses locks.
+//!
+//! Read-write policy: writers are preferred. Once a writer waits, new readers wait
+//! behind it (the owner of the write lock may still take the read lock), so a stream
+//! of readers cannot starve a writer.
+
+mod table;
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::backend::{
+    AcquireRequest, Capabilities, Grant, HeldLease, LockBackend, LockFamily, LockKind, Renewal,
+};
+use crate::error::{Error, Result};
+use crate::name::LockKey;
+use table::{Attempt, Outcome, Table};
+
+/// Locks held in this process's memory. Clones share the same locks, so several
+/// [`LockClient`](crate::LockClient)s over clones of one backend contend like clients
+/// of one server.
+///
+/// ```
+/// use lock_core::{memory::MemoryBackend, DistributedLockExt, LockClient};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+/// let backend = MemoryBackend::new();
+/// let a = LockClient::new(backend.clone());
+/// let b = LockClient::new(backend);
+/// let held = a.lock("shared")?.acquire().await?;
+/// assert!(b.lock("shared")?.try_acquire().await?.is_none());
+/// held.release().await?;
+/// assert!(b.lock("shared")?.try_acquire().await?.is_some());
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Default)]
+pub struct MemoryBackend {
+    table: Arc<Mutex<Table>>,
+}
+
+impl MemoryBackend {
+    /// An empty backend.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn table(&self) -> MutexGuard<'_, Table> {
+        // Every table operation completes before it returns: no half state to poison.
+        self.table
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// How many keys have any state: held, queued for or waited on. Zero once every
+    /// lock is released and no one waits; tests use it to check nothing is left behind.
+    pub fn active_keys(&self) -> usize {
+        self.table().len()
+    }
+}
+
+impl fmt::Debug for MemoryBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryBackend")
+            .field("active_keys", &self.active_keys())
+            .finish()
+    }
+}
+
+/// Undoes a waiter's registration (queue ticket or waiting-writer count) however the
+/// acquire ends: granted, timed out, or its future dropped.
+struct WaitRegistration<'a> {
+    backend: &'a MemoryBackend,
+    key: &'a LockKey,
+    ticket: Option<(u64, Arc<Notify>)>,
+    writer: bool,
+}
+
+impl WaitRegistration<'_> {
+    fn fair(&mut self) -> Option<&(u64, Arc<Notify>)> {
+        if self.ticket.is_none() {
+            self.ticket = Some(self.backend.table().enqueue(self.key));
+        }
+        self.ticket.as_ref()
+    }
+
+    fn writer(&mut self) {
+        if !self.writer {
+            self.writer = true;
+            self.backend.table().writer_waiting(self.key, 1);
+        }
+    }
+}
+
+impl Drop for WaitRegistration<'_> {
+    fn drop(&mut self) {
+        let mut table = self.backend.table();
+        if let Some((id, _)) = self.ticket.take() {
+            // A granted ticket has left the queue already; this is then a no-op.
+            table.dequeue(self.key, id);
+        }
+        if self.writer {
+            table.writer_waiting(self.key, -1);
+        }
+    }
+}
+
+impl LockBackend for MemoryBackend {
+    type Lease = ();
+
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL.with_cross_process(false)
+    }
+
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<()>>> {
+        let mut registration = WaitRegistration {
+            backend: self,
+            key: req.key,
+            ticket: None,
+            writer: false,
+        };
+        let waits = !req.deadline.has_passed();
+        loop {
+            // Register for the wake-up before looking, so a release in between is seen.
+            let wake = match req.kind {
+                LockKind::Fair if waits => registration.fair().map(|(_, wake)| wake.clone()),
+                _ => None,
+            };
+            let wake = wake.unwrap_or_else(|| self.table().changed(req.key));
+            let notified = wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+
+            let attempt = Attempt {
+                key: req.key,
+                kind: req.kind,
+                owner: req.owner,
+                ttl: req.ttl,
+                ticket: registration.ticket.as_ref().map(|(id, _)| *id),
+            };
+            let wake_at = match self.table().try_grant(&attempt, Instant::now()) {
+                Outcome::Granted(fence) => return Ok(Some(Grant { fence, data: () })),
+                Outcome::Blocked { wake_at } => wake_at,
+            };
+            if req.deadline.has_passed() {
+                return Ok(None);
+            }
+            if req.kind == LockKind::Write {
+                registration.writer();
+            }
+            // Sleep until notified, the holder's lease runs out, or the deadline.
+            let until = match wake_at {
+                Some(at) => Some(req.deadline.min(at)),
+                None => req.deadline.instant(),
+            };
+            match until {
+                Some(at) => {
+                    tokio::select! {
+                        () = &mut notified => {}
+                        () = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    async fn release(&self, lease: &HeldLease<()>) -> Result<()> {
+        let released = self
+            .table()
+            .release(&lease.key, lease.kind, &lease.owner, lease.fence);
+        if released {
+            Ok(())
+        } else {
+            Err(Error::NotOwner {
+                name: lease.key.name().to_string(),
+            })
+        }
+    }
+
+    async fn renew(&self, leases: &[&HeldLease<()>], ttl: Duration) -> Result<Vec<Renewal>> {
+        let mut table = self.table();
+        Ok(leases
+            .iter()
+            .map(
+                |l| match table.renew(&l.key, l.kind, &l.owner, l.fence, ttl) {
+                    true => Renewal::Renewed,
+                    false => Renewal::Lost,
+                },
+            )
+            .collect())
+    }
+
+    async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        Ok(self.table().is_locked(key, family))
+    }
+
+    async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        Ok(self.table().force_unlock(key, family))
+    }
+}

@@ -1,0 +1,318 @@
+//! The state of every lock in the in-memory backend, and the grant rules: the
+//! reference semantics, with no I/O and no waiting.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::backend::{LockFamily, LockKind, OwnerToken};
+use crate::name::LockKey;
+
+#[derive(Debug)]
+struct Holder {
+    owner: OwnerToken,
+    fence: u64,
+    expires_at: Instant,
+}
+
+impl Holder {
+    fn is(&self, owner: &OwnerToken, fence: u64) -> bool {
+        self.owner == *owner && self.fence == fence
+    }
+}
+
+/// A fair-lock waiter's place in the queue, with its own wake-up so a release wakes
+/// only the head of the queue.
+#[derive(Debug)]
+pub(super) struct Ticket {
+    id: u64,
+    wake: Arc<Notify>,
+}
+
+/// Why a request was not granted, and until when nothing can change without a
+/// notification.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Outcome {
+    Granted(u64),
+    Blocked { wake_at: Option<Instant> },
+}
+
+/// Everything the backend knows about one key.
+#[derive(Debug, Default)]
+pub(super) struct KeyState {
+    exclusive: Option<Holder>,
+    fair: Option<Holder>,
+    fair_queue: VecDeque<Ticket>,
+    writer: Option<Holder>,
+    readers: Vec<Holder>,
+    waiting_writers: usize,
+    /// Wakes exclusive and read-write waiters on any release.
+    changed: Arc<Notify>,
+}
+
+impl KeyState {
+    fn purge(&mut self, now: Instant) {
+        let live = |h: &Option<Holder>| h.as_ref().is_some_and(|h| h.expires_at > now);
+        for holder in [&mut self.exclusive, &mut self.fair, &mut self.writer] {
+            if !live(holder) {
+                *holder = None;
+            }
+        }
+        self.readers.retain(|r| r.expires_at > now);
+    }
+
+    /// Nothing held, queued or waiting: the entry can go.
+    fn is_idle(&self) -> bool {
+        self.exclusive.is_none()
+            && self.fair.is_none()
+            && self.fair_queue.is_empty()
+            && self.writer.is_none()
+            && self.readers.is_empty()
+            && self.waiting_writers == 0
+            && Arc::strong_count(&self.changed) == 1
+    }
+
+    fn holds(&self, family: LockFamily) -> bool {
+        match family {
+            LockFamily::Exclusive => self.exclusive.is_some(),
+            LockFamily::Fair => self.fair.is_some(),
+            LockFamily::ReadWrite => self.writer.is_some() || !self.readers.is_empty(),
+        }
+    }
+
+    /// Wakes whoever may now be granted `family`.
+    fn wake(&self, family: LockFamily) {
+        match family {
+            LockFamily::Fair => {
+                if let Some(head) = self.fair_queue.front() {
+                    head.wake.notify_one();
+                }
+            }
+            LockFamily::Exclusive | LockFamily::ReadWrite => self.changed.notify_waiters(),
+        }
+    }
+}
+
+/// All keys, and the fence counter. One global counter keeps every key's tokens
+/// strictly increasing even after its idle entry is dropped.
+#[derive(Debug, Default)]
+pub(super) struct Table {
+    keys: HashMap<LockKey, KeyState>,
+    last_fence: u64,
+    last_ticket: u64,
+}
+
+/// One grant attempt.
+pub(super) struct Attempt<'a> {
+    pub(super) key: &'a LockKey,
+    pub(super) kind: LockKind,
+    pub(super) owner: &'a OwnerToken,
+    pub(super) ttl: Duration,
+    pub(super) ticket: Option<u64>,
+}
+
+impl Table {
+    fn entry(&mut self, key: &LockKey, now: Instant) -> &mut KeyState {
+        let state = self.keys.entry(key.clone()).or_default();
+        state.purge(now);
+        state
+    }
+
+    fn tidy(&mut self, key: &LockKey) {
+        if self.keys.get(key).is_some_and(KeyState::is_idle) {
+            self.keys.remove(key);
+        }
+    }
+
+    /// The notification exclusive and read-write waiters of `key` wait on.
+    pub(super) fn changed(&mut self, key: &LockKey) -> Arc<Notify> {
+        self.entry(key, Instant::now()).changed.clone()
+    }
+
+    /// Puts a fair waiter at the back of the queue.
+    pub(super) fn enqueue(&mut self, key: &LockKey) -> (u64, Arc<Notify>) {
+        self.last_ticket += 1;
+        let id = self.last_ticket;
+        let wake = Arc::new(Notify::new());
+        self.entry(key, Instant::now())
+            .fair_queue
+            .push_back(Ticket {
+                id,
+                wake: wake.clone(),
+            });
+        (id, wake)
+    }
+
+    /// Takes a fair waiter out of the queue (it gave up) and wakes the new head.
+    pub(super) fn dequeue(&mut self, key: &LockKey, ticket: u64) {
+        if let Some(state) = self.keys.get_mut(key) {
+            state.fair_queue.retain(|t| t.id != ticket);
+            state.wake(LockFamily::Fair);
+        }
+        self.tidy(key);
+    }
+
+    /// Counts a waiting writer, so new readers wait behind it.
+    pub(super) fn writer_waiting(&mut self, key: &LockKey, delta: isize) {
+        let state = self.entry(key, Instant::now());
+        state.waiting_writers = state.waiting_writers.saturating_add_signed(delta);
+        if delta < 0 {
+            state.wake(LockFamily::ReadWrite);
+            self.tidy(key);
+        }
+    }
+
+    /// Grants the request if the rules allow, else says until when it is blocked.
+    pub(super) fn try_grant(&mut self, req: &Attempt<'_>, now: Instant) -> Outcome {
+        let state = self.entry(req.key, now);
+        let expiry = |h: &Option<Holder>| h.as_ref().map(|h| h.expires_at);
+        let blocked_until = match req.kind {
+            LockKind::Exclusive => state.exclusive.as_ref().map(|h| Some(h.expires_at)),
+            LockKind::Fair => {
+                let my_turn = match req.ticket {
+                    Some(id) => state.fair_queue.front().is_some_and(|t| t.id == id),
+                    None => state.fair_queue.is_empty(),
+                };
+                match (&state.fair, my_turn) {
+                    (None, true) => None,
+                    (holder, _) => Some(expiry(holder)),
+                }
+            }
+            LockKind::Read => {
+                let downgrade = state.writer.as_ref().is_some_and(|w| w.owner == *req.owner);
+                match &state.writer {
+                    Some(w) if !downgrade => Some(Some(w.expires_at)),
+                    _ if state.waiting_writers > 0 && !downgrade => Some(None),
+                    _ => None,
+                }
+            }
+            LockKind::Write => {
+                let busy = state.writer.is_some() || !state.readers.is_empty();
+                busy.then(|| {
+                    let readers = state.readers.iter().map(|r| r.expires_at);
+                    expiry(&state.writer).into_iter().chain(readers).min()
+                })
+            }
+        };
+        if let Some(wake_at) = blocked_until {
+            return Outcome::Blocked { wake_at };
+        }
+        self.last_fence += 1;
+        let holder = Holder {
+            owner: req.owner.clone(),
+            fence: self.last_fence,
+            expires_at: now + req.ttl,
+        };
+        let state = self.keys.get_mut(req.key).expect("entry made above");
+        match req.kind {
+            LockKind::Exclusive => state.exclusive = Some(holder),
+            LockKind::Fair => {
+                if req.ticket.is_some() {
+                    state.fair_queue.pop_front();
+                }
+                state.fair = Some(holder);
+            }
+            LockKind::Read => state.readers.push(holder),
+            LockKind::Write => state.writer = Some(holder),
+        }
+        Outcome::Granted(self.last_fence)
+    }
+
+    /// Removes the lease if it is the live one of `owner` and `fence`.
+    pub(super) fn release(
+        &mut self,
+        key: &LockKey,
+        kind: LockKind,
+        owner: &OwnerToken,
+        fence: u64,
+    ) -> bool {
+        let Some(state) = self.keys.get_mut(key) else {
+            return false;
+        };
+        state.purge(Instant::now());
+        let removed = match kind {
+            LockKind::Exclusive => take_if(&mut state.exclusive, owner, fence),
+            LockKind::Fair => take_if(&mut state.fair, owner, fence),
+            LockKind::Write => take_if(&mut state.writer, owner, fence),
+            LockKind::Read => {
+                let before = state.readers.len();
+                state.readers.retain(|r| !r.is(owner, fence));
+                state.readers.len() < before
+            }
+        };
+        if removed {
+            state.wake(kind.family());
+            self.tidy(key);
+        }
+        removed
+    }
+
+    /// Extends the lease if it is the live one of `owner` and `fence`.
+    pub(super) fn renew(
+        &mut self,
+        key: &LockKey,
+        kind: LockKind,
+        owner: &OwnerToken,
+        fence: u64,
+        ttl: Duration,
+    ) -> bool {
+        let now = Instant::now();
+        let Some(state) = self.keys.get_mut(key) else {
+            return false;
+        };
+        state.purge(now);
+        let holder = match kind {
+            LockKind::Exclusive => state.exclusive.as_mut(),
+            LockKind::Fair => state.fair.as_mut(),
+            LockKind::Write => state.writer.as_mut(),
+            LockKind::Read => state.readers.iter_mut().find(|r| r.is(owner, fence)),
+        };
+        match holder {
+            Some(h) if h.is(owner, fence) => {
+                h.expires_at = now + ttl;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub(super) fn is_locked(&mut self, key: &LockKey, family: LockFamily) -> bool {
+        let locked = self.entry(key, Instant::now()).holds(family);
+        self.tidy(key);
+        locked
+    }
+
+    /// Removes every lease of `family` on `key`; returns whether there was any.
+    pub(super) fn force_unlock(&mut self, key: &LockKey, family: LockFamily) -> bool {
+        let state = self.entry(key, Instant::now());
+        let held = state.holds(family);
+        match family {
+            LockFamily::Exclusive => state.exclusive = None,
+            LockFamily::Fair => state.fair = None,
+            LockFamily::ReadWrite => {
+                state.writer = None;
+                state.readers.clear();
+            }
+        }
+        state.wake(family);
+        self.tidy(key);
+        held
+    }
+
+    /// How many keys have any state (held, queued or waited on).
+    pub(super) fn len(&self) -> usize {
+        self.keys.len()
+    }
+}
+
+fn take_if(holder: &mut Option<Holder>, owner: &OwnerToken, fence: u64) -> bool {
+    if holder.as_ref().is_some_and(|h| h.is(owner, fence)) {
+        *holder = None;
+        true
+    } else {
+        false
+    }
+}

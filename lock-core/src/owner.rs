@@ -1,0 +1,393 @@
+//! One owner of one lock: reentrancy counts, acquire and release on top of the
+//! backend primitive. Every lock type is a thin wrapper around this.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::backend::{AcquireRequest, HeldLease, LockBackend, LockKind, OwnerToken, Renewal};
+use crate::client::ClientInner;
+use crate::error::{Error, Result};
+use crate::guard::{HoldOps, LockGuard};
+use crate::lease::{LeaseLoss, LeaseState, LossNotifier};
+use crate::name::LockKey;
+use crate::options::{validate_lease, AcquireOptions, Lease, Wait};
+use crate::watchdog::LeaseEntry;
+
+/// The two places an owner can hold a lease: the exclusive one (exclusive, fair or
+/// write) and the shared one (read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    Primary,
+    Read,
+}
+
+impl Slot {
+    fn of(kind: LockKind) -> Self {
+        match kind {
+            LockKind::Read => Slot::Read,
+            LockKind::Exclusive | LockKind::Fair | LockKind::Write => Slot::Primary,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Hold<B: LockBackend> {
+    lease: Arc<LeaseEntry<B>>,
+    count: u32,
+}
+
+#[derive(Debug)]
+struct Holds<B: LockBackend> {
+    primary: Option<Hold<B>>,
+    read: Option<Hold<B>>,
+}
+
+impl<B: LockBackend> Holds<B> {
+    fn slot(&mut self, slot: Slot) -> &mut Option<Hold<B>> {
+        match slot {
+            Slot::Primary => &mut self.primary,
+            Slot::Read => &mut self.read,
+        }
+    }
+}
+
+/// What giving up one hold did.
+enum Decrement {
+    /// Other guards of the same acquisition remain.
+    Remaining,
+    /// That was the last hold: the lease must be released on the backend.
+    Last,
+    /// The guard's lease is no longer this owner's current one (it was lost and
+    /// replaced, or cleared): only the backend can say whether anything is left.
+    Stale,
+}
+
+/// One owner of one lock. Shared by a lock handle's clones and its guards.
+#[derive(Debug)]
+pub(crate) struct Owner<B: LockBackend> {
+    client: Arc<ClientInner<B>>,
+    key: LockKey,
+    token: OwnerToken,
+    /// Serialises this owner's trips to the backend for acquisition, so two tasks of
+    /// one owner never both ask for the lease: the second one re-enters.
+    gate: tokio::sync::Mutex<()>,
+    holds: Mutex<Holds<B>>,
+}
+
+impl<B: LockBackend> Owner<B> {
+    pub(crate) fn new(client: Arc<ClientInner<B>>, key: LockKey) -> Arc<Self> {
+        let token = client.next_owner_token();
+        Arc::new(Owner {
+            client,
+            key,
+            token,
+            gate: tokio::sync::Mutex::new(()),
+            holds: Mutex::new(Holds {
+                primary: None,
+                read: None,
+            }),
+        })
+    }
+
+    pub(crate) fn key(&self) -> &LockKey {
+        &self.key
+    }
+
+    pub(crate) fn backend(&self) -> &B {
+        &self.client.backend
+    }
+
+    fn holds(&self) -> MutexGuard<'_, Holds<B>> {
+        // Every update below is a single assignment: a panic cannot leave it half done.
+        self.holds
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// How many guards this owner has on a live lease of `kind`'s slot.
+    pub(crate) fn hold_count(&self, kind: LockKind) -> u32 {
+        match self.holds().slot(Slot::of(kind)) {
+            Some(hold) if hold.lease.state.is_held() => hold.count,
+            _ => 0,
+        }
+    }
+
+    /// Acquires `kind` for this owner: re-entering without a round trip when the
+    /// owner already holds a live lease, otherwise through the backend.
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        kind: LockKind,
+        options: AcquireOptions,
+    ) -> Result<LockGuard> {
+        let deadline = options.validate(Instant::now())?;
+        self.check_supported(kind, options.lease)?;
+        if let Some(guard) = self.reenter(kind)? {
+            return Ok(guard);
+        }
+        let _gate = match deadline.instant() {
+            None => self.gate.lock().await,
+            Some(at) => match tokio::time::timeout_at(at, self.gate.lock()).await {
+                Ok(gate) => gate,
+                Err(_) => return Err(self.timeout(options.wait)),
+            },
+        };
+        // Another task of this owner may have taken the lease while we waited.
+        if let Some(guard) = self.reenter(kind)? {
+            return Ok(guard);
+        }
+        let (ttl, watched) = match options.lease {
+            Lease::Watchdog => (self.client.watchdog_lease, true),
+            Lease::Fixed(ttl) => (ttl, false),
+        };
+        let sent_at = Instant::now();
+        let state = LeaseState::new(sent_at + ttl);
+        let loss = LossNotifier::new(&state);
+        let request = AcquireRequest {
+            key: &self.key,
+            kind,
+            owner: &self.token,
+            ttl,
+            deadline,
+            loss: &loss,
+        };
+        let span =
+            tracing::debug_span!("lock.acquire", key = %self.key, ?kind, owner = %self.token);
+        let grant = self
+            .client
+            .backend
+            .acquire(request)
+            .instrument(span)
+            .await?;
+        let Some(grant) = grant else {
+            tracing::debug!(key = %self.key, ?kind, "lock not acquired before the deadline");
+            return Err(self.timeout(options.wait));
+        };
+        let entry = Arc::new(LeaseEntry {
+            id: self.client.next_lease_id(),
+            held: HeldLease {
+                key: self.key.clone(),
+                kind,
+                owner: self.token.clone(),
+                fence: grant.fence,
+                data: grant.data,
+            },
+            state,
+            watched: AtomicBool::new(watched),
+        });
+        if watched {
+            self.client.watchdog.watch(entry.clone());
+        }
+        *self.holds().slot(Slot::of(kind)) = Some(Hold {
+            lease: entry.clone(),
+            count: 1,
+        });
+        tracing::debug!(key = %self.key, ?kind, fence = grant.fence, "lock acquired");
+        Ok(self.guard(entry))
+    }
+
+    fn check_supported(&self, kind: LockKind, lease: Lease) -> Result<()> {
+        let caps = self.client.backend.capabilities();
+        let backend = self.client.backend.name();
+        let missing = match kind {
+            LockKind::Fair if !caps.fair => Some("fair locks"),
+            LockKind::Read | LockKind::Write if !caps.read_write => Some("read-write locks"),
+            _ if matches!(lease, Lease::Fixed(_)) && !caps.fixed_lease => Some("fixed leases"),
+            _ => None,
+        };
+        match missing {
+            Some(operation) => Err(Error::Unsupported { backend, operation }),
+            None => Ok(()),
+        }
+    }
+
+    /// Adds a hold to a live lease of this owner, if there is one. A lost lease is
+    /// cleared from its slot so the caller acquires anew.
+    fn reenter(self: &Arc<Self>, kind: LockKind) -> Result<Option<LockGuard>> {
+        let mut holds = self.holds();
+        if kind == LockKind::Write && holds.primary.is_none() {
+            if let Some(read) = &holds.read {
+                if read.lease.state.is_held() {
+                    return Err(Error::invalid_argument(format!(
+                        "cannot upgrade the read lock on `{}` to a write lock: release the read lock first (taking the read lock while holding the write lock is allowed)",
+                        self.key.name()
+                    )));
+                }
+            }
+        }
+        let slot = holds.slot(Slot::of(kind));
+        match slot {
+            Some(hold) if hold.lease.state.is_held() => {
+                hold.count += 1;
+                let lease = hold.lease.clone();
+                drop(holds);
+                tracing::trace!(key = %self.key, ?kind, "lock re-entered");
+                Ok(Some(self.guard(lease)))
+            }
+            Some(_) => {
+                let stale = slot.take().map(|hold| hold.lease);
+                drop(holds);
+                if let Some(lease) = stale {
+                    self.client.watchdog.unwatch(&lease);
+                }
+                Ok(None)
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn guard(self: &Arc<Self>, lease: Arc<LeaseEntry<B>>) -> LockGuard {
+        LockGuard::new(
+            self.key.name().clone(),
+            lease.held.kind,
+            lease.held.fence,
+            lease.state.clone(),
+            Box::new(GuardHold {
+                owner: self.clone(),
+                lease,
+            }),
+        )
+    }
+
+    fn timeout(&self, wait: Wait) -> Error {
+        Error::Timeout {
+            name: self.key.name().to_string(),
+            waited: match wait {
+                Wait::For(limit) => limit,
+                Wait::No | Wait::Forever => Duration::ZERO,
+            },
+        }
+    }
+
+    fn lease_lost(&self) -> Error {
+        Error::LeaseLost {
+            name: self.key.name().to_string(),
+        }
+    }
+
+    /// Gives up one hold of `lease`, forgetting the lease if it was the last.
+    fn decrement(&self, lease: &Arc<LeaseEntry<B>>) -> Decrement {
+        let mut holds = self.holds();
+        let slot = holds.slot(Slot::of(lease.held.kind));
+        match slot {
+            Some(hold) if Arc::ptr_eq(&hold.lease, lease) => {
+                hold.count -= 1;
+                if hold.count > 0 {
+                    return Decrement::Remaining;
+                }
+                *slot = None;
+                drop(holds);
+                self.client.watchdog.unwatch(lease);
+                Decrement::Last
+            }
+            _ => Decrement::Stale,
+        }
+    }
+
+    async fn release(&self, lease: &Arc<LeaseEntry<B>>) -> Result<()> {
+        match self.decrement(lease) {
+            Decrement::Remaining if lease.state.is_held() => return Ok(()),
+            Decrement::Remaining => return Err(self.lease_lost()),
+            Decrement::Last | Decrement::Stale => {}
+        }
+        let span = tracing::debug_span!("lock.release", key = %self.key, kind = ?lease.held.kind, fence = lease.held.fence);
+        match self
+            .client
+            .backend
+            .release(&lease.held)
+            .instrument(span)
+            .await
+        {
+            Ok(()) => {
+                lease.state.end(LeaseLoss::Released);
+                tracing::debug!(key = %self.key, fence = lease.held.fence, "lock released");
+                Ok(())
+            }
+            Err(Error::NotOwner { .. }) => {
+                lease.state.end(LeaseLoss::Revoked);
+                tracing::warn!(key = %self.key, fence = lease.held.fence, "release found the lease already lost");
+                Err(self.lease_lost())
+            }
+            Err(err) => {
+                tracing::warn!(key = %self.key, error = %err, "release failed; the lease will expire");
+                Err(err)
+            }
+        }
+    }
+
+    fn release_on_drop(self: &Arc<Self>, lease: &Arc<LeaseEntry<B>>) {
+        if !matches!(self.decrement(lease), Decrement::Last) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::debug!(key = %self.key, "guard dropped outside a runtime; the lease will expire");
+            return;
+        };
+        let owner = self.clone();
+        let lease = lease.clone();
+        runtime.spawn(async move {
+            match owner.client.backend.release(&lease.held).await {
+                Ok(()) => {
+                    lease.state.end(LeaseLoss::Released);
+                }
+                Err(err) => {
+                    tracing::debug!(key = %owner.key, error = %err, "release after drop failed; the lease will expire");
+                }
+            }
+        });
+    }
+
+    async fn extend(&self, lease: &Arc<LeaseEntry<B>>, ttl: Duration) -> Result<()> {
+        validate_lease(ttl)?;
+        if !self.client.backend.capabilities().fixed_lease {
+            return Err(Error::Unsupported {
+                backend: self.client.backend.name(),
+                operation: "extending a lease",
+            });
+        }
+        // Stop the watchdog first, or its next renewal would override the new expiry.
+        self.client.watchdog.unwatch(lease);
+        let sent_at = Instant::now();
+        let span =
+            tracing::debug_span!("lock.extend", key = %self.key, fence = lease.held.fence, ?ttl);
+        let renewed = self
+            .client
+            .backend
+            .renew(&[&lease.held], ttl)
+            .instrument(span)
+            .await?;
+        if renewed.first() == Some(&Renewal::Renewed) {
+            lease.state.renewed(sent_at, ttl);
+            Ok(())
+        } else {
+            lease.state.end(LeaseLoss::Revoked);
+            Err(self.lease_lost())
+        }
+    }
+}
+
+/// A guard's link to its owner and acquisition.
+#[derive(Debug)]
+struct GuardHold<B: LockBackend> {
+    owner: Arc<Owner<B>>,
+    lease: Arc<LeaseEntry<B>>,
+}
+
+impl<B: LockBackend> HoldOps for GuardHold<B> {
+    fn release(&self) -> BoxFuture<'_, Result<()>> {
+        self.owner.release(&self.lease).boxed()
+    }
+
+    fn release_on_drop(&self) {
+        self.owner.release_on_drop(&self.lease);
+    }
+
+    fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<()>> {
+        self.owner.extend(&self.lease, ttl).boxed()
+    }
+}

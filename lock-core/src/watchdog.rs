@@ -1,0 +1,171 @@
+//! One watchdog per client: renews every watchdog-kept lease in one batched call per
+//! tick and reports the leases it could not keep.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::{HeldLease, LockBackend, Renewal};
+use crate::lease::{LeaseLoss, LeaseState};
+
+/// One granted lease: what the backend needs, and what the client knows of it.
+#[derive(Debug)]
+pub(crate) struct LeaseEntry<B: LockBackend> {
+    pub(crate) id: u64,
+    pub(crate) held: HeldLease<B::Lease>,
+    pub(crate) state: Arc<LeaseState>,
+    /// Whether the watchdog keeps this lease alive (false for fixed leases, and once
+    /// a guard has extended it by hand).
+    pub(crate) watched: AtomicBool,
+}
+
+#[derive(Debug)]
+struct Registry<B: LockBackend> {
+    leases: HashMap<u64, Arc<LeaseEntry<B>>>,
+    running: bool,
+}
+
+#[derive(Debug)]
+struct Shared<B: LockBackend> {
+    backend: Arc<B>,
+    ttl: Duration,
+    registry: Mutex<Registry<B>>,
+}
+
+/// Renews at a third of the lease. Its task runs only while it has leases to keep.
+#[derive(Debug)]
+pub(crate) struct Watchdog<B: LockBackend> {
+    shared: Arc<Shared<B>>,
+}
+
+impl<B: LockBackend> Watchdog<B> {
+    pub(crate) fn new(backend: Arc<B>, ttl: Duration) -> Self {
+        Watchdog {
+            shared: Arc::new(Shared {
+                backend,
+                ttl,
+                registry: Mutex::new(Registry {
+                    leases: HashMap::new(),
+                    running: false,
+                }),
+            }),
+        }
+    }
+
+    /// Starts keeping `entry` alive. Must be called inside a tokio runtime.
+    pub(crate) fn watch(&self, entry: Arc<LeaseEntry<B>>) {
+        let mut registry = lock(&self.shared.registry);
+        registry.leases.insert(entry.id, entry);
+        if !registry.running {
+            registry.running = true;
+            tokio::spawn(run(Arc::downgrade(&self.shared)));
+        }
+    }
+
+    /// Stops keeping the lease alive, if it was watched.
+    pub(crate) fn unwatch(&self, entry: &LeaseEntry<B>) {
+        if entry.watched.swap(false, Ordering::AcqRel) {
+            lock(&self.shared.registry).leases.remove(&entry.id);
+        }
+    }
+
+    /// How many leases the watchdog keeps alive.
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.shared.registry).leases.len()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The registry holds no invariant a panic elsewhere could break.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The renewal loop. It holds the client only weakly, and ends when nothing is left to
+/// renew (the next `watch` starts a new one).
+async fn run<B: LockBackend>(shared: Weak<Shared<B>>) {
+    let Some(ttl) = shared.upgrade().map(|s| s.ttl) else {
+        return;
+    };
+    let interval = ttl / 3;
+    // After a failed renewal, retry sooner, but not in a tight loop.
+    let retry = (ttl / 10).max(Duration::from_millis(10));
+    let mut next = Instant::now() + interval;
+    loop {
+        tokio::time::sleep_until(next).await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        next = tick(&shared, interval, retry).await;
+        let mut registry = lock(&shared.registry);
+        if registry.leases.is_empty() {
+            registry.running = false;
+            return;
+        }
+    }
+}
+
+/// One renewal of every watched lease; returns when to tick next.
+async fn tick<B: LockBackend>(shared: &Shared<B>, interval: Duration, retry: Duration) -> Instant {
+    let batch: Vec<Arc<LeaseEntry<B>>> = lock(&shared.registry).leases.values().cloned().collect();
+    let (live, ended): (Vec<_>, Vec<_>) =
+        batch.into_iter().partition(|e| e.state.ended().is_none());
+    for entry in &ended {
+        // Past its local expiry before we could renew it: someone else may hold it now.
+        if entry.state.end(LeaseLoss::Expired) {
+            tracing::warn!(key = %entry.held.key, fence = entry.held.fence, "lease expired before renewal");
+        }
+        forget(shared, entry);
+    }
+    if live.is_empty() {
+        return Instant::now() + interval;
+    }
+    let sent_at = Instant::now();
+    let leases: Vec<&HeldLease<B::Lease>> = live.iter().map(|e| &e.held).collect();
+    let outcome = tokio::time::timeout(shared.ttl, shared.backend.renew(&leases, shared.ttl)).await;
+    let error = match outcome {
+        Ok(Ok(renewals)) if renewals.len() == live.len() => {
+            for (entry, renewal) in live.iter().zip(renewals) {
+                match renewal {
+                    Renewal::Renewed => entry.state.renewed(sent_at, shared.ttl),
+                    Renewal::Lost => {
+                        if entry.state.end(LeaseLoss::Revoked) {
+                            tracing::warn!(key = %entry.held.key, fence = entry.held.fence, "lease lost: the backend no longer has it");
+                        }
+                        forget(shared, entry);
+                    }
+                }
+            }
+            tracing::trace!(leases = live.len(), "watchdog renewed leases");
+            return sent_at + interval;
+        }
+        Ok(Ok(renewals)) => format!(
+            "backend answered {} renewals for {} leases",
+            renewals.len(),
+            live.len()
+        ),
+        Ok(Err(err)) => err.to_string(),
+        Err(_) => format!("renewal did not answer within {:?}", shared.ttl),
+    };
+    tracing::debug!(%error, leases = live.len(), "lease renewal failed; retrying");
+    let now = Instant::now();
+    for entry in &live {
+        if now >= entry.state.expires_at() {
+            let loss = LeaseLoss::RenewalFailed {
+                last_error: error.clone(),
+            };
+            if entry.state.end(loss) {
+                tracing::warn!(key = %entry.held.key, %error, "lease lost: renewals failed until it ran out");
+            }
+            forget(shared, entry);
+        }
+    }
+    now + retry
+}
+
+fn forget<B: LockBackend>(shared: &Shared<B>, entry: &LeaseEntry<B>) {
+    entry.watched.store(false, Ordering::Release);
+    lock(&shared.registry).leases.remove(&entry.id);
+}
