@@ -1,1 +1,31 @@
-pub fn x() {}
+//! The conformance suite every lock backend runs, and the tools its tests need.
+//!
+//! * [`Backend`]: what a backend's test supplies: clients in a namespace, and fault
+//!   hooks (make a lease vanish; start a process that holds a lock, to kill it).
+//! * [`run_suite`]: runs every case against one backend, each in a fresh namespace,
+//!   skipping (loudly, with the reason) what the backend's
+//!   [`Capabilities`](lock_core::Capabilities) say it lacks, and prints a summary line
+//!   `conformance[<backend>]: N passed, M failed, K skipped`.
+//! * [`server`]: starts real servers on loopback ports for the tests, or uses a URL
+//!   from the environment.
+//! * the `lock-holder` binary: acquires a lock on a backend, prints `ACQUIRED <fence>`,
+//!   and waits to be killed ([`holder`] drives it).
+//!
+//! Set `LOCK_TEST_CASES=fair::,rw::downgrade` to run only the cases whose names contain
+//! one of the comma-separated parts.
+//!
+//! Each backend's test target calls [`run_suite`] from one `#[tokio::test]`; see
+//! `tests/memory.rs`.
+
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+
+mod backend;
+mod cases;
+mod check;
+pub mod holder;
+mod runner;
+pub mod server;
+
+pub use backend::{Backend, ClientOptions, HolderSpec};
+pub use cases::{all_cases, Case, Needs};
+pub use runner::{run_cases, run_suite, Ctx, Report};

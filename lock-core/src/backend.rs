@@ -115,6 +115,16 @@ impl Capabilities {
         }
     }
 
+    /// The same capabilities with `fair` set.
+    pub const fn with_fair(self, fair: bool) -> Self {
+        Capabilities { fair, ..self }
+    }
+
+    /// The same capabilities with `read_write` set.
+    pub const fn with_read_write(self, read_write: bool) -> Self {
+        Capabilities { read_write, ..self }
+    }
+
     /// The same capabilities with `fixed_lease` set.
     pub const fn with_fixed_lease(self, fixed_lease: bool) -> Self {
         Capabilities {

@@ -1,0 +1,67 @@
+//! What a backend's test supplies to the suite.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::{LockFamily, LockKey, LockProvider};
+
+/// The settings of one client made for a test.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// The namespace (each test gets a fresh one).
+    pub namespace: String,
+    /// The watchdog lease.
+    pub watchdog_lease: Duration,
+}
+
+/// What to start in another process: a holder of one lock.
+#[derive(Clone, Debug)]
+pub struct HolderSpec {
+    /// The namespace.
+    pub namespace: String,
+    /// The lock's name.
+    pub name: String,
+    /// The holder's watchdog lease: how long after the kill the lock must be free.
+    pub watchdog_lease: Duration,
+}
+
+/// A backend under test.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// The backend's name in the report.
+    fn name(&self) -> &str;
+
+    /// A new client: its own connection or session and its own watchdog, as a
+    /// separate process would have.
+    ///
+    /// # Errors
+    /// Whatever making the client fails with; an invalid namespace or watchdog lease
+    /// must give [`lock_core::Error::InvalidArgument`].
+    async fn client(&self, options: ClientOptions) -> lock_core::Result<Arc<dyn LockProvider>>;
+
+    /// Fault hook: makes every lease of `family` on `key` vanish behind its holders'
+    /// backs, the way an operator, a failover or a server restart would (delete the
+    /// key, the node, the row).
+    async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String>;
+
+    /// Fault hook: the command that starts a process holding the lock in `spec`
+    /// (normally the `lock-holder` binary pointed at this backend's server). `None`
+    /// if this backend cannot be shared across processes.
+    fn holder_command(&self, spec: &HolderSpec) -> Option<tokio::process::Command> {
+        let _ = spec;
+        None
+    }
+
+    /// A fixed lease short enough for tests to wait out, long enough that a loaded
+    /// machine still acquires and checks well within it.
+    fn short_lease(&self) -> Duration {
+        Duration::from_millis(600)
+    }
+
+    /// How late an event may come beyond what the semantics promise (a lease's end,
+    /// a wait limit, a wake-up): generous, so tests do not flake on a busy machine.
+    fn slack(&self) -> Duration {
+        Duration::from_secs(2)
+    }
+}

@@ -1,0 +1,189 @@
+//! Bad input gets a clear error and loses nothing; names and namespaces keep locks apart.
+
+use std::time::Duration;
+
+use lock_core::prelude::*;
+use lock_core::{AcquireOptions, Error, MAX_NAME_BYTES};
+
+use crate::backend::ClientOptions;
+use crate::check::{expect_err, got, is_invalid, ok, refused};
+use crate::runner::Ctx;
+
+fn bad_names() -> Vec<String> {
+    vec![
+        String::new(),
+        "x".repeat(MAX_NAME_BYTES + 1),
+        "x".repeat(10_000),
+        "new\nline".into(),
+        "nul\0byte".into(),
+        "escape\u{1b}[2J".into(),
+    ]
+}
+
+/// Every lock type refuses bad names with `InvalidArgument`, saying what is wrong.
+pub(crate) async fn invalid_names(ctx: &Ctx) {
+    let client = ctx.client().await;
+    for name in bad_names() {
+        let shown: String = name.chars().take(20).collect();
+        let err = expect_err(&format!("lock({shown:?})"), client.lock(&name), is_invalid);
+        assert!(
+            err.to_string().contains("lock name"),
+            "unclear message: {err}"
+        );
+        expect_err(
+            &format!("fair_lock({shown:?})"),
+            client.fair_lock(&name),
+            is_invalid,
+        );
+        expect_err(
+            &format!("rw_lock({shown:?})"),
+            client.rw_lock(&name),
+            is_invalid,
+        );
+    }
+}
+
+/// Bad durations are refused before anything is sent, and a lock already held stays
+/// held with its count unchanged.
+pub(crate) async fn invalid_durations_keep_holds(ctx: &Ctx) {
+    let client = ctx.client().await;
+    let lock = client.lock("held").expect("lock");
+    let guard = ok("acquire", lock.acquire().await);
+    let bad = [
+        AcquireOptions::try_once().lease(Duration::ZERO),
+        AcquireOptions::try_once().lease(Duration::from_nanos(1)),
+        AcquireOptions::wait_forever().lease(Duration::MAX),
+        AcquireOptions::wait_for(Duration::MAX),
+        AcquireOptions::wait_for(Duration::from_secs(u64::MAX / 2)).lease(Duration::from_secs(1)),
+    ];
+    for options in bad {
+        let err = expect_err(
+            &format!("{options:?}"),
+            lock.acquire_with(options).await,
+            is_invalid,
+        );
+        assert!(!err.is_retryable());
+    }
+    expect_err("extend(0)", guard.extend(Duration::ZERO).await, is_invalid);
+    expect_err("extend(MAX)", guard.extend(Duration::MAX).await, is_invalid);
+    assert!(guard.is_held(), "a bad call cost the lock");
+    assert_eq!(lock.hold_count(), 1, "a bad call changed the hold count");
+    let other = client.lock("held").expect("lock");
+    refused("other while held", other.try_acquire().await);
+    ok("release", guard.release().await);
+}
+
+/// A client with a bad namespace or watchdog lease is refused with `InvalidArgument`.
+pub(crate) async fn invalid_client_options(ctx: &Ctx) {
+    let bad = [
+        ClientOptions {
+            namespace: "tab\there".into(),
+            watchdog_lease: Duration::from_secs(10),
+        },
+        ClientOptions {
+            namespace: "y".repeat(MAX_NAME_BYTES + 1),
+            watchdog_lease: Duration::from_secs(10),
+        },
+        ClientOptions {
+            namespace: ctx.namespace().into(),
+            watchdog_lease: Duration::ZERO,
+        },
+        ClientOptions {
+            namespace: ctx.namespace().into(),
+            watchdog_lease: Duration::MAX,
+        },
+    ];
+    for options in bad {
+        match ctx.backend().client(options.clone()).await {
+            Err(Error::InvalidArgument { .. }) => {}
+            Err(err) => panic!("{options:?}: wrong error {err}"),
+            Ok(_) => panic!("{options:?}: accepted"),
+        }
+    }
+}
+
+/// Names with quotes, separators, SQL and shell syntax, any script, and the longest
+/// allowed length are stored safely: each is its own lock.
+pub(crate) async fn hostile_names(ctx: &Ctx) {
+    let names = [
+        "quote'd \"name\"".to_owned(),
+        "semi;colon; DROP TABLE locks; --".to_owned(),
+        "slash/and\\backslash".to_owned(),
+        "colon:and{brace}".to_owned(),
+        "$(rm -rf /) `echo` %s %n *?[".to_owned(),
+        "ünïcødé 锁 🔒".to_owned(),
+        "l".repeat(MAX_NAME_BYTES),
+    ];
+    let client = ctx.client().await;
+    let mut guards = Vec::new();
+    for name in &names {
+        let lock = client.lock(name).expect("valid name");
+        guards.push(got(
+            &format!("acquire {name:.20}"),
+            lock.try_acquire().await,
+        ));
+    }
+    let other = ctx.client().await;
+    for name in &names {
+        let lock = other.lock(name).expect("valid name");
+        refused(&format!("other on {name:.20}"), lock.try_acquire().await);
+        assert!(ok("is_locked", lock.is_locked().await));
+    }
+    for guard in guards {
+        ok("release", guard.release().await);
+    }
+}
+
+/// The same name in two namespaces is two locks; in one namespace, one lock.
+pub(crate) async fn namespaces_isolated(ctx: &Ctx) {
+    let ns_a = format!("{}-a", ctx.namespace());
+    let ns_b = format!("{}-b", ctx.namespace());
+    let a = ctx.client_with(&ns_a, Duration::from_secs(10)).await;
+    let b = ctx.client_with(&ns_b, Duration::from_secs(10)).await;
+    let a2 = ctx.client_with(&ns_a, Duration::from_secs(10)).await;
+    assert_eq!(a.namespace().as_str(), ns_a);
+    let held_a = got(
+        "a",
+        a.lock("shared-name").expect("lock").try_acquire().await,
+    );
+    let held_b = got(
+        "b",
+        b.lock("shared-name").expect("lock").try_acquire().await,
+    );
+    refused(
+        "a2 in a's namespace",
+        a2.lock("shared-name").expect("lock").try_acquire().await,
+    );
+    ok("release", held_a.release().await);
+    ok("release", held_b.release().await);
+}
+
+/// Exclusive, fair and read-write locks of one name are separate locks.
+pub(crate) async fn lock_kinds_are_separate(ctx: &Ctx) {
+    let client = ctx.client().await;
+    let caps = ctx.capabilities();
+    let exclusive = got(
+        "exclusive",
+        client.lock("kinds").expect("lock").try_acquire().await,
+    );
+    let fair = if caps.fair {
+        Some(got(
+            "fair",
+            client.fair_lock("kinds").expect("lock").try_acquire().await,
+        ))
+    } else {
+        None
+    };
+    let write = if caps.read_write {
+        Some(got(
+            "write",
+            client.rw_lock("kinds").expect("lock").try_write().await,
+        ))
+    } else {
+        None
+    };
+    ok("release", exclusive.release().await);
+    for guard in [fair, write].into_iter().flatten() {
+        ok("release", guard.release().await);
+    }
+}

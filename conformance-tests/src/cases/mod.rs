@@ -1,0 +1,251 @@
+//! The cases, and the list the runner goes through.
+
+mod args;
+mod fair;
+mod flavor;
+mod mutex;
+mod process;
+mod rwlock;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use lock_core::Capabilities;
+
+use crate::backend::{Backend, HolderSpec};
+use crate::runner::Ctx;
+use flavor::Flavor;
+
+/// What a case needs from the backend.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Needs {
+    /// Fair locks.
+    pub fair: bool,
+    /// Read-write locks.
+    pub read_write: bool,
+    /// Fixed leases.
+    pub fixed_lease: bool,
+    /// A holder in another process ([`Backend::holder_command`]).
+    pub holder_process: bool,
+}
+
+impl Needs {
+    /// Why the case cannot run on this backend, if it cannot.
+    pub fn missing(&self, backend: &dyn Backend, caps: Capabilities) -> Option<String> {
+        let probe = HolderSpec {
+            namespace: "probe".into(),
+            name: "probe".into(),
+            watchdog_lease: std::time::Duration::from_secs(1),
+        };
+        let lacks = [
+            (self.fair && !caps.fair, "backend has no fair locks"),
+            (
+                self.read_write && !caps.read_write,
+                "backend has no read-write locks",
+            ),
+            (
+                self.fixed_lease && !caps.fixed_lease,
+                "backend has no fixed leases",
+            ),
+            (
+                self.holder_process
+                    && (!caps.cross_process || backend.holder_command(&probe).is_none()),
+                "backend cannot hold a lock from another process",
+            ),
+        ];
+        let reasons: Vec<&str> = lacks.iter().filter(|(l, _)| *l).map(|(_, r)| *r).collect();
+        (!reasons.is_empty()).then(|| reasons.join("; "))
+    }
+
+    fn and(self, other: Needs) -> Needs {
+        Needs {
+            fair: self.fair || other.fair,
+            read_write: self.read_write || other.read_write,
+            fixed_lease: self.fixed_lease || other.fixed_lease,
+            holder_process: self.holder_process || other.holder_process,
+        }
+    }
+}
+
+const NOTHING: Needs = Needs {
+    fair: false,
+    read_write: false,
+    fixed_lease: false,
+    holder_process: false,
+};
+const FIXED: Needs = Needs {
+    fixed_lease: true,
+    ..NOTHING
+};
+const FAIR: Needs = Needs {
+    fair: true,
+    ..NOTHING
+};
+const RW: Needs = Needs {
+    read_write: true,
+    ..NOTHING
+};
+const PROCESS: Needs = Needs {
+    holder_process: true,
+    ..NOTHING
+};
+
+type CaseFn = Box<dyn for<'a> Fn(&'a Ctx) -> BoxFuture<'a, ()> + Send + Sync>;
+type MutexCaseFn = for<'a> fn(&'a Ctx, Flavor) -> BoxFuture<'a, ()>;
+
+/// One conformance case.
+pub struct Case {
+    /// `group::case`, also part of the case's namespace.
+    pub name: String,
+    /// What it needs.
+    pub needs: Needs,
+    /// The test.
+    pub run: CaseFn,
+}
+
+fn case(name: &str, needs: Needs, run: CaseFn) -> Case {
+    Case {
+        name: name.to_owned(),
+        needs,
+        run,
+    }
+}
+
+/// Lists `mutex::` cases as (name, needs, function) for [`all_cases`].
+macro_rules! mutex_cases {
+    ($($case:ident: $needs:expr),* $(,)?) => {
+        [$(
+            (stringify!($case), $needs, (|ctx, flavor| mutex::$case(ctx, flavor).boxed()) as MutexCaseFn),
+        )*]
+    };
+}
+
+/// Every case, in the order they run.
+pub fn all_cases() -> Vec<Case> {
+    let mutex_cases = mutex_cases![
+        mutual_exclusion: NOTHING,
+        fencing_tokens_increase: NOTHING,
+        try_acquire_fails_fast: NOTHING,
+        wait_limit_honoured: NOTHING,
+        waiter_woken_on_release: NOTHING,
+        vanished_holder_expires: FIXED,
+        stale_guard_of_other_owner_is_refused: FIXED,
+        stale_guard_of_same_owner_is_refused: FIXED,
+        reentrancy_counts: NOTHING,
+        concurrent_reentry_does_not_deadlock: NOTHING,
+        fixed_lease_expires_unrenewed: FIXED,
+        extend_moves_expiry: FIXED,
+        watchdog_keeps_lock_alive: NOTHING,
+        lease_loss_is_reported: NOTHING,
+        drop_releases: NOTHING,
+        cancelled_acquire_leaves_nothing: NOTHING,
+        force_unlock_frees_and_reports: NOTHING,
+        is_locked_tracks_state: NOTHING,
+    ];
+    let mut cases = Vec::new();
+    // The mutex contract, on the exclusive lock, the fair lock and the write side of
+    // the read-write lock.
+    for flavor in [Flavor::Exclusive, Flavor::Fair, Flavor::WriteSide] {
+        for (name, needs, run) in mutex_cases {
+            cases.push(Case {
+                name: format!("{}::{name}", flavor.prefix()),
+                needs: flavor.needs().and(needs),
+                run: Box::new(move |ctx| run(ctx, flavor)),
+            });
+        }
+    }
+    cases.extend([
+        case(
+            "fair::fifo_order",
+            FAIR,
+            Box::new(|ctx| fair::fifo_order(ctx).boxed()),
+        ),
+        case(
+            "fair::cancelled_waiter_is_skipped",
+            FAIR,
+            Box::new(|ctx| fair::cancelled_waiter_is_skipped(ctx).boxed()),
+        ),
+        case(
+            "rw::readers_share",
+            RW,
+            Box::new(|ctx| rwlock::readers_share(ctx).boxed()),
+        ),
+        case(
+            "rw::writer_excludes_everyone",
+            RW,
+            Box::new(|ctx| rwlock::writer_excludes_everyone(ctx).boxed()),
+        ),
+        case(
+            "rw::writer_waits_for_readers",
+            RW,
+            Box::new(|ctx| rwlock::writer_waits_for_readers(ctx).boxed()),
+        ),
+        case(
+            "rw::downgrade",
+            RW,
+            Box::new(|ctx| rwlock::downgrade(ctx).boxed()),
+        ),
+        case(
+            "rw::upgrade_refused",
+            RW,
+            Box::new(|ctx| rwlock::upgrade_refused(ctx).boxed()),
+        ),
+        case(
+            "rw::readers_never_see_a_writer",
+            RW,
+            Box::new(|ctx| rwlock::readers_never_see_a_writer(ctx).boxed()),
+        ),
+        case(
+            "rw::cancelled_writer_leaves_nothing",
+            RW,
+            Box::new(|ctx| rwlock::cancelled_writer_leaves_nothing(ctx).boxed()),
+        ),
+        case(
+            "args::invalid_names",
+            NOTHING,
+            Box::new(|ctx| args::invalid_names(ctx).boxed()),
+        ),
+        case(
+            "args::invalid_durations_keep_holds",
+            NOTHING,
+            Box::new(|ctx| args::invalid_durations_keep_holds(ctx).boxed()),
+        ),
+        case(
+            "args::invalid_client_options",
+            NOTHING,
+            Box::new(|ctx| args::invalid_client_options(ctx).boxed()),
+        ),
+        case(
+            "args::hostile_names",
+            NOTHING,
+            Box::new(|ctx| args::hostile_names(ctx).boxed()),
+        ),
+        case(
+            "args::namespaces_isolated",
+            NOTHING,
+            Box::new(|ctx| args::namespaces_isolated(ctx).boxed()),
+        ),
+        case(
+            "args::lock_kinds_are_separate",
+            NOTHING,
+            Box::new(|ctx| args::lock_kinds_are_separate(ctx).boxed()),
+        ),
+        case(
+            "process::killed_holder_frees_lock",
+            PROCESS,
+            Box::new(|ctx| process::killed_holder_frees_lock(ctx).boxed()),
+        ),
+    ]);
+    cases
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn case_names_are_unique() {
+        let cases = super::all_cases();
+        let mut names: Vec<_> = cases.iter().map(|c| c.name.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), cases.len());
+    }
+}

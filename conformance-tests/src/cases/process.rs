@@ -1,0 +1,48 @@
+//! A holder in another process, killed with SIGKILL: its lock comes free.
+
+use std::time::Duration;
+
+use lock_core::prelude::*;
+use tokio::time::Instant;
+
+use crate::backend::HolderSpec;
+use crate::check::{ok, refused};
+use crate::holder::HolderProcess;
+use crate::runner::Ctx;
+
+/// Another process takes a lock with a watchdog lease and is killed: this process
+/// gets the lock within that lease plus slack, with a higher fencing token.
+pub(crate) async fn killed_holder_frees_lock(ctx: &Ctx) {
+    let spec = HolderSpec {
+        namespace: ctx.namespace().to_owned(),
+        name: "crash".into(),
+        watchdog_lease: Duration::from_secs(2),
+    };
+    let command = ctx.backend().holder_command(&spec).expect("holder command");
+    let mut holder = HolderProcess::start(command, ctx.slack() * 15)
+        .await
+        .unwrap_or_else(|err| panic!("holder process: {err}"));
+    let lock = ctx.client().await.lock(&spec.name).expect("lock");
+    refused("while the other process holds", lock.try_acquire().await);
+    // Let the holder's watchdog renew at least once, so expiry is measured from a
+    // renewal rather than from the acquisition.
+    tokio::time::sleep(spec.watchdog_lease / 2).await;
+    holder.kill().await;
+    let killed = Instant::now();
+    let limit = spec.watchdog_lease + ctx.slack();
+    let guard = ok(
+        "acquire after kill",
+        lock.acquire_timeout(limit + ctx.slack()).await,
+    );
+    let took = killed.elapsed();
+    assert!(
+        took <= limit,
+        "freed {took:?} after the kill; lease {:?}",
+        spec.watchdog_lease
+    );
+    assert!(
+        guard.fencing_token() > holder.fence(),
+        "token did not increase"
+    );
+    ok("release", guard.release().await);
+}

@@ -1,0 +1,80 @@
+//! Drives the `lock-holder` binary: a lock holder in another process, to kill.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The line the holder prints once it holds the lock, followed by the fencing token.
+pub const ACQUIRED: &str = "ACQUIRED";
+
+/// A running `lock-holder` process that holds a lock. Killed when dropped.
+#[derive(Debug)]
+pub struct HolderProcess {
+    child: Child,
+    fence: u64,
+}
+
+impl HolderProcess {
+    /// Starts `command` and waits until it reports holding the lock.
+    ///
+    /// # Errors
+    /// The process's stderr if it exits first, or a timeout.
+    pub async fn start(mut command: Command, limit: Duration) -> Result<Self, String> {
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command
+            .spawn()
+            .map_err(|e| format!("spawn {command:?}: {e}"))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let fence = tokio::time::timeout(limit, async {
+            while let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? {
+                if let Some(fence) = line.strip_prefix(ACQUIRED) {
+                    return fence
+                        .trim()
+                        .parse::<u64>()
+                        .map_err(|e| format!("bad line {line:?}: {e}"));
+                }
+            }
+            Err("exited before acquiring".to_owned())
+        })
+        .await
+        .map_err(|_| format!("no {ACQUIRED} line within {limit:?}"))?;
+        match fence {
+            Ok(fence) => Ok(HolderProcess { child, fence }),
+            Err(err) => {
+                let _ = child.start_kill();
+                let mut stderr = String::new();
+                if let Some(mut pipe) = child.stderr.take() {
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(5),
+                        pipe.read_to_string(&mut stderr),
+                    )
+                    .await;
+                }
+                Err(format!("{err}; stderr: {}", stderr.trim()))
+            }
+        }
+    }
+
+    /// The fencing token the holder got.
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Kills the process with SIGKILL (no chance to release) and reaps it.
+    pub async fn kill(&mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
+}

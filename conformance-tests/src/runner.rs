@@ -1,0 +1,187 @@
+//! Runs the cases against one backend and reports.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use lock_core::{Capabilities, LockProvider};
+use tokio::time::Instant;
+
+use crate::backend::{Backend, ClientOptions};
+use crate::cases::{all_cases, Case};
+
+/// How long one case may run before it counts as hung.
+const CASE_LIMIT: Duration = Duration::from_secs(120);
+
+/// What a case gets: the backend, a namespace of its own, and the timings to use.
+pub struct Ctx {
+    backend: Arc<dyn Backend>,
+    namespace: String,
+    capabilities: Capabilities,
+}
+
+impl Ctx {
+    /// The backend under test.
+    pub fn backend(&self) -> &dyn Backend {
+        &*self.backend
+    }
+
+    /// This case's namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The backend's capabilities.
+    pub fn capabilities(&self) -> Capabilities {
+        self.capabilities
+    }
+
+    /// See [`Backend::short_lease`].
+    pub fn short_lease(&self) -> Duration {
+        self.backend.short_lease()
+    }
+
+    /// See [`Backend::slack`].
+    pub fn slack(&self) -> Duration {
+        self.backend.slack()
+    }
+
+    /// A new client in this case's namespace with a watchdog lease of 10 s, so only
+    /// tests that mean to see renewals do.
+    pub async fn client(&self) -> Arc<dyn LockProvider> {
+        self.client_with(&self.namespace, Duration::from_secs(10))
+            .await
+    }
+
+    /// A new client with the given namespace and watchdog lease.
+    pub async fn client_with(
+        &self,
+        namespace: &str,
+        watchdog_lease: Duration,
+    ) -> Arc<dyn LockProvider> {
+        let options = ClientOptions {
+            namespace: namespace.to_owned(),
+            watchdog_lease,
+        };
+        match self.backend.client(options).await {
+            Ok(client) => client,
+            Err(err) => panic!("could not make a {} client: {err}", self.backend.name()),
+        }
+    }
+}
+
+/// The outcome of a suite run.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Cases that passed.
+    pub passed: Vec<String>,
+    /// Cases that failed, with why.
+    pub failed: Vec<(String, String)>,
+    /// Cases skipped, with why.
+    pub skipped: Vec<(String, String)>,
+}
+
+impl Report {
+    /// `N passed, M failed, K skipped`.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} passed, {} failed, {} skipped",
+            self.passed.len(),
+            self.failed.len(),
+            self.skipped.len()
+        )
+    }
+}
+
+/// Runs every case of [`all_cases`] against `backend` (or those `LOCK_TEST_CASES`
+/// selects), one after another, each in a fresh namespace, and prints a line per case
+/// and a summary. Panics at the end if any case failed, naming them.
+pub async fn run_suite(backend: Arc<dyn Backend>) -> Report {
+    let mut cases = all_cases();
+    if let Ok(filter) = std::env::var("LOCK_TEST_CASES") {
+        let parts: Vec<&str> = filter.split(',').filter(|p| !p.is_empty()).collect();
+        cases.retain(|case| parts.iter().any(|part| case.name.contains(part)));
+        println!(
+            "conformance[{}]: LOCK_TEST_CASES={filter:?} selects {} cases",
+            backend.name(),
+            cases.len()
+        );
+    }
+    run_cases(backend, cases).await
+}
+
+/// Runs the given cases; see [`run_suite`].
+pub async fn run_cases(backend: Arc<dyn Backend>, cases: Vec<Case>) -> Report {
+    let name = backend.name().to_owned();
+    let probe = backend
+        .client(ClientOptions {
+            namespace: "conformance-probe".into(),
+            watchdog_lease: Duration::from_secs(10),
+        })
+        .await
+        .unwrap_or_else(|err| panic!("could not make a {name} client: {err}"));
+    let capabilities = probe.capabilities();
+    drop(probe);
+    let mut report = Report::default();
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    for case in cases {
+        if let Some(reason) = case.needs.missing(&*backend, capabilities) {
+            println!("conformance[{name}] SKIP {}: {reason}", case.name);
+            report.skipped.push((case.name.to_owned(), reason));
+            continue;
+        }
+        let ctx = Ctx {
+            backend: backend.clone(),
+            namespace: format!("conformance-{run}-{}", case.name),
+            capabilities,
+        };
+        let started = Instant::now();
+        let outcome = tokio::time::timeout(
+            CASE_LIMIT,
+            AssertUnwindSafe((case.run)(&ctx)).catch_unwind(),
+        )
+        .await;
+        let took = started.elapsed();
+        match outcome {
+            Ok(Ok(())) => {
+                println!("conformance[{name}] PASS {} ({took:.2?})", case.name);
+                report.passed.push(case.name.to_owned());
+            }
+            Ok(Err(panic)) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "panicked".into());
+                println!(
+                    "conformance[{name}] FAIL {} ({took:.2?}): {message}",
+                    case.name
+                );
+                report.failed.push((case.name.to_owned(), message));
+            }
+            Err(_) => {
+                println!(
+                    "conformance[{name}] FAIL {}: still running after {CASE_LIMIT:?}",
+                    case.name
+                );
+                report
+                    .failed
+                    .push((case.name.to_owned(), format!("hung for {CASE_LIMIT:?}")));
+            }
+        }
+    }
+    println!("conformance[{name}]: {}", report.summary());
+    for (case, reason) in &report.skipped {
+        println!("conformance[{name}]   skipped {case}: {reason}");
+    }
+    if !report.failed.is_empty() {
+        let names: Vec<_> = report
+            .failed
+            .iter()
+            .map(|(n, m)| format!("{n}: {m}"))
+            .collect();
+        panic!("conformance[{name}] failures:\n  {}", names.join("\n  "));
+    }
+    report
+}

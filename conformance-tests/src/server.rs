@@ -1,0 +1,308 @@
+//! Real servers for tests: started as child processes on free loopback ports with
+//! temporary data directories, stopped by PID when dropped (also when a test panics),
+//! or taken from an environment variable instead.
+//!
+//! An adapter describes its server once ([`ServerSpec`]) and calls [`TestServer::start`];
+//! tests use [`TestServer::url`] and never care where the server came from, so another
+//! source (a container) can be added here without touching them.
+//!
+//! ```no_run
+//! use std::process::Command;
+//! use conformance_tests::server::{ServerSpec, TestServer};
+//!
+//! # async fn demo() -> Result<(), String> {
+//! let spec = ServerSpec {
+//!     name: "redis",
+//!     env_url: "LOCK_TEST_REDIS_URL",
+//!     command: |port, dir| {
+//!         let mut cmd = Command::new("redis-server");
+//!         cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""]);
+//!         cmd.arg("--dir").arg(dir);
+//!         cmd
+//!     },
+//!     url: |port| format!("redis://127.0.0.1:{port}"),
+//! };
+//! let server = TestServer::start(&spec).await?;
+//! println!("testing against {}", server.url());
+//! # Ok(()) }
+//! ```
+
+use std::fs::File;
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How to start one kind of server.
+#[derive(Clone, Copy, Debug)]
+pub struct ServerSpec {
+    /// A short name for messages and the log file.
+    pub name: &'static str,
+    /// If this environment variable is set, its value is used as the URL and nothing
+    /// is started.
+    pub env_url: &'static str,
+    /// The command that runs the server in the foreground on `port`, with its data in
+    /// `dir`. It must bind to 127.0.0.1 only.
+    pub command: fn(port: u16, dir: &Path) -> Command,
+    /// The URL clients use for a server on `port`.
+    pub url: fn(port: u16) -> String,
+}
+
+/// How long a server may take to accept connections.
+const READY_LIMIT: Duration = Duration::from_secs(30);
+/// How many times to try another port if the server dies at start (a port taken
+/// between picking and binding).
+const START_ATTEMPTS: usize = 3;
+
+/// A free TCP port on 127.0.0.1, as the OS hands them out.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port())
+}
+
+/// A server the tests may use.
+#[derive(Debug)]
+pub enum TestServer {
+    /// Started here; stopped on drop.
+    Spawned(ServerProcess),
+    /// Given by the environment; left alone.
+    External {
+        /// The URL from the environment.
+        url: String,
+    },
+}
+
+impl TestServer {
+    /// Uses `spec.env_url` if set, else starts the server and waits until its port
+    /// accepts connections.
+    ///
+    /// # Errors
+    /// Why it could not start, with the end of its log.
+    pub async fn start(spec: &ServerSpec) -> Result<Self, String> {
+        if let Ok(url) = std::env::var(spec.env_url) {
+            return Ok(TestServer::External { url });
+        }
+        let mut last_error = String::new();
+        for _ in 0..START_ATTEMPTS {
+            match ServerProcess::start(spec).await {
+                Ok(server) => return Ok(TestServer::Spawned(server)),
+                Err(err) => last_error = err,
+            }
+        }
+        Err(last_error)
+    }
+
+    /// The URL to connect to.
+    pub fn url(&self) -> String {
+        match self {
+            TestServer::Spawned(server) => server.url(),
+            TestServer::External { url } => url.clone(),
+        }
+    }
+
+    /// The process, if this server was started here (for fault tests that stop it).
+    pub fn process(&mut self) -> Option<&mut ServerProcess> {
+        match self {
+            TestServer::Spawned(server) => Some(server),
+            TestServer::External { .. } => None,
+        }
+    }
+}
+
+/// A server process started for tests.
+#[derive(Debug)]
+pub struct ServerProcess {
+    spec: ServerSpec,
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl ServerProcess {
+    /// Starts `spec` on a free port in a fresh temporary directory and waits until the
+    /// port accepts connections.
+    ///
+    /// # Errors
+    /// Why it could not start, with the end of its log.
+    pub async fn start(spec: &ServerSpec) -> Result<Self, String> {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("lock-test-{}-", spec.name))
+            .tempdir()
+            .map_err(|e| format!("temp dir: {e}"))?;
+        let port = free_port().map_err(|e| format!("free port: {e}"))?;
+        let mut server = ServerProcess {
+            spec: *spec,
+            child: None,
+            port,
+            dir,
+        };
+        server.spawn()?;
+        server.wait_ready(READY_LIMIT).await?;
+        Ok(server)
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let log = File::create(self.log_path()).map_err(|e| format!("log file: {e}"))?;
+        let log_err = log.try_clone().map_err(|e| format!("log file: {e}"))?;
+        let mut command = (self.spec.command)(self.port, self.dir.path());
+        command.stdin(Stdio::null()).stdout(log).stderr(log_err);
+        let child = command
+            .spawn()
+            .map_err(|e| format!("could not run {} ({command:?}): {e}", self.spec.name))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    async fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                return Err(format!(
+                    "{} exited with {status} at start; log:\n{}",
+                    self.spec.name,
+                    self.log_tail()
+                ));
+            }
+            if TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).is_ok() {
+                return Ok(());
+            }
+            if started.elapsed() > limit {
+                return Err(format!(
+                    "{} did not accept connections on port {} within {limit:?}; log:\n{}",
+                    self.spec.name,
+                    self.port,
+                    self.log_tail()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// The URL to connect to.
+    pub fn url(&self) -> String {
+        (self.spec.url)(self.port)
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its data directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Its process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join(format!("{}.log", self.spec.name))
+    }
+
+    /// The last lines of its log.
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    /// Kills it (SIGKILL, by PID) and reaps it; its data directory stays until drop.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port and data directory, after [`stop`](Self::stop).
+    ///
+    /// # Errors
+    /// Why it could not start.
+    pub async fn restart(&mut self) -> Result<(), String> {
+        self.stop();
+        self.spawn()?;
+        self.wait_ready(READY_LIMIT).await
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in server that any Debian machine has: python3's HTTP server.
+    const HTTP: ServerSpec = ServerSpec {
+        name: "http",
+        env_url: "LOCK_TEST_HTTP_URL_UNSET",
+        command: |port, dir| {
+            let mut cmd = Command::new("python3");
+            cmd.args([
+                "-m",
+                "http.server",
+                "--bind",
+                "127.0.0.1",
+                &port.to_string(),
+            ])
+            .current_dir(dir);
+            cmd
+        },
+        url: |port| format!("http://127.0.0.1:{port}"),
+    };
+
+    #[tokio::test]
+    async fn starts_serves_and_stops_by_pid() {
+        if Command::new("python3").arg("--version").output().is_err() {
+            println!("SKIP starts_serves_and_stops_by_pid: python3 is not installed");
+            return;
+        }
+        let mut server = TestServer::start(&HTTP).await.expect("start");
+        let url = server.url();
+        let process = server.process().expect("spawned");
+        let port = process.port();
+        assert_eq!(url, format!("http://127.0.0.1:{port}"));
+        let pid = process.pid().expect("running");
+        assert!(TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_ok());
+        process.restart().await.expect("restart");
+        assert_ne!(process.pid(), Some(pid), "restart made a new process");
+        let pid = process.pid().expect("running");
+        drop(server);
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z")),
+            "server still running after drop"
+        );
+        assert!(TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_server_that_dies_at_start_is_reported_with_its_log() {
+        const BROKEN: ServerSpec = ServerSpec {
+            name: "broken",
+            env_url: "LOCK_TEST_BROKEN_URL_UNSET",
+            command: |_, _| {
+                let mut cmd = Command::new("sh");
+                cmd.args(["-c", "echo cannot start: bad config >&2; exit 7"]);
+                cmd
+            },
+            url: |port| format!("broken://127.0.0.1:{port}"),
+        };
+        let err = TestServer::start(&BROKEN).await.unwrap_err();
+        assert!(err.contains("cannot start: bad config"), "{err}");
+    }
+}

@@ -1,0 +1,225 @@
+//! The shared machinery, observed through a backend that counts the calls it passes
+//! on to the in-memory backend: re-entry costs no round trip, the watchdog renews all
+//! leases in one call per tick, and the public types are `Send + Sync`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_core::memory::MemoryBackend;
+use lock_core::prelude::*;
+use lock_core::{
+    AcquireRequest, Capabilities, Grant, HeldLease, LockBackend, LockClient, LockFamily, LockGuard,
+    LockKey, Renewal, Result,
+};
+
+#[derive(Debug, Default)]
+struct Calls {
+    acquire: AtomicUsize,
+    release: AtomicUsize,
+    renew: AtomicUsize,
+    renew_sizes: Mutex<Vec<usize>>,
+}
+
+/// Passes everything to a [`MemoryBackend`], counting the calls.
+#[derive(Debug, Default, Clone)]
+struct Counting {
+    inner: MemoryBackend,
+    calls: Arc<Calls>,
+}
+
+impl LockBackend for Counting {
+    type Lease = ();
+
+    fn name(&self) -> &'static str {
+        "counting"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<()>>> {
+        self.calls.acquire.fetch_add(1, Ordering::SeqCst);
+        self.inner.acquire(req).await
+    }
+
+    async fn release(&self, lease: &HeldLease<()>) -> Result<()> {
+        self.calls.release.fetch_add(1, Ordering::SeqCst);
+        self.inner.release(lease).await
+    }
+
+    async fn renew(&self, leases: &[&HeldLease<()>], ttl: Duration) -> Result<Vec<Renewal>> {
+        self.calls.renew.fetch_add(1, Ordering::SeqCst);
+        self.calls.renew_sizes.lock().unwrap().push(leases.len());
+        self.inner.renew(leases, ttl).await
+    }
+
+    async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        self.inner.is_locked(key, family).await
+    }
+
+    async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        self.inner.force_unlock(key, family).await
+    }
+}
+
+#[tokio::test]
+async fn reentry_costs_no_round_trip() {
+    let backend = Counting::default();
+    let calls = backend.calls.clone();
+    let client = LockClient::new(backend);
+    let lock = client.lock("r").unwrap();
+    let mut guards = vec![lock.acquire().await.unwrap()];
+    for _ in 0..10 {
+        guards.push(lock.acquire().await.unwrap());
+    }
+    let read_write = client.rw_lock("rw").unwrap();
+    guards.push(read_write.write().await.unwrap());
+    guards.push(read_write.write().await.unwrap());
+    guards.push(read_write.read().await.unwrap()); // the downgrade is a real acquisition
+    guards.push(read_write.read().await.unwrap());
+    assert_eq!(calls.acquire.load(Ordering::SeqCst), 3);
+    assert_eq!(lock.hold_count(), 11);
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    assert_eq!(
+        calls.release.load(Ordering::SeqCst),
+        3,
+        "one release per acquisition"
+    );
+}
+
+#[tokio::test]
+async fn watchdog_renews_every_lease_in_one_call_per_tick() {
+    const LOCKS: usize = 10_000;
+    let backend = Counting::default();
+    let calls = backend.calls.clone();
+    let client = LockClient::builder(backend)
+        .watchdog_lease(Duration::from_millis(900))
+        .build()
+        .unwrap();
+    let mut guards: Vec<LockGuard> = Vec::with_capacity(LOCKS);
+    for i in 0..LOCKS {
+        guards.push(
+            client
+                .lock(&format!("many-{i}"))
+                .unwrap()
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(client.watched_leases(), LOCKS);
+    // Three lease lengths: about nine ticks.
+    tokio::time::sleep(Duration::from_millis(2700)).await;
+    assert!(
+        guards.iter().all(LockGuard::is_held),
+        "a lease was not kept"
+    );
+    let ticks = calls.renew.load(Ordering::SeqCst);
+    assert!(
+        (3..=12).contains(&ticks),
+        "{ticks} renewal calls for 9 ticks"
+    );
+    let sizes = calls.renew_sizes.lock().unwrap().clone();
+    assert!(
+        sizes.iter().all(|&n| n == LOCKS),
+        "renewal batches {sizes:?}"
+    );
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    assert_eq!(client.watched_leases(), 0);
+}
+
+#[tokio::test]
+async fn fixed_leases_are_not_watched_and_extend_unwatches() {
+    let client = LockClient::builder(MemoryBackend::new())
+        .watchdog_lease(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let lock = client.lock("f").unwrap();
+    let fixed = lock
+        .acquire_with(lock_core::AcquireOptions::try_once().lease(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(client.watched_leases(), 0);
+    fixed.release().await.unwrap();
+    let kept = lock.acquire().await.unwrap();
+    assert_eq!(client.watched_leases(), 1);
+    kept.extend(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(
+        client.watched_leases(),
+        0,
+        "an extended lease is fixed from then on"
+    );
+    kept.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn unsupported_capabilities_are_refused_before_the_backend() {
+    #[derive(Debug, Default)]
+    struct Plain(Counting);
+    impl LockBackend for Plain {
+        type Lease = ();
+        fn name(&self) -> &'static str {
+            "plain"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::ALL
+                .with_fair(false)
+                .with_read_write(false)
+                .with_fixed_lease(false)
+        }
+        async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<()>>> {
+            self.0.acquire(req).await
+        }
+        async fn release(&self, lease: &HeldLease<()>) -> Result<()> {
+            self.0.release(lease).await
+        }
+        async fn renew(&self, leases: &[&HeldLease<()>], ttl: Duration) -> Result<Vec<Renewal>> {
+            self.0.renew(leases, ttl).await
+        }
+        async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+            self.0.is_locked(key, family).await
+        }
+        async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+            self.0.force_unlock(key, family).await
+        }
+    }
+    let backend = Plain::default();
+    let calls = backend.0.calls.clone();
+    let client = LockClient::new(backend);
+    let unsupported = |r: Result<LockGuard>| matches!(r, Err(lock_core::Error::Unsupported { .. }));
+    assert!(unsupported(client.fair_lock("x").unwrap().acquire().await));
+    assert!(unsupported(client.rw_lock("x").unwrap().read().await));
+    let fixed = lock_core::AcquireOptions::try_once().lease(Duration::from_secs(1));
+    assert!(unsupported(
+        client.lock("x").unwrap().acquire_with(fixed).await
+    ));
+    assert_eq!(calls.acquire.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn public_types_are_send_and_sync() {
+    fn is_send_sync<T: Send + Sync>() {}
+    is_send_sync::<LockGuard>();
+    is_send_sync::<LockClient<MemoryBackend>>();
+    is_send_sync::<lock_core::Mutex<MemoryBackend>>();
+    is_send_sync::<lock_core::Error>();
+    let client = LockClient::new(MemoryBackend::new());
+    let lock = client.lock("b").unwrap();
+    let dyn_lock: &dyn DistributedLock = &lock;
+    fn send<T: Send>(_: T) {}
+    send(dyn_lock.acquire());
+    send(dyn_lock.try_acquire());
+    let rw = client.rw_lock("b").unwrap();
+    send(rw.read());
+    send(async move {
+        let guard = lock.acquire().await.unwrap();
+        send(guard.lost());
+        guard.release().await
+    });
+}
