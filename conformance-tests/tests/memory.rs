@@ -58,8 +58,8 @@ async fn memory_conformance() {
 async fn holder_binary_acquires_and_is_killed() {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_lock-holder"));
     command.args([
-        "--backend",
-        "memory",
+        "--url",
+        "memory://",
         "--name",
         "x",
         "--watchdog-lease-ms",
@@ -74,7 +74,7 @@ async fn holder_binary_acquires_and_is_killed() {
     assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
 
     let mut bad = tokio::process::Command::new(env!("CARGO_BIN_EXE_lock-holder"));
-    bad.args(["--backend", "memory", "--name", ""]);
+    bad.args(["--url", "memory://", "--name", ""]);
     let err = HolderProcess::start(bad, Duration::from_secs(30))
         .await
         .unwrap_err();

@@ -10,7 +10,9 @@ use lock_core::{AcquireOptions, LockClient};
 #[tokio::main]
 async fn main() -> lock_core::Result<()> {
     let backend = MemoryBackend::new();
-    let alice = LockClient::builder(backend.clone()).namespace("demo").build()?;
+    let alice = LockClient::builder(backend.clone())
+        .namespace("demo")
+        .build()?;
     let bob = LockClient::builder(backend).namespace("demo").build()?;
 
     let alice_lock = alice.lock("report")?;

@@ -1,13 +1,17 @@
-//! Acquires one lock on a backend, prints `ACQUIRED <fencing token>`, and holds it
-//! (the watchdog renewing) until killed. Tests kill it with SIGKILL to check that a
-//! crashed holder's lock comes free.
+//! Acquires one lock, prints `ACQUIRED <fencing token>`, and holds it (the watchdog
+//! renewing) until killed. Tests kill it with SIGKILL to check that a crashed
+//! holder's lock comes free.
+//!
+//! ```text
+//! lock-holder --url redis://127.0.0.1:6379 --namespace ns --name orders
+//! ```
 
 use std::io::Write;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use lock_core::prelude::*;
-use lock_core::{LockBackend, LockClient, LockGuard};
+use distributed_locks::prelude::*;
+use distributed_locks::{connect, ConnectOptions, LockGuard};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Kind {
@@ -20,14 +24,11 @@ enum Kind {
 /// Hold a distributed lock until killed.
 #[derive(Debug, Parser)]
 struct Args {
-    /// The backend: `memory` (in this process only; for trying the tool out).
+    /// The backend's URL (`memory://` holds a lock inside this process only).
     #[arg(long)]
-    backend: String,
-    /// The backend's URL, where it needs one.
-    #[arg(long)]
-    url: Option<String>,
+    url: String,
     /// The namespace.
-    #[arg(long, default_value = lock_core::DEFAULT_NAMESPACE)]
+    #[arg(long, default_value = distributed_locks::DEFAULT_NAMESPACE)]
     namespace: String,
     /// The lock's name.
     #[arg(long)]
@@ -40,11 +41,11 @@ struct Args {
     watchdog_lease_ms: u64,
 }
 
-async fn hold<B: LockBackend>(backend: B, args: &Args) -> lock_core::Result<LockGuard> {
-    let client = LockClient::builder(backend)
+async fn hold(args: &Args) -> distributed_locks::Result<LockGuard> {
+    let options = ConnectOptions::default()
         .namespace(args.namespace.clone())
-        .watchdog_lease(Duration::from_millis(args.watchdog_lease_ms))
-        .build()?;
+        .watchdog_lease(Duration::from_millis(args.watchdog_lease_ms));
+    let client = connect(&args.url, options).await?;
     match args.kind {
         Kind::Exclusive => client.lock(&args.name)?.acquire().await,
         Kind::Fair => client.fair_lock(&args.name)?.acquire().await,
@@ -56,18 +57,7 @@ async fn hold<B: LockBackend>(backend: B, args: &Args) -> lock_core::Result<Lock
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
-    let held = match args.backend.as_str() {
-        "memory" if args.url.is_some() => {
-            eprintln!("lock-holder: the memory backend takes no --url");
-            std::process::exit(2);
-        }
-        "memory" => hold(lock_core::memory::MemoryBackend::new(), &args).await,
-        other => {
-            eprintln!("lock-holder: unknown backend {other:?}");
-            std::process::exit(2);
-        }
-    };
-    let guard = match held {
+    let guard = match hold(&args).await {
         Ok(guard) => guard,
         Err(err) => {
             eprintln!("lock-holder: {err}");

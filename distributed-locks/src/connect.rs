@@ -1,0 +1,96 @@
+//! Opening a backend from a URL.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{Error, LockClient, LockProvider, Result, DEFAULT_WATCHDOG_LEASE};
+
+/// The URL schemes [`connect`] understands with the features this build has.
+pub const SCHEMES: &[&str] = &["memory"];
+
+/// Client settings that every backend shares.
+#[derive(Clone, Debug)]
+pub struct ConnectOptions {
+    namespace: Option<String>,
+    watchdog_lease: Duration,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            namespace: None,
+            watchdog_lease: DEFAULT_WATCHDOG_LEASE,
+        }
+    }
+}
+
+impl ConnectOptions {
+    /// The prefix of every lock (default [`DEFAULT_NAMESPACE`](lock_core::DEFAULT_NAMESPACE)).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// The lease the watchdog keeps (default 30 s), renewed every third of it.
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.watchdog_lease = lease;
+        self
+    }
+
+    fn client<B: lock_core::LockBackend>(&self, backend: B) -> Result<Arc<dyn LockProvider>> {
+        let mut builder = LockClient::builder(backend).watchdog_lease(self.watchdog_lease);
+        if let Some(ns) = &self.namespace {
+            builder = builder.namespace(ns.clone());
+        }
+        Ok(Arc::new(builder.build()?))
+    }
+}
+
+/// Opens the backend `url` names and returns a lock client for it.
+///
+/// | scheme | backend | feature |
+/// |---|---|---|
+/// | `memory://` | a new in-memory backend (this process only) | always |
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a malformed URL or a scheme this build lacks (the
+/// message lists the ones it has); [`Error::Unavailable`] if the server cannot be
+/// reached within the backend's connect timeout.
+///
+/// # Cancel safety
+/// Cancel safe: dropping the future drops any half-open connection.
+pub async fn connect(url: &str, options: ConnectOptions) -> Result<Arc<dyn LockProvider>> {
+    let Some((scheme, _rest)) = url.split_once("://") else {
+        return Err(Error::invalid_argument(format!(
+            "{url:?} is not a URL: expected <scheme>://..., with a scheme among {SCHEMES:?}"
+        )));
+    };
+    match scheme {
+        "memory" => options.client(lock_core::memory::MemoryBackend::new()),
+        other => Err(Error::invalid_argument(format!(
+            "unknown or disabled lock backend {other:?}: this build supports {SCHEMES:?} (enable the crate feature of the backend)"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn bad_urls_are_refused_clearly() {
+        for (url, words) in [
+            ("redis-without-scheme", "not a URL"),
+            ("nosuch://x", "unknown or disabled"),
+            ("", "not a URL"),
+        ] {
+            let err = connect(url, ConnectOptions::default()).await.unwrap_err();
+            assert!(matches!(err, Error::InvalidArgument { .. }), "{url}: {err}");
+            assert!(err.to_string().contains(words), "{url}: {err}");
+        }
+        let err = connect("memory://", ConnectOptions::default().namespace("bad\u{7}"))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { .. }));
+    }
+}

@@ -1,0 +1,22 @@
+//! Distributed locks for async Rust: one API, the backend picked by a cargo feature
+//! and a URL.
+//!
+//! This crate re-exports [`lock_core`] (the traits, guards, errors and the in-memory
+//! backend) and, behind features, each backend crate. [`connect`] opens any of them
+//! from a URL and hands back an object-safe [`LockProvider`], so the rest of the
+//! program does not name the backend at all.
+//!
+//! ```
+//! use distributed_locks::{connect, prelude::*, ConnectOptions};
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distributed_locks::Result<()> {
+//! let locks = connect("memory://", ConnectOptions::default().namespace("jobs")).await?;
+//! let guard = locks.lock("nightly-report")?.acquire().await?;
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+
+mod connect;
+
+pub use connect::{connect, ConnectOptions, SCHEMES};
+pub use lock_core::*;
