@@ -83,9 +83,28 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Clears the registry's `running` flag if the loop is dropped mid-way (its runtime
+/// shut down under it), so the next `watch` starts a new loop.
+struct RunningFlag<B: LockBackend> {
+    shared: Weak<Shared<B>>,
+    armed: bool,
+}
+
+impl<B: LockBackend> Drop for RunningFlag<B> {
+    fn drop(&mut self) {
+        if let (true, Some(shared)) = (self.armed, self.shared.upgrade()) {
+            lock(&shared.registry).running = false;
+        }
+    }
+}
+
 /// The renewal loop. It holds the client only weakly, and ends when nothing is left to
 /// renew (the next `watch` starts a new one).
 async fn run<B: LockBackend>(shared: Weak<Shared<B>>) {
+    let mut flag = RunningFlag {
+        shared: shared.clone(),
+        armed: true,
+    };
     let Some(ttl) = shared.upgrade().map(|s| s.ttl) else {
         return;
     };
@@ -99,9 +118,11 @@ async fn run<B: LockBackend>(shared: Weak<Shared<B>>) {
             return;
         };
         next = tick(&shared, interval, retry).await;
+        // Check and clear under one lock, so a lease watched meanwhile starts a new loop.
         let mut registry = lock(&shared.registry);
         if registry.leases.is_empty() {
             registry.running = false;
+            flag.armed = false;
             return;
         }
     }

@@ -223,3 +223,28 @@ fn public_types_are_send_and_sync() {
         guard.release().await
     });
 }
+
+/// A client used from one runtime after another (as `#[tokio::test]`s sharing a client
+/// do) keeps renewing: a watchdog whose runtime shut down is replaced.
+#[test]
+fn watchdog_survives_its_runtime() {
+    let client = LockClient::builder(MemoryBackend::new())
+        .watchdog_lease(Duration::from_millis(150))
+        .build()
+        .unwrap();
+    for round in 0..2 {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let guard = client.lock("survivor").unwrap().acquire().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            assert!(guard.is_held(), "round {round}: lease not renewed");
+            guard.release().await.unwrap();
+            // Leave a lease behind when the runtime goes, as a test that fails would.
+            let name = format!("left-behind-{round}");
+            std::mem::forget(client.lock(&name).unwrap().acquire().await.unwrap());
+        });
+    }
+}
