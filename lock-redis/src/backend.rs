@@ -150,13 +150,13 @@ pub(crate) async fn attempt(
     tokio::spawn(async move {
         let _permit = permit;
         let result = node
-            .eval::<(i64, i64)>("acquire", &call.invocation())
+            .call::<(i64, i64)>("acquire", &call)
             .await
             .and_then(|reply| Attempt::from_reply(reply).map_err(Error::from));
         if let Err(Ok(Attempt::Granted(fence))) = tx.send(result) {
             tracing::debug!(fence, "acquire abandoned after it was granted; releasing");
             let undo = undo(fence);
-            let _ = node.eval::<i64>("release", &undo.invocation()).await;
+            let _ = node.call::<i64>("release", &undo).await;
         }
     });
     rx.await
@@ -194,7 +194,7 @@ impl Place {
     pub(crate) async fn leave(mut self) {
         if let Some(call) = self.leave.take() {
             let _permit = self.in_flight.lock().await;
-            if let Err(error) = self.node.eval::<i64>("leave", &call.invocation()).await {
+            if let Err(error) = self.node.call::<i64>("leave", &call).await {
                 tracing::debug!(%error, "could not leave the wait queue; the place expires on its own");
             }
         }
@@ -213,7 +213,7 @@ impl Drop for Place {
         let in_flight = self.in_flight.clone();
         runtime.spawn(async move {
             let _permit = in_flight.lock_owned().await;
-            let _ = node.eval::<i64>("leave", &call.invocation()).await;
+            let _ = node.call::<i64>("leave", &call).await;
         });
     }
 }
@@ -296,7 +296,7 @@ impl LockBackend for RedisBackend {
         let keys = Keys::new(&lease.key);
         let value = lease_value(lease.owner.as_str(), lease.fence);
         let call = calls::release(&keys, lease.kind, &[value]);
-        let released: i64 = self.node.eval("release", &call.invocation()).await?;
+        let released: i64 = self.node.call("release", &call).await?;
         if released == 1 {
             Ok(())
         } else {
@@ -312,13 +312,13 @@ impl LockBackend for RedisBackend {
 
     async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
         let call = calls::inspect(&Keys::new(key), family, false);
-        let held: i64 = self.node.eval("is_locked", &call.invocation()).await?;
+        let held: i64 = self.node.call("is_locked", &call).await?;
         Ok(held == 1)
     }
 
     async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
         let call = calls::inspect(&Keys::new(key), family, true);
-        let held: i64 = self.node.eval("force_unlock", &call.invocation()).await?;
+        let held: i64 = self.node.call("force_unlock", &call).await?;
         Ok(held == 1)
     }
 }
@@ -342,7 +342,7 @@ pub(crate) async fn renew_on<L>(
             }),
             ttl,
         );
-        let renewed: Vec<i64> = node.eval("renew", &call.invocation()).await?;
+        let renewed: Vec<i64> = node.call("renew", &call).await?;
         if renewed.len() != chunk.len() {
             return Err(err::Error::UnexpectedReply(format!(
                 "{} renewals for {} leases",

@@ -20,6 +20,8 @@ pub(crate) enum Error {
     TimedOut { what: &'static str, after: Duration },
     /// The server answered something a script of ours never returns.
     UnexpectedReply(String),
+    /// Too few RedLock masters answered.
+    NoQuorum { answered: usize, needed: usize },
 }
 
 impl std::fmt::Display for Error {
@@ -30,6 +32,10 @@ impl std::fmt::Display for Error {
                 write!(f, "{what} did not complete within {after:?}")
             }
             Error::UnexpectedReply(reply) => write!(f, "unexpected reply from Redis: {reply}"),
+            Error::NoQuorum { answered, needed } => write!(
+                f,
+                "only {answered} Redis masters answered; a majority of {needed} is needed"
+            ),
         }
     }
 }
@@ -54,7 +60,7 @@ impl Error {
     /// server's own "busy, try again" answers (LOADING, TRYAGAIN, MASTERDOWN, ...).
     fn is_retryable(&self) -> bool {
         match self {
-            Error::TimedOut { .. } => true,
+            Error::TimedOut { .. } | Error::NoQuorum { .. } => true,
             Error::UnexpectedReply(_) => false,
             Error::Redis(err) => {
                 err.is_io_error()

@@ -74,6 +74,7 @@ mod error;
 mod keys;
 mod node;
 mod pubsub;
+mod redlock;
 mod scripts;
 
 pub use backend::RedisBackend;
@@ -82,3 +83,4 @@ pub use config::{
     DEFAULT_WAITER_LEASE,
 };
 pub use redis;
+pub use redlock::RedLockBackend;

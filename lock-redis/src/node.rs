@@ -97,6 +97,15 @@ impl Node {
         .await
     }
 
+    /// Runs one of the crate's script calls, bounded like [`Node::eval`].
+    pub(crate) async fn call<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        call: &crate::calls::Call,
+    ) -> Result<T> {
+        self.eval(what, &call.invocation()).await
+    }
+
     /// Runs a plain command, bounded like [`Node::eval`].
     pub(crate) async fn query<T: FromRedisValue>(
         &self,

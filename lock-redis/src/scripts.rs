@@ -23,6 +23,7 @@ script!(RW_RELEASE, "rw_release.lua");
 script!(RW_LEAVE, "rw_leave.lua");
 script!(RENEW, "renew.lua");
 script!(INSPECT, "inspect.lua");
+script!(REDLOCK_SETTLE, "redlock_settle.lua");
 
 /// What an acquire script answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
