@@ -275,6 +275,8 @@ mod tests {
             assert!(matches!(err, Error::InvalidArgument { .. }), "{bad}: {err}");
             assert!(!err.to_string().contains("secret"), "{err}");
         }
+        let tls = RedisConfig::from_url("rediss://127.0.0.1:6380");
+        assert_eq!(tls.is_ok(), cfg!(feature = "tls"));
         let err = RedisConfig::builder("redis://127.0.0.1")
             .command_timeout(Duration::ZERO)
             .build()

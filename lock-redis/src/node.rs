@@ -29,6 +29,10 @@ struct NodeInner {
 
 impl Node {
     pub(crate) fn new(config: RedisConfig) -> Result<Self> {
+        // rustls panics on first use unless it can tell which crypto provider to use;
+        // pick ring unless the application installed one already.
+        #[cfg(feature = "tls")]
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let client = config.client()?;
         let pubsub = PubSub::new(
             client.clone(),
