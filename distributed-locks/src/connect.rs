@@ -55,7 +55,7 @@ impl ConnectOptions {
 /// | scheme | backend | feature |
 /// |---|---|---|
 /// | `memory://` | a new in-memory backend (this process only) | always |
-/// | `redis://`, `rediss://` | one Redis server ([`lock_redis::RedisBackend`]) | `redis` |
+/// | `redis://`, `rediss://` | one Redis server (`lock_redis::RedisBackend`) | `redis` |
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for a malformed URL or a scheme this build lacks (the
