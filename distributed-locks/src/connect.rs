@@ -6,7 +6,11 @@ use std::time::Duration;
 use lock_core::{Error, LockClient, LockProvider, Result, DEFAULT_WATCHDOG_LEASE};
 
 /// The URL schemes [`connect`] understands with the features this build has.
+#[cfg(not(feature = "redis"))]
 pub const SCHEMES: &[&str] = &["memory"];
+/// The URL schemes [`connect`] understands with the features this build has.
+#[cfg(feature = "redis")]
+pub const SCHEMES: &[&str] = &["memory", "redis", "rediss"];
 
 /// Client settings that every backend shares.
 #[derive(Clone, Debug)]
@@ -51,6 +55,7 @@ impl ConnectOptions {
 /// | scheme | backend | feature |
 /// |---|---|---|
 /// | `memory://` | a new in-memory backend (this process only) | always |
+/// | `redis://`, `rediss://` | one Redis server (`lock_redis::RedisBackend`) | `redis` |
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for a malformed URL or a scheme this build lacks (the
@@ -67,6 +72,11 @@ pub async fn connect(url: &str, options: ConnectOptions) -> Result<Arc<dyn LockP
     };
     match scheme {
         "memory" => options.client(lock_core::memory::MemoryBackend::new()),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => {
+            let config = lock_redis::RedisConfig::from_url(url)?;
+            options.client(lock_redis::RedisBackend::connect(config).await?)
+        }
         other => Err(Error::invalid_argument(format!(
             "unknown or disabled lock backend {other:?}: this build supports {SCHEMES:?} (enable the crate feature of the backend)"
         ))),

@@ -1,0 +1,363 @@
+//! [`RedisBackend`]: the lock-core primitive on one Redis server.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{
+    AcquireRequest, Capabilities, Error, Grant, HeldLease, LockBackend, LockFamily, LockKey,
+    Renewal, Result,
+};
+use tokio::sync::{oneshot, Mutex as AsyncMutex, OwnedMutexGuard};
+use tokio::time::Instant;
+
+use crate::calls::{self, Call, Request};
+use crate::config::RedisConfig;
+use crate::error::{self as err, BACKEND};
+use crate::keys::{lease_value, Keys};
+use crate::node::Node;
+use crate::scripts::Attempt;
+
+/// Leases per renewal script call; larger batches are split so one call never blocks
+/// the server for long.
+pub(crate) const RENEW_CHUNK: usize = 1000;
+
+/// Locks on one Redis server (or one primary with its replicas; see the crate docs for
+/// what a failover means).
+///
+/// Cloning is cheap and shares the connections: one multiplexed command connection
+/// and one pub/sub connection, both made on first use and remade after a failure.
+///
+/// ```no_run
+/// use lock_core::{DistributedLockExt, LockClient};
+/// use lock_redis::RedisBackend;
+///
+/// # #[tokio::main] async fn main() -> lock_core::Result<()> {
+/// let backend = RedisBackend::from_url("redis://127.0.0.1:6379")?;
+/// let client = LockClient::new(backend);
+/// let guard = client.lock("orders/42")?.acquire().await?;
+/// println!("fencing token {}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisBackend {
+    node: Node,
+    next_waiter: Arc<AtomicU64>,
+}
+
+impl fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("config", self.node.config())
+            .finish()
+    }
+}
+
+impl RedisBackend {
+    /// A backend for the server `config` describes. No I/O: connections are made on
+    /// first use, so an unreachable server shows up as [`Error::Unavailable`] from the
+    /// first lock call.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the settings cannot make a client.
+    pub fn new(config: RedisConfig) -> Result<Self> {
+        Ok(RedisBackend {
+            node: Node::new(config)?,
+            next_waiter: Arc::new(AtomicU64::new(1)),
+        })
+    }
+
+    /// [`RedisBackend::new`] with [`RedisConfig::from_url`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an invalid URL.
+    pub fn from_url(url: &str) -> Result<Self> {
+        RedisBackend::new(RedisConfig::from_url(url)?)
+    }
+
+    /// A backend whose server has answered a `PING`.
+    ///
+    /// ```no_run
+    /// # use lock_redis::{RedisBackend, RedisConfig};
+    /// # #[tokio::main] async fn main() -> lock_core::Result<()> {
+    /// let backend = RedisBackend::connect(RedisConfig::from_url("redis://127.0.0.1")?).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for bad settings; [`Error::Unavailable`] if the server
+    /// does not answer within the connect and command timeouts.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is held yet.
+    pub async fn connect(config: RedisConfig) -> Result<Self> {
+        let backend = RedisBackend::new(config)?;
+        backend.ping().await?;
+        Ok(backend)
+    }
+
+    /// Sends a `PING` on the command connection.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] if the server does not answer in time.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn ping(&self) -> Result<()> {
+        let _: String = self.node.query("PING", &redis::cmd("PING")).await?;
+        Ok(())
+    }
+
+    /// The settings this backend was made with.
+    pub fn config(&self) -> &RedisConfig {
+        self.node.config()
+    }
+
+    /// How many pub/sub channels this backend is subscribed to for waiters right now
+    /// (zero when nobody waits: a dropped acquire leaves no subscription behind).
+    pub fn waiting_channels(&self) -> usize {
+        self.node.pubsub().channels()
+    }
+
+    fn request(&self, req: &AcquireRequest<'_>) -> Request {
+        let n = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+        Request {
+            keys: Keys::new(req.key),
+            kind: req.kind,
+            owner: req.owner.as_str().to_owned(),
+            ttl: req.ttl,
+            waiter: format!("{}:w{n}", req.owner),
+            waiter_lease: self.node.config().waiter_lease(),
+        }
+    }
+}
+
+/// Runs one acquire call in its own task, so a grant that arrives after the caller's
+/// future was dropped is released rather than left held until its lease runs out.
+///
+/// `permit` is held until the call has finished, so a queue clean-up waiting for it
+/// never runs before a call that might queue the waiter again.
+pub(crate) async fn attempt(
+    node: &Node,
+    call: Call,
+    undo: impl FnOnce(u64) -> Call + Send + 'static,
+    permit: Option<OwnedMutexGuard<()>>,
+) -> Result<Attempt> {
+    let node = node.clone();
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let _permit = permit;
+        let result = node
+            .call::<(i64, i64)>("acquire", &call)
+            .await
+            .and_then(|reply| Attempt::from_reply(reply).map_err(Error::from));
+        if let Err(Ok(Attempt::Granted(fence))) = tx.send(result) {
+            tracing::debug!(fence, "acquire abandoned after it was granted; releasing");
+            let undo = undo(fence);
+            let _ = node.call::<i64>("release", &undo).await;
+        }
+    });
+    rx.await
+        .map_err(|_| Error::backend(BACKEND, "the acquire task ended without an answer"))?
+}
+
+/// A fair waiter's queue place or a writer's waiting entry: removed however the
+/// acquire ends (in a spawned task if its future is dropped).
+pub(crate) struct Place {
+    node: Node,
+    leave: Option<Call>,
+    in_flight: Arc<AsyncMutex<()>>,
+}
+
+impl Place {
+    pub(crate) fn new(node: &Node, leave: Option<Call>) -> Self {
+        Place {
+            node: node.clone(),
+            leave,
+            in_flight: Arc::new(AsyncMutex::new(())),
+        }
+    }
+
+    /// Held by each acquire call, see [`attempt`].
+    pub(crate) async fn permit(&self) -> OwnedMutexGuard<()> {
+        self.in_flight.clone().lock_owned().await
+    }
+
+    /// The place was consumed by a grant: nothing to remove.
+    pub(crate) fn disarm(&mut self) {
+        self.leave = None;
+    }
+
+    /// Removes the place now.
+    pub(crate) async fn leave(mut self) {
+        if let Some(call) = self.leave.take() {
+            let _permit = self.in_flight.lock().await;
+            if let Err(error) = self.node.call::<i64>("leave", &call).await {
+                tracing::debug!(%error, "could not leave the wait queue; the place expires on its own");
+            }
+        }
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let Some(call) = self.leave.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let node = self.node.clone();
+        let in_flight = self.in_flight.clone();
+        runtime.spawn(async move {
+            let _permit = in_flight.lock_owned().await;
+            let _ = node.call::<i64>("leave", &call).await;
+        });
+    }
+}
+
+/// How long to sleep after a blocked attempt: until the blocker's lease may end, but
+/// at most `cap` when nothing may end on its own (`ms < 0`) or when the waiter must
+/// refresh its place.
+pub(crate) fn sleep_for(ms: i64, cap: Duration, registers: bool) -> Duration {
+    // One extra ms: PTTL rounds down, and waking a hair early only costs a retry.
+    let lease = Duration::from_millis(ms.max(0) as u64 + 1);
+    match (ms >= 0, registers) {
+        (true, false) => lease,
+        (true, true) => lease.min(cap),
+        (false, _) => cap,
+    }
+}
+
+impl LockBackend for RedisBackend {
+    type Lease = ();
+
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL
+    }
+
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<()>>> {
+        let request = self.request(&req);
+        let waits = !req.deadline.has_passed();
+        let registers = waits && request.registers();
+        let mut place = Place::new(&self.node, registers.then(|| request.leave()).flatten());
+        let refresh = self.node.config().waiter_lease() / 3;
+        let mut registration = None;
+        loop {
+            if let Some(registration) = &registration {
+                crate::pubsub::Registration::ready(registration).await?;
+            }
+            let permit = if registers {
+                Some(place.permit().await)
+            } else {
+                None
+            };
+            let undo = request.clone();
+            let attempt = attempt(
+                &self.node,
+                request.acquire_with(registers),
+                move |fence| undo.release(fence),
+                permit,
+            )
+            .await?;
+            let wait_ms = match attempt {
+                Attempt::Granted(fence) => {
+                    place.disarm();
+                    return Ok(Some(Grant { fence, data: () }));
+                }
+                Attempt::Blocked(ms) => ms,
+            };
+            if req.deadline.has_passed() {
+                place.leave().await;
+                return Ok(None);
+            }
+            let Some(registration) = &registration else {
+                // Subscribe, then try again: a release between the first try and the
+                // subscription would otherwise go unnoticed.
+                let (channel, interest) = request.wake_on();
+                registration = Some(self.node.pubsub().register(channel, interest));
+                continue;
+            };
+            let wake_at = Instant::now() + sleep_for(wait_ms, refresh, request.registers());
+            tokio::select! {
+                () = registration.notified() => {}
+                () = tokio::time::sleep_until(req.deadline.min(wake_at)) => {}
+            }
+        }
+    }
+
+    async fn release(&self, lease: &HeldLease<()>) -> Result<()> {
+        let keys = Keys::new(&lease.key);
+        let value = lease_value(lease.owner.as_str(), lease.fence);
+        let call = calls::release(&keys, lease.kind, &[value]);
+        let released: i64 = self.node.call("release", &call).await?;
+        if released == 1 {
+            Ok(())
+        } else {
+            Err(Error::NotOwner {
+                name: lease.key.name().to_string(),
+            })
+        }
+    }
+
+    async fn renew(&self, leases: &[&HeldLease<()>], ttl: Duration) -> Result<Vec<Renewal>> {
+        renew_on(&self.node, leases, ttl).await
+    }
+
+    async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        let call = calls::inspect(&Keys::new(key), family, false);
+        let held: i64 = self.node.call("is_locked", &call).await?;
+        Ok(held == 1)
+    }
+
+    async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        let call = calls::inspect(&Keys::new(key), family, true);
+        let held: i64 = self.node.call("force_unlock", &call).await?;
+        Ok(held == 1)
+    }
+}
+
+/// Renews `leases` on one server, [`RENEW_CHUNK`] per script call.
+pub(crate) async fn renew_on<L>(
+    node: &Node,
+    leases: &[&HeldLease<L>],
+    ttl: Duration,
+) -> Result<Vec<Renewal>> {
+    let mut out = Vec::with_capacity(leases.len());
+    for chunk in leases.chunks(RENEW_CHUNK) {
+        let values: Vec<String> = chunk
+            .iter()
+            .map(|l| lease_value(l.owner.as_str(), l.fence))
+            .collect();
+        let call = calls::renew(
+            chunk.iter().zip(&values).map(|(lease, value)| {
+                let (key, reader) = Keys::new(&lease.key).lease_key(lease.kind);
+                (key, reader, value.as_str())
+            }),
+            ttl,
+        );
+        let renewed: Vec<i64> = node.call("renew", &call).await?;
+        if renewed.len() != chunk.len() {
+            return Err(err::Error::UnexpectedReply(format!(
+                "{} renewals for {} leases",
+                renewed.len(),
+                chunk.len()
+            ))
+            .into());
+        }
+        out.extend(renewed.into_iter().map(|r| {
+            if r == 1 {
+                Renewal::Renewed
+            } else {
+                Renewal::Lost
+            }
+        }));
+    }
+    Ok(out)
+}

@@ -1,0 +1,222 @@
+//! The script calls of each lock type, as owned values that can move into a spawned
+//! task. Shared by the single-server backend and RedLock.
+
+use std::time::Duration;
+
+use lock_core::{LockFamily, LockKind};
+use redis::{Script, ScriptInvocation};
+
+use crate::keys::{lease_value, Keys};
+use crate::pubsub::Interest;
+use crate::scripts;
+
+/// One script call: the script, its keys and its arguments.
+#[derive(Clone, Debug)]
+pub(crate) struct Call {
+    pub(crate) script: &'static Script,
+    pub(crate) keys: Vec<String>,
+    pub(crate) args: Vec<String>,
+}
+
+impl Call {
+    pub(crate) fn invocation(&self) -> ScriptInvocation<'static> {
+        let mut invocation = self.script.prepare_invoke();
+        for key in &self.keys {
+            invocation.key(key);
+        }
+        for arg in &self.args {
+            invocation.arg(arg);
+        }
+        invocation
+    }
+}
+
+/// Milliseconds for a Redis argument; never 0 (`PX 0` is an error).
+pub(crate) fn millis(d: Duration) -> String {
+    d.as_millis().clamp(1, i64::MAX as u128).to_string()
+}
+
+/// Everything about one acquire request that the scripts need.
+#[derive(Clone, Debug)]
+pub(crate) struct Request {
+    pub(crate) keys: Keys,
+    pub(crate) kind: LockKind,
+    pub(crate) owner: String,
+    pub(crate) ttl: Duration,
+    /// Identifies this request in a fair queue or among waiting writers.
+    pub(crate) waiter: String,
+    pub(crate) waiter_lease: Duration,
+}
+
+impl Request {
+    /// Whether a blocked request of this kind registers itself (queue place or
+    /// waiting-writer entry) that must be removed when it stops waiting.
+    pub(crate) fn registers(&self) -> bool {
+        matches!(self.kind, LockKind::Fair | LockKind::Write)
+    }
+
+    /// The acquire call; `wait` says whether a blocked request registers itself.
+    pub(crate) fn acquire_with(&self, wait: bool) -> Call {
+        let k = &self.keys;
+        let ttl = millis(self.ttl);
+        let wait = if wait { "1" } else { "0" }.to_owned();
+        match self.kind {
+            LockKind::Exclusive => Call {
+                script: &scripts::EXCLUSIVE_ACQUIRE,
+                keys: vec![k.lock.clone(), k.fence()],
+                args: vec![self.owner.clone(), ttl],
+            },
+            LockKind::Fair => Call {
+                script: &scripts::FAIR_ACQUIRE,
+                keys: vec![
+                    k.fair_holder(),
+                    k.fair_queue(),
+                    k.fair_timeouts(),
+                    k.fence(),
+                ],
+                args: vec![
+                    self.owner.clone(),
+                    ttl,
+                    self.waiter.clone(),
+                    millis(self.waiter_lease),
+                    wait,
+                    k.fair_channel(),
+                ],
+            },
+            LockKind::Read | LockKind::Write => Call {
+                script: &scripts::RW_ACQUIRE,
+                keys: vec![
+                    k.rw_writer(),
+                    k.rw_readers(),
+                    k.rw_waiting_writers(),
+                    k.fence(),
+                ],
+                args: vec![
+                    self.owner.clone(),
+                    ttl,
+                    side(self.kind).to_owned(),
+                    self.waiter.clone(),
+                    millis(self.waiter_lease),
+                    wait,
+                ],
+            },
+        }
+    }
+
+    /// The call that removes this request's queue place or waiting-writer entry.
+    pub(crate) fn leave(&self) -> Option<Call> {
+        let k = &self.keys;
+        match self.kind {
+            LockKind::Fair => Some(Call {
+                script: &scripts::FAIR_LEAVE,
+                keys: vec![k.fair_holder(), k.fair_queue(), k.fair_timeouts()],
+                args: vec![k.fair_channel(), self.waiter.clone()],
+            }),
+            LockKind::Write => Some(Call {
+                script: &scripts::RW_LEAVE,
+                keys: vec![k.rw_waiting_writers()],
+                args: vec![k.rw_channel(), self.waiter.clone()],
+            }),
+            LockKind::Exclusive | LockKind::Read => None,
+        }
+    }
+
+    /// The channel to wait on and which messages wake this request.
+    pub(crate) fn wake_on(&self) -> (String, Interest) {
+        let k = &self.keys;
+        match self.kind {
+            LockKind::Exclusive => (k.exclusive_channel(), Interest::One),
+            LockKind::Fair => (
+                k.fair_channel(),
+                Interest::Payload(self.waiter.clone().into_bytes()),
+            ),
+            // A reader can only be unblocked by a writer leaving (or giving up).
+            LockKind::Read => (k.rw_channel(), Interest::Payload(b"w".to_vec())),
+            LockKind::Write => (k.rw_channel(), Interest::All),
+        }
+    }
+
+    /// The release of the lease this request was granted with `fence`.
+    pub(crate) fn release(&self, fence: u64) -> Call {
+        release(&self.keys, self.kind, &[lease_value(&self.owner, fence)])
+    }
+}
+
+fn side(kind: LockKind) -> &'static str {
+    if kind == LockKind::Read {
+        "r"
+    } else {
+        "w"
+    }
+}
+
+/// The release of a lease of `kind` holding any one of `values`.
+pub(crate) fn release(keys: &Keys, kind: LockKind, values: &[String]) -> Call {
+    let (script, key_list, mut args): (&'static Script, _, _) = match kind {
+        LockKind::Exclusive => (
+            &scripts::EXCLUSIVE_RELEASE,
+            vec![keys.lock.clone()],
+            vec![keys.exclusive_channel()],
+        ),
+        LockKind::Fair => (
+            &scripts::FAIR_RELEASE,
+            vec![keys.fair_holder(), keys.fair_queue()],
+            vec![keys.fair_channel()],
+        ),
+        LockKind::Read | LockKind::Write => (
+            &scripts::RW_RELEASE,
+            vec![keys.rw_writer(), keys.rw_readers()],
+            vec![keys.rw_channel(), side(kind).to_owned()],
+        ),
+    };
+    args.extend(values.iter().cloned());
+    Call {
+        script,
+        keys: key_list,
+        args,
+    }
+}
+
+/// One renewal of many leases: `(key, is_reader, value)` each.
+pub(crate) fn renew<'a>(
+    leases: impl IntoIterator<Item = (String, bool, &'a str)>,
+    ttl: Duration,
+) -> Call {
+    let mut call = Call {
+        script: &scripts::RENEW,
+        keys: Vec::new(),
+        args: vec![millis(ttl)],
+    };
+    for (key, reader, value) in leases {
+        call.keys.push(key);
+        call.args.push(if reader { "r" } else { "s" }.to_owned());
+        call.args.push(value.to_owned());
+    }
+    call
+}
+
+/// `is_locked` (`remove` false) or `force_unlock` (`remove` true) for `family`.
+pub(crate) fn inspect(keys: &Keys, family: LockFamily, remove: bool) -> Call {
+    let family = match family {
+        LockFamily::Exclusive => "e",
+        LockFamily::Fair => "f",
+        LockFamily::ReadWrite => "rw",
+    };
+    Call {
+        script: &scripts::INSPECT,
+        keys: vec![
+            keys.lock.clone(),
+            keys.fair_holder(),
+            keys.fair_queue(),
+            keys.rw_writer(),
+            keys.rw_readers(),
+        ],
+        args: vec![
+            family.to_owned(),
+            if remove { "1" } else { "0" }.to_owned(),
+            keys.exclusive_channel(),
+            keys.fair_channel(),
+            keys.rw_channel(),
+        ],
+    }
+}

@@ -1,0 +1,129 @@
+//! The crate's private error type and its mapping onto [`lock_core::Error`].
+//!
+//! Only two outcomes matter to a caller: "try again later" (the server could not be
+//! reached or did not answer in time: [`lock_core::Error::Unavailable`]) and
+//! "something is wrong that retrying will not fix" ([`lock_core::Error::Backend`]).
+
+use std::time::Duration;
+
+use redis::{RedisError, RetryMethod};
+
+/// The name every error and trace of this crate carries.
+pub(crate) const BACKEND: &str = "redis";
+
+/// What went wrong talking to Redis.
+#[derive(Debug)]
+pub(crate) enum Error {
+    /// The client library's error.
+    Redis(RedisError),
+    /// No answer within the configured time.
+    TimedOut { what: &'static str, after: Duration },
+    /// The server answered something a script of ours never returns.
+    UnexpectedReply(String),
+    /// Too few RedLock masters answered.
+    NoQuorum { answered: usize, needed: usize },
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Redis(err) => write!(f, "{err}"),
+            Error::TimedOut { what, after } => {
+                write!(f, "{what} did not complete within {after:?}")
+            }
+            Error::UnexpectedReply(reply) => write!(f, "unexpected reply from Redis: {reply}"),
+            Error::NoQuorum { answered, needed } => write!(
+                f,
+                "only {answered} Redis masters answered; a majority of {needed} is needed"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Redis(err) => Some(err),
+            _ => None,
+        }
+    }
+}
+
+impl From<RedisError> for Error {
+    fn from(err: RedisError) -> Self {
+        Error::Redis(err)
+    }
+}
+
+impl Error {
+    /// Whether the same call may work later: connection trouble, timeouts and the
+    /// server's own "busy, try again" answers (LOADING, TRYAGAIN, MASTERDOWN, ...).
+    fn is_retryable(&self) -> bool {
+        match self {
+            Error::TimedOut { .. } | Error::NoQuorum { .. } => true,
+            Error::UnexpectedReply(_) => false,
+            Error::Redis(err) => {
+                err.is_io_error()
+                    || err.is_timeout()
+                    || err.is_connection_dropped()
+                    || err.is_connection_refusal()
+                    || matches!(
+                        err.retry_method(),
+                        RetryMethod::Reconnect
+                            | RetryMethod::ReconnectFromInitialConnections
+                            | RetryMethod::WaitAndRetry
+                            | RetryMethod::RetryImmediately
+                    )
+            }
+        }
+    }
+}
+
+impl From<Error> for lock_core::Error {
+    fn from(err: Error) -> Self {
+        if err.is_retryable() {
+            lock_core::Error::unavailable(BACKEND, err)
+        } else {
+            lock_core::Error::backend(BACKEND, err)
+        }
+    }
+}
+
+/// Maps a client error straight to the lock-core error.
+pub(crate) fn map(err: RedisError) -> lock_core::Error {
+    Error::Redis(err).into()
+}
+
+/// Runs `fut`, turning a missing answer after `after` into a retryable error.
+pub(crate) async fn within<T>(
+    what: &'static str,
+    after: Duration,
+    fut: impl std::future::Future<Output = Result<T, RedisError>>,
+) -> lock_core::Result<T> {
+    match tokio::time::timeout(after, fut).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(err)) => Err(map(err)),
+        Err(_) => Err(Error::TimedOut { what, after }.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_trouble_is_retryable_and_script_errors_are_not() {
+        let io: RedisError =
+            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused").into();
+        assert!(lock_core::Error::from(Error::Redis(io)).is_retryable());
+        let timeout = Error::TimedOut {
+            what: "acquire",
+            after: Duration::from_millis(5),
+        };
+        assert!(lock_core::Error::from(timeout).is_retryable());
+        let reply = Error::UnexpectedReply("nil".into());
+        assert!(!lock_core::Error::from(reply).is_retryable());
+        let wrong_type: RedisError = (redis::ErrorKind::UnexpectedReturnType, "WRONGTYPE").into();
+        assert!(!lock_core::Error::from(Error::Redis(wrong_type)).is_retryable());
+    }
+}

@@ -1,0 +1,86 @@
+//! Redis backend for [lock-core](lock_core): exclusive, fair and read-write locks on
+//! one Redis server ([`RedisBackend`]), and RedLock over several independent masters
+//! ([`RedLockBackend`]).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lock_core::{prelude::*, AcquireOptions, LockClient};
+//! use lock_redis::{RedisBackend, RedisConfig};
+//!
+//! # #[tokio::main] async fn main() -> lock_core::Result<()> {
+//! let config = RedisConfig::builder("redis://127.0.0.1:6379")
+//!     .connect_timeout(Duration::from_millis(500))
+//!     .build()?;
+//! let client = LockClient::new(RedisBackend::new(config)?);
+//!
+//! let lock = client.lock("reports/daily")?;
+//! let guard = lock.acquire_with(AcquireOptions::wait_for(Duration::from_secs(5))).await?;
+//! // ... pass guard.fencing_token() to the storage you protect ...
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Round trips
+//!
+//! * **Acquire, uncontended:** one (`EVALSHA` of the acquire script). A blocked waiter
+//!   subscribes (one more round trip on the pub/sub connection, none if another waiter
+//!   of this process already listens on the lock) and tries again.
+//! * **Release:** one. **Renewal tick:** one per 1000 leases, whatever the locks.
+//!
+//! # Layout
+//!
+//! The exclusive lock is the key `namespace:name`, a plain string holding
+//! `<owner token>:<fence>` with a `PX` lease: the layout of redis-py's `Lock`,
+//! redsync and rslock. A lock held by one of those clients (`SET key token NX PX`)
+//! excludes ours, and ours excludes theirs. Its fencing counter and every key of the
+//! fair and read-write locks live at `{namespace:name}:...`, in the same hash slot.
+//! The fencing counter never expires (tokens must keep increasing).
+//!
+//! # Waiting
+//!
+//! A release publishes on a per-lock channel. Waiters subscribe through one shared
+//! pub/sub connection per backend, and sleep until a message or the end of the
+//! holder's lease, whichever comes first; a lost message costs at most one lease, never
+//! a hang. One message wakes one exclusive waiter per process; a fair lock wakes only
+//! the waiter first in line.
+//!
+//! # Fair locks
+//!
+//! A FIFO list of waiter ids plus a sorted set of their expiries, by the **Redis
+//! server clock** (`TIME` inside the scripts), so client clock skew cannot evict live
+//! waiters. A waiting client refreshes its place every third of the
+//! [waiter lease](RedisConfig::waiter_lease); a waiter that dies holds up the queue for
+//! at most that long.
+//!
+//! # Read-write locks
+//!
+//! The writer is a string key with a `PX` lease; readers are entries of a hash
+//! (`owner:fence` to expiry by the server clock). **Writers are preferred:** once a
+//! writer waits, new readers wait behind it (the writer's own owner may still take the
+//! read lock: downgrade), so a stream of readers cannot starve a writer. Readers can
+//! starve under a stream of writers.
+//!
+//! # What Redis does not promise
+//!
+//! A single Redis server is enough for locks that save work; a failover to a replica
+//! that had not yet received the lease can grant it twice. Use the fencing token
+//! wherever correctness matters, or a consensus-backed backend.
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+
+mod backend;
+mod calls;
+mod config;
+mod error;
+mod keys;
+mod node;
+mod pubsub;
+mod redlock;
+mod scripts;
+
+pub use backend::RedisBackend;
+pub use config::{
+    RedisConfig, RedisConfigBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_WAITER_LEASE,
+};
+pub use redis;
+pub use redlock::RedLockBackend;

@@ -1,0 +1,12 @@
+-- Takes the exclusive lock if nobody holds it.
+-- KEYS[1] lock key (a plain string: the redis-py / redsync layout)
+-- KEYS[2] fencing counter of the lock
+-- ARGV[1] owner token, ARGV[2] lease in ms
+-- Returns {1, fence} when granted, else {0, the holder's remaining lease in ms}
+-- (-1 when the holder set no expiry).
+if redis.call('exists', KEYS[1]) == 1 then
+  return {0, redis.call('pttl', KEYS[1])}
+end
+local fence = redis.call('incr', KEYS[2])
+redis.call('set', KEYS[1], ARGV[1] .. ':' .. string.format('%d', fence), 'PX', ARGV[2])
+return {1, fence}

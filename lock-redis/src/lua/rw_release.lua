@@ -1,0 +1,37 @@
+-- Releases one side of a read-write lock if this acquisition still holds it.
+-- KEYS[1] writer, KEYS[2] readers
+-- ARGV[1] channel, ARGV[2] 'r' or 'w', ARGV[3..] the values this acquisition may hold
+-- Publishes 'w' when a writer leaves (readers and writers may go) and 'r' when the
+-- last reader leaves (writers may go).
+-- Returns 1 when released, else 0.
+if ARGV[2] == 'w' then
+  local value = redis.call('get', KEYS[1])
+  for i = 3, #ARGV do
+    if value == ARGV[i] then
+      redis.call('del', KEYS[1])
+      redis.call('publish', ARGV[1], 'w')
+      return 1
+    end
+  end
+  return 0
+end
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for i = 3, #ARGV do
+  local expiry = redis.call('hget', KEYS[2], ARGV[i])
+  if expiry then
+    redis.call('hdel', KEYS[2], ARGV[i])
+    if tonumber(expiry) <= now then
+      return 0
+    end
+    local readers = redis.call('hgetall', KEYS[2])
+    for j = 2, #readers, 2 do
+      if tonumber(readers[j]) > now then
+        return 1
+      end
+    end
+    redis.call('publish', ARGV[1], 'r')
+    return 1
+  end
+end
+return 0

@@ -1,0 +1,127 @@
+//! One Redis server: a command connection, a pub/sub connection, and the script calls
+//! both backends make, each bounded by the configured timeouts.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_core::Result;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{FromRedisValue, ScriptInvocation};
+
+use crate::config::RedisConfig;
+use crate::error;
+use crate::pubsub::PubSub;
+
+/// A connection to one server. Cloning shares it.
+#[derive(Clone, Debug)]
+pub(crate) struct Node {
+    inner: Arc<NodeInner>,
+}
+
+#[derive(Debug)]
+struct NodeInner {
+    config: RedisConfig,
+    client: redis::Client,
+    /// Made on first use, inside the runtime (the manager spawns a task).
+    conn: Mutex<Option<ConnectionManager>>,
+    pubsub: PubSub,
+}
+
+impl Node {
+    pub(crate) fn new(config: RedisConfig) -> Result<Self> {
+        // rustls panics on first use unless it can tell which crypto provider to use;
+        // pick ring unless the application installed one already.
+        #[cfg(feature = "tls")]
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = config.client()?;
+        let pubsub = PubSub::new(
+            client.clone(),
+            config.connect_timeout(),
+            config.command_timeout(),
+        );
+        Ok(Node {
+            inner: Arc::new(NodeInner {
+                config,
+                client,
+                conn: Mutex::new(None),
+                pubsub,
+            }),
+        })
+    }
+
+    pub(crate) fn config(&self) -> &RedisConfig {
+        &self.inner.config
+    }
+
+    pub(crate) fn pubsub(&self) -> &PubSub {
+        &self.inner.pubsub
+    }
+
+    /// The command connection. The manager reconnects by itself after a failure; a
+    /// call made while the server is down fails after one connection attempt.
+    fn conn(&self) -> Result<ConnectionManager> {
+        let mut conn = self
+            .inner
+            .conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(conn) = &*conn {
+            return Ok(conn.clone());
+        }
+        let config = &self.inner.config;
+        let settings = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout()))
+            .set_response_timeout(Some(config.command_timeout()))
+            // Fail fast and let the caller (or the watchdog) decide when to retry.
+            .set_number_of_retries(0)
+            .set_min_delay(Duration::from_millis(10))
+            .set_max_delay(Duration::from_millis(500));
+        let manager = self
+            .inner
+            .client
+            .get_connection_manager_lazy(settings)
+            .map_err(error::map)?;
+        *conn = Some(manager.clone());
+        Ok(manager)
+    }
+
+    /// Runs a script; no answer within connect + command timeout is
+    /// [`lock_core::Error::Unavailable`].
+    pub(crate) async fn eval<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T> {
+        let mut conn = self.conn()?;
+        error::within(
+            what,
+            self.inner.config.call_timeout(),
+            invocation.invoke_async(&mut conn),
+        )
+        .await
+    }
+
+    /// Runs one of the crate's script calls, bounded like [`Node::eval`].
+    pub(crate) async fn call<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        call: &crate::calls::Call,
+    ) -> Result<T> {
+        self.eval(what, &call.invocation()).await
+    }
+
+    /// Runs a plain command, bounded like [`Node::eval`].
+    pub(crate) async fn query<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        cmd: &redis::Cmd,
+    ) -> Result<T> {
+        let mut conn = self.conn()?;
+        error::within(
+            what,
+            self.inner.config.call_timeout(),
+            cmd.query_async(&mut conn),
+        )
+        .await
+    }
+}

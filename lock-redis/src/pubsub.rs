@@ -1,0 +1,361 @@
+//! One shared pub/sub connection per backend, multiplexing per-lock channels to the
+//! waiters of this process.
+//!
+//! A waiter [`register`](PubSub::register)s for a channel, waits until the server has
+//! confirmed the subscription ([`Registration::ready`]), and only then tries the lock:
+//! a release published after the try is then seen, so no wake-up is lost. The first
+//! waiter of a channel subscribes, the last one to leave unsubscribes; dropping a
+//! [`Registration`] (for example with a dropped acquire future) is all it takes.
+//!
+//! Who is woken by a message is the waiter's [`Interest`], so a handoff wakes one
+//! waiter per process rather than all of them.
+//!
+//! If the connection is lost, every waiter is woken; it retries, and its next
+//! [`Registration::ready`] reconnects and subscribes again.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use redis::aio::{PubSubSink, PubSubStream};
+use tokio::sync::Notify;
+
+use crate::error;
+
+/// Which messages on a channel wake a waiter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Interest {
+    /// Any message wakes one such waiter of this process (exclusive locks: only one
+    /// can win, so waking more is wasted work).
+    One,
+    /// Any message wakes every such waiter.
+    All,
+    /// Only a message with exactly this payload wakes it (a fair waiter's id; a
+    /// reader waiting for a writer to leave).
+    Payload(Vec<u8>),
+}
+
+#[derive(Debug)]
+struct Waiter {
+    id: u64,
+    interest: Interest,
+    /// Set when a wake-up was handed to this waiter and not yet consumed; a `One`
+    /// waiter that leaves with it set passes it on, so a wake-up is never lost.
+    pending: AtomicBool,
+    notify: Notify,
+}
+
+impl Waiter {
+    fn wake(&self) {
+        self.pending.store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
+}
+
+#[derive(Debug, Default)]
+struct Channel {
+    waiters: Vec<Arc<Waiter>>,
+    /// The connection generation on which the server confirmed the subscription.
+    subscribed: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    channels: HashMap<String, Channel>,
+    /// The generation of the live connection, if any.
+    live: Option<u64>,
+    next_generation: u64,
+}
+
+impl State {
+    fn dispatch(&self, channel: &str, payload: &[u8]) {
+        let Some(entry) = self.channels.get(channel) else {
+            return;
+        };
+        let mut woke_one = false;
+        for waiter in &entry.waiters {
+            match &waiter.interest {
+                Interest::All => waiter.wake(),
+                Interest::Payload(p) if p.as_slice() == payload => waiter.wake(),
+                Interest::Payload(_) => {}
+                Interest::One if woke_one => {}
+                Interest::One => {
+                    // Skip waiters already woken: they will retry anyway.
+                    if !waiter.pending.load(Ordering::Acquire) {
+                        waiter.wake();
+                        woke_one = true;
+                    }
+                }
+            }
+        }
+    }
+
+    fn wake_all(&self) {
+        for entry in self.channels.values() {
+            for waiter in &entry.waiters {
+                waiter.wake();
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    client: redis::Client,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+    state: Mutex<State>,
+    /// The subscribing half of the live connection. The async mutex also orders every
+    /// SUBSCRIBE and UNSUBSCRIBE, so an unsubscribe can never overtake a newer
+    /// subscribe of the same channel.
+    sink: tokio::sync::Mutex<Option<(u64, PubSubSink)>>,
+    reader: Mutex<Option<tokio::task::AbortHandle>>,
+    next_waiter: AtomicU64,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(reader) = lock(&self.reader).take() {
+            reader.abort();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section below leaves the state consistent at each step.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The shared pub/sub connection of one backend (one Redis server).
+#[derive(Clone, Debug)]
+pub(crate) struct PubSub {
+    inner: Arc<Inner>,
+}
+
+impl PubSub {
+    /// No I/O: the connection is made by the first [`Registration::ready`].
+    pub(crate) fn new(
+        client: redis::Client,
+        connect_timeout: Duration,
+        command_timeout: Duration,
+    ) -> Self {
+        PubSub {
+            inner: Arc::new(Inner {
+                client,
+                connect_timeout,
+                command_timeout,
+                state: Mutex::new(State::default()),
+                sink: tokio::sync::Mutex::new(None),
+                reader: Mutex::new(None),
+                next_waiter: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// Registers a waiter on `channel`. Messages are delivered to it from the moment
+    /// [`Registration::ready`] returns.
+    pub(crate) fn register(&self, channel: String, interest: Interest) -> Registration {
+        let waiter = Arc::new(Waiter {
+            id: self.inner.next_waiter.fetch_add(1, Ordering::Relaxed),
+            interest,
+            pending: AtomicBool::new(false),
+            notify: Notify::new(),
+        });
+        lock(&self.inner.state)
+            .channels
+            .entry(channel.clone())
+            .or_default()
+            .waiters
+            .push(waiter.clone());
+        Registration {
+            inner: self.inner.clone(),
+            channel,
+            waiter,
+        }
+    }
+
+    /// How many channels this process is subscribed to or about to be (tests use it
+    /// to check that dropped waiters leave nothing behind).
+    pub(crate) fn channels(&self) -> usize {
+        lock(&self.inner.state).channels.len()
+    }
+}
+
+/// One waiter's interest in one channel. Dropping it removes the waiter and, if it
+/// was the channel's last, unsubscribes (in a spawned task).
+#[derive(Debug)]
+pub(crate) struct Registration {
+    inner: Arc<Inner>,
+    channel: String,
+    waiter: Arc<Waiter>,
+}
+
+impl Registration {
+    /// Returns once the server has confirmed the subscription on the live connection,
+    /// connecting first if needed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped call leaves at most a subscription that the last
+    /// registration's drop removes.
+    pub(crate) async fn ready(&self) -> lock_core::Result<()> {
+        if self.is_subscribed() {
+            return Ok(());
+        }
+        let mut sink = self.inner.sink.lock().await;
+        let live = lock(&self.inner.state).live;
+        let generation = match (&*sink, live) {
+            (Some((generation, _)), Some(live)) if *generation == live => live,
+            _ => {
+                *sink = None;
+                let (generation, new_sink) = connect(&self.inner).await?;
+                *sink = Some((generation, new_sink));
+                generation
+            }
+        };
+        if self.is_subscribed() {
+            return Ok(());
+        }
+        let Some((_, conn)) = sink.as_mut() else {
+            return Err(error::Error::UnexpectedReply("pub/sub connection vanished".into()).into());
+        };
+        let result = error::within(
+            "SUBSCRIBE",
+            self.inner.command_timeout,
+            conn.subscribe(&self.channel),
+        )
+        .await;
+        if let Err(err) = result {
+            // The connection may be half dead: make the next waiter start afresh.
+            *sink = None;
+            return Err(err);
+        }
+        let mut state = lock(&self.inner.state);
+        if let Some(entry) = state.channels.get_mut(&self.channel) {
+            entry.subscribed = Some(generation);
+        }
+        Ok(())
+    }
+
+    fn is_subscribed(&self) -> bool {
+        let state = lock(&self.inner.state);
+        let subscribed = state
+            .channels
+            .get(&self.channel)
+            .and_then(|entry| entry.subscribed);
+        subscribed.is_some() && subscribed == state.live
+    }
+
+    /// Resolves when a message for this waiter arrives (or arrived since the last
+    /// call), or when the connection is lost.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: an undelivered wake-up stays stored for the next call.
+    pub(crate) async fn notified(&self) {
+        self.waiter.notify.notified().await;
+        self.waiter.pending.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut state = lock(&self.inner.state);
+        let Some(entry) = state.channels.get_mut(&self.channel) else {
+            return;
+        };
+        entry.waiters.retain(|w| w.id != self.waiter.id);
+        if self.waiter.interest == Interest::One && self.waiter.pending.load(Ordering::Acquire) {
+            // We were woken but leave without retrying: hand the wake-up on.
+            if let Some(next) = entry
+                .waiters
+                .iter()
+                .find(|w| w.interest == Interest::One && !w.pending.load(Ordering::Acquire))
+            {
+                next.wake();
+            }
+        }
+        if !entry.waiters.is_empty() {
+            return;
+        }
+        let subscribed = entry.subscribed.is_some();
+        state.channels.remove(&self.channel);
+        drop(state);
+        if !subscribed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to unsubscribe from; the subscription only costs messages
+            // that nobody reads, and ends with the connection.
+            return;
+        };
+        let inner = Arc::downgrade(&self.inner);
+        let channel = std::mem::take(&mut self.channel);
+        runtime.spawn(unsubscribe(inner, channel));
+    }
+}
+
+async fn unsubscribe(inner: Weak<Inner>, channel: String) {
+    let Some(inner) = inner.upgrade() else {
+        return;
+    };
+    let mut sink = inner.sink.lock().await;
+    // A new waiter may have registered meanwhile; then the subscription stays.
+    if lock(&inner.state).channels.contains_key(&channel) {
+        return;
+    }
+    if let Some((_, conn)) = sink.as_mut() {
+        let result = tokio::time::timeout(inner.command_timeout, conn.unsubscribe(&channel)).await;
+        if !matches!(result, Ok(Ok(()))) {
+            tracing::debug!(%channel, "UNSUBSCRIBE failed; dropping the pub/sub connection");
+            *sink = None;
+        }
+    }
+}
+
+/// Opens a new pub/sub connection and starts its reader task.
+async fn connect(inner: &Arc<Inner>) -> lock_core::Result<(u64, PubSubSink)> {
+    let pubsub = error::within(
+        "connecting for pub/sub",
+        inner.connect_timeout,
+        inner.client.get_async_pubsub(),
+    )
+    .await?;
+    let (sink, stream) = pubsub.split();
+    let generation = {
+        let mut state = lock(&inner.state);
+        state.next_generation += 1;
+        let generation = state.next_generation;
+        state.live = Some(generation);
+        for entry in state.channels.values_mut() {
+            entry.subscribed = None;
+        }
+        generation
+    };
+    let task = tokio::spawn(read(Arc::downgrade(inner), stream, generation));
+    if let Some(old) = lock(&inner.reader).replace(task.abort_handle()) {
+        old.abort();
+    }
+    Ok((generation, sink))
+}
+
+/// Delivers messages until the connection ends, then wakes everyone so they retry
+/// (and resubscribe on a new connection).
+async fn read(inner: Weak<Inner>, mut stream: PubSubStream, generation: u64) {
+    while let Some(msg) = stream.next().await {
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let channel = msg.get_channel_name();
+        lock(&inner.state).dispatch(channel, msg.get_payload_bytes());
+    }
+    let Some(inner) = inner.upgrade() else {
+        return;
+    };
+    let mut state = lock(&inner.state);
+    if state.live == Some(generation) {
+        state.live = None;
+    }
+    tracing::debug!("Redis pub/sub connection lost; waking every waiter");
+    state.wake_all();
+}

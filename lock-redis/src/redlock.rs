@@ -1,0 +1,409 @@
+//! [`RedLockBackend`]: exclusive locks over N independent Redis masters.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use lock_core::{
+    AcquireRequest, Capabilities, Error, Grant, HeldLease, LockBackend, LockFamily, LockKey,
+    LockKind, Renewal, Result,
+};
+use rand::Rng;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::backend::{attempt, renew_on, sleep_for};
+use crate::calls::{self, Call, Request};
+use crate::config::RedisConfig;
+use crate::error::{self as err, BACKEND};
+use crate::keys::{lease_value, Keys};
+use crate::node::Node;
+use crate::pubsub::Interest;
+use crate::scripts::{self, Attempt};
+
+/// The longest random pause between two rounds that found no holder but no majority
+/// either (split votes, masters down), so competing clients fall out of step.
+const MAX_JITTER: Duration = Duration::from_millis(50);
+
+/// Exclusive locks over N independent Redis masters (the RedLock algorithm): a lock
+/// is held when the same acquire script granted it on a majority of them within the
+/// validity time. Use an odd N, e.g. 5: it keeps working with up to `(N - 1) / 2`
+/// masters down.
+///
+/// * **Acquire:** the exclusive script on every master in parallel. Granted on a
+///   majority with `validity = lease - elapsed - drift` left (drift is 1 % of the
+///   lease plus 2 ms), it holds; otherwise every master that granted it is released, and the
+///   next round starts after a random pause (or, when another owner holds it, on its
+///   release message or lease end), until the deadline.
+/// * **Fencing tokens** strictly increase: each master's counter is incremented by the
+///   script, the grant takes the majority's maximum `F`, and a second step moves each
+///   master of the majority to `F` (its lease value and counter) before the grant is
+///   returned. Any two majorities share a master, whose counter is then at least every
+///   earlier `F`, so the next grant's maximum is larger. This needs one more round trip
+///   only when the counters disagree. A master that restarts empty forgets its
+///   counter: RedLock assumes masters that persist (or wait a lease before rejoining).
+/// * **Renewal** counts as renewed on a majority; **release** runs on all masters.
+/// * Fair and read-write locks are not offered
+///   ([`Capabilities::fair`] and [`Capabilities::read_write`] are false).
+///
+/// The fencing counters (`{namespace:name}:fence`) stay on the masters by design; a
+/// failed acquire leaves no lock key behind on the masters that answer.
+///
+/// ```no_run
+/// use lock_core::{DistributedLockExt, LockClient};
+/// use lock_redis::{RedLockBackend, RedisConfig};
+///
+/// # #[tokio::main] async fn main() -> lock_core::Result<()> {
+/// let masters = ["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"];
+/// let backend = RedLockBackend::new(
+///     masters.iter().map(|url| RedisConfig::from_url(url)).collect::<Result<Vec<_>, _>>()?,
+/// )?;
+/// let client = LockClient::new(backend);
+/// let guard = client.lock("payments")?.acquire().await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedLockBackend {
+    nodes: Arc<[Node]>,
+    next_waiter: Arc<AtomicU64>,
+}
+
+impl fmt::Debug for RedLockBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedLockBackend")
+            .field(
+                "masters",
+                &self
+                    .nodes
+                    .iter()
+                    .map(|n| n.config().address())
+                    .collect::<Vec<_>>(),
+            )
+            .field("quorum", &self.quorum())
+            .finish()
+    }
+}
+
+impl RedLockBackend {
+    /// A backend over the masters `configs` describe. No I/O.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty list or settings that cannot make a
+    /// client.
+    pub fn new(configs: impl IntoIterator<Item = RedisConfig>) -> Result<Self> {
+        let nodes = configs
+            .into_iter()
+            .map(Node::new)
+            .collect::<Result<Vec<_>>>()?;
+        if nodes.is_empty() {
+            return Err(Error::invalid_argument(
+                "RedLock needs at least one Redis master (an odd number such as 3 or 5 is usual)",
+            ));
+        }
+        Ok(RedLockBackend {
+            nodes: nodes.into(),
+            next_waiter: Arc::new(AtomicU64::new(1)),
+        })
+    }
+
+    /// [`RedLockBackend::new`] from URLs with default timeouts.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an invalid URL or an empty list.
+    pub fn from_urls<S: AsRef<str>>(urls: impl IntoIterator<Item = S>) -> Result<Self> {
+        let configs = urls
+            .into_iter()
+            .map(|url| RedisConfig::from_url(url.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        RedLockBackend::new(configs)
+    }
+
+    /// How many masters must agree: a strict majority.
+    pub fn quorum(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// How many masters there are.
+    pub fn masters(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn no_quorum(&self, answered: usize) -> Error {
+        err::Error::NoQuorum {
+            answered,
+            needed: self.quorum(),
+        }
+        .into()
+    }
+
+    /// How long to wait for one master in a round: its own call timeout, but never
+    /// longer than the lease, which would be gone by then anyway.
+    fn per_node_timeout(&self, node: &Node, ttl: Duration) -> Duration {
+        node.config().call_timeout().min(ttl)
+    }
+}
+
+/// What one round across the masters found.
+enum Round {
+    Granted(u64),
+    /// No majority. `holder_ms`: the shortest remaining lease of another holder seen
+    /// (negative: a holder without expiry), if any; `answered`: masters that replied.
+    Failed {
+        holder_ms: Option<i64>,
+        answered: usize,
+    },
+}
+
+/// One RedLock round, run in its own task by [`RedLockBackend::acquire`] so that a
+/// dropped acquire future never leaves a majority grant behind.
+async fn round(nodes: Arc<[Node]>, request: Request, timeouts: Vec<Duration>) -> Result<Round> {
+    let quorum = nodes.len() / 2 + 1;
+    let started = Instant::now();
+    let phase1 = nodes.iter().zip(&timeouts).map(|(node, timeout)| {
+        let undo = request.clone();
+        let call = request.acquire_with(false);
+        // A grant that arrives after the timeout is released by attempt()'s task.
+        tokio::time::timeout(
+            *timeout,
+            attempt(node, call, move |fence| undo.release(fence), None),
+        )
+    });
+    let replies = join_all(phase1).await;
+    let mut granted = Vec::new();
+    let mut answered = 0;
+    let mut holder_ms: Option<i64> = None;
+    for (i, reply) in replies.into_iter().enumerate() {
+        match reply {
+            Ok(Ok(Attempt::Granted(fence))) => {
+                answered += 1;
+                granted.push((i, fence));
+            }
+            Ok(Ok(Attempt::Blocked(ms))) => {
+                answered += 1;
+                holder_ms = Some(match holder_ms {
+                    Some(prev) if prev >= 0 && (ms < 0 || prev < ms) => prev,
+                    _ => ms,
+                });
+            }
+            Ok(Err(error)) => tracing::debug!(master = i, %error, "RedLock master failed"),
+            Err(_) => tracing::debug!(master = i, "RedLock master did not answer in time"),
+        }
+    }
+    let fence = granted.iter().map(|(_, f)| *f).max().unwrap_or(0);
+    let owner = &request.owner;
+    let chosen = lease_value(owner, fence);
+    let mut settled = 0;
+    if granted.len() >= quorum {
+        let settle = granted.iter().map(|(i, f)| {
+            let node = &nodes[*i];
+            let timeout = timeouts[*i];
+            let call = Call {
+                script: &scripts::REDLOCK_SETTLE,
+                keys: vec![request.keys.lock.clone(), request.keys.fence()],
+                args: vec![lease_value(owner, *f), chosen.clone(), fence.to_string()],
+            };
+            async move {
+                if *f == fence {
+                    // Already at the chosen fence (and its counter is at least that).
+                    return true;
+                }
+                let settled =
+                    tokio::time::timeout(timeout, node.call::<i64>("settle", &call)).await;
+                matches!(settled, Ok(Ok(1)))
+            }
+        });
+        settled = join_all(settle).await.into_iter().filter(|ok| *ok).count();
+    }
+    let drift = request.ttl / 100 + Duration::from_millis(2);
+    let validity = request.ttl.saturating_sub(started.elapsed() + drift);
+    if settled >= quorum && !validity.is_zero() {
+        return Ok(Round::Granted(fence));
+    }
+    // No valid majority: release every grant of this round, whichever fence it is at.
+    let release = granted.iter().map(|(i, f)| {
+        let values = [lease_value(owner, *f), chosen.clone()];
+        let call = calls::release(&request.keys, LockKind::Exclusive, &values);
+        let node = &nodes[*i];
+        let timeout = timeouts[*i];
+        async move {
+            let _ = tokio::time::timeout(timeout, node.call::<i64>("release", &call)).await;
+        }
+    });
+    join_all(release).await;
+    Ok(Round::Failed {
+        holder_ms,
+        answered,
+    })
+}
+
+async fn release_everywhere(nodes: &[Node], keys: &Keys, value: String) -> (usize, usize) {
+    let call = calls::release(keys, LockKind::Exclusive, &[value]);
+    let results = join_all(nodes.iter().map(|node| node.call::<i64>("release", &call))).await;
+    let released = results.iter().filter(|r| matches!(r, Ok(1))).count();
+    let answered = results.iter().filter(|r| r.is_ok()).count();
+    (released, answered)
+}
+
+impl LockBackend for RedLockBackend {
+    type Lease = ();
+
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = Capabilities::ALL;
+        caps.fair = false;
+        caps.read_write = false;
+        caps
+    }
+
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<()>>> {
+        if req.kind != LockKind::Exclusive {
+            return Err(Error::Unsupported {
+                backend: BACKEND,
+                operation: "fair and read-write locks on RedLock",
+            });
+        }
+        let n = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let request = Request {
+            keys: Keys::new(req.key),
+            kind: LockKind::Exclusive,
+            owner: req.owner.as_str().to_owned(),
+            ttl: req.ttl,
+            waiter: format!("{}:w{n}", req.owner),
+            waiter_lease: self.nodes[0].config().waiter_lease(),
+        };
+        let timeouts: Vec<Duration> = self
+            .nodes
+            .iter()
+            .map(|node| self.per_node_timeout(node, req.ttl))
+            .collect();
+        let cap = self.nodes[0].config().waiter_lease() / 3;
+        let mut registrations = Vec::new();
+        loop {
+            if !registrations.is_empty() {
+                // A master that is down cannot publish either: ignore its failure.
+                join_all(registrations.iter().map(crate::pubsub::Registration::ready)).await;
+            }
+            let (tx, rx) = oneshot::channel();
+            let nodes = self.nodes.clone();
+            let attempt_request = request.clone();
+            let attempt_timeouts = timeouts.clone();
+            tokio::spawn(async move {
+                let outcome = round(nodes.clone(), attempt_request.clone(), attempt_timeouts).await;
+                if let Err(Ok(Round::Granted(fence))) = tx.send(outcome) {
+                    // The acquire future is gone: give the majority back.
+                    let value = lease_value(&attempt_request.owner, fence);
+                    release_everywhere(&nodes, &attempt_request.keys, value).await;
+                }
+            });
+            let outcome = rx.await.map_err(|_| {
+                Error::backend(BACKEND, "the RedLock round ended without an answer")
+            })??;
+            let (holder_ms, answered) = match outcome {
+                Round::Granted(fence) => return Ok(Some(Grant { fence, data: () })),
+                Round::Failed {
+                    holder_ms,
+                    answered,
+                } => (holder_ms, answered),
+            };
+            if req.deadline.has_passed() {
+                if answered < self.quorum() {
+                    return Err(self.no_quorum(answered));
+                }
+                return Ok(None);
+            }
+            if registrations.is_empty() {
+                let (channel, _) = request.wake_on();
+                registrations = self
+                    .nodes
+                    .iter()
+                    .map(|node| node.pubsub().register(channel.clone(), Interest::One))
+                    .collect();
+                continue;
+            }
+            let pause = match holder_ms {
+                Some(ms) => sleep_for(ms, cap, false),
+                None => MAX_JITTER.mul_f64(rand::rng().random_range(0.2..1.0)),
+            };
+            let wake_at = req.deadline.min(Instant::now() + pause);
+            let notified =
+                futures::future::select_all(registrations.iter().map(|r| Box::pin(r.notified())));
+            tokio::select! {
+                _ = notified, if holder_ms.is_some() => {}
+                () = tokio::time::sleep_until(wake_at) => {}
+            }
+        }
+    }
+
+    async fn release(&self, lease: &HeldLease<()>) -> Result<()> {
+        let keys = Keys::new(&lease.key);
+        let value = lease_value(lease.owner.as_str(), lease.fence);
+        let (released, answered) = release_everywhere(&self.nodes, &keys, value).await;
+        if released > 0 {
+            Ok(())
+        } else if answered < self.quorum() {
+            Err(self.no_quorum(answered))
+        } else {
+            Err(Error::NotOwner {
+                name: lease.key.name().to_string(),
+            })
+        }
+    }
+
+    async fn renew(&self, leases: &[&HeldLease<()>], ttl: Duration) -> Result<Vec<Renewal>> {
+        let results = join_all(self.nodes.iter().map(|node| renew_on(node, leases, ttl))).await;
+        let answers: Vec<Vec<Renewal>> = results.into_iter().filter_map(|r| r.ok()).collect();
+        if answers.len() < self.quorum() {
+            return Err(self.no_quorum(answers.len()));
+        }
+        Ok((0..leases.len())
+            .map(|i| {
+                let renewed = answers
+                    .iter()
+                    .filter(|a| a.get(i) == Some(&Renewal::Renewed))
+                    .count();
+                if renewed >= self.quorum() {
+                    Renewal::Renewed
+                } else {
+                    Renewal::Lost
+                }
+            })
+            .collect())
+    }
+
+    async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        let call = calls::inspect(&Keys::new(key), family, false);
+        let results = join_all(
+            self.nodes
+                .iter()
+                .map(|node| node.call::<i64>("is_locked", &call)),
+        )
+        .await;
+        let answered = results.iter().filter(|r| r.is_ok()).count();
+        if answered < self.quorum() {
+            return Err(self.no_quorum(answered));
+        }
+        let held = results.iter().filter(|r| matches!(r, Ok(1))).count();
+        Ok(held >= self.quorum())
+    }
+
+    async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        let call = calls::inspect(&Keys::new(key), family, true);
+        let results = join_all(
+            self.nodes
+                .iter()
+                .map(|node| node.call::<i64>("force_unlock", &call)),
+        )
+        .await;
+        let answered = results.iter().filter(|r| r.is_ok()).count();
+        if answered < self.quorum() {
+            return Err(self.no_quorum(answered));
+        }
+        Ok(results.iter().any(|r| matches!(r, Ok(1))))
+    }
+}

@@ -1,0 +1,135 @@
+//! Test harness: real redis-server processes on free loopback ports, each in its own
+//! temporary directory, killed by PID when dropped (also when a test panics).
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lock_core::LockClient;
+use lock_redis::{RedisBackend, RedisConfig};
+
+/// One redis-server started for a test.
+pub struct RedisServer {
+    port: u16,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+}
+
+/// A free loopback port (the OS picks one; a race with another process is possible
+/// but unlikely, and shows up as a start failure).
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local addr").port()
+}
+
+impl RedisServer {
+    /// Starts a server and waits until it answers `PING`.
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut server = RedisServer {
+            port: free_port(),
+            child: None,
+            dir,
+        };
+        server.restart();
+        server
+    }
+
+    /// Starts the server again on the same port (empty: nothing is persisted).
+    pub fn restart(&mut self) {
+        self.stop();
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(["--daemonize", "no", "--loglevel", "warning"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (apt-get install redis-server)");
+        self.child = Some(child);
+        let started = Instant::now();
+        while !self.answers_ping() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "redis-server on port {} did not start",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Kills the server (SIGKILL, by PID) and waits for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn answers_ping(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+        let mut buf = [0u8; 7];
+        stream.write_all(b"PING\r\n").is_ok()
+            && stream.read_exact(&mut buf).is_ok()
+            && &buf == b"+PONG\r\n"
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn config(&self) -> RedisConfig {
+        RedisConfig::builder(&self.url())
+            .connect_timeout(Duration::from_millis(500))
+            .command_timeout(Duration::from_millis(500))
+            .waiter_lease(Duration::from_millis(900))
+            .build()
+            .expect("valid test config")
+    }
+
+    pub fn backend(&self) -> RedisBackend {
+        RedisBackend::new(self.config()).expect("backend")
+    }
+
+    /// A plain connection for looking behind the backend's back.
+    pub async fn raw(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .expect("client")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("raw connection")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A client in a namespace of its own, so tests never see each other's keys.
+pub fn client(backend: RedisBackend, namespace: &str) -> LockClient<RedisBackend> {
+    LockClient::builder(backend)
+        .namespace(namespace)
+        .build()
+        .expect("client")
+}
+
+/// Every key on the server.
+pub async fn keys(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(conn).await.unwrap();
+    keys.sort();
+    keys
+}

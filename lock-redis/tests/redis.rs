@@ -1,0 +1,469 @@
+//! The single-server backend against a real redis-server.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{client, keys, RedisServer};
+use lock_core::{
+    prelude::*, AcquireOptions, Error, HeldLease, LockBackend, LockKey, LockKind, LockName,
+    Namespace, OwnerToken, Renewal,
+};
+use lock_redis::{RedisBackend, RedisConfig};
+use redis::AsyncCommands;
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn lease_of(namespace: &str, name: &str, kind: LockKind, value: &str) -> HeldLease<()> {
+    let (owner, fence) = value.rsplit_once(':').expect("owner:fence");
+    HeldLease {
+        key: LockKey::new(
+            Namespace::new(namespace).unwrap(),
+            LockName::new(name).unwrap(),
+        ),
+        kind,
+        owner: OwnerToken::from_string(owner.to_owned()),
+        fence: fence.parse().unwrap(),
+        data: (),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_release_and_fences_increase() {
+    let server = RedisServer::start();
+    let client = client(server.backend(), "t1");
+    let mut raw = server.raw().await;
+    let lock = client.lock("job").unwrap();
+
+    let first = lock.acquire().await.unwrap();
+    let value: String = raw.get("t1:job").await.unwrap();
+    assert!(
+        value.ends_with(&format!(":{}", first.fencing_token())),
+        "{value}"
+    );
+    let pttl: i64 = raw.pttl("t1:job").await.unwrap();
+    assert!(pttl > 0 && pttl <= 30_000, "watchdog lease set: {pttl}");
+    assert!(lock.is_locked().await.unwrap());
+    let other = client.lock("job").unwrap();
+    assert!(other.try_acquire().await.unwrap().is_none());
+    let fence = first.fencing_token();
+    first.release().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+    let exists: bool = raw.exists("t1:job").await.unwrap();
+    assert!(!exists, "released key is gone");
+
+    let second = other.try_acquire().await.unwrap().expect("free again");
+    assert!(second.fencing_token() > fence);
+    second.release().await.unwrap();
+    // Fair and read-write grants share the counter: still increasing.
+    let fair = client.fair_lock("job").unwrap().acquire().await.unwrap();
+    assert!(fair.fencing_token() > fence + 1);
+    fair.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_set_nx_px_holders_and_ours_exclude_each_other() {
+    let server = RedisServer::start();
+    let client = client(server.backend(), "interop");
+    let mut raw = server.raw().await;
+    let lock = client.lock("shared").unwrap();
+
+    // Another client (redis-py Lock, redsync, ...) holds the key.
+    let set: Option<String> = redis::cmd("SET")
+        .arg("interop:shared")
+        .arg("8f4c2a90d1e311eeb4c1")
+        .arg("NX")
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(set.as_deref(), Some("OK"));
+    assert!(lock.try_acquire().await.unwrap().is_none());
+    let started = Instant::now();
+    let err = lock
+        .acquire_with(AcquireOptions::wait_for(Duration::from_millis(300)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // Their release (GET-compare-DEL) frees it for us.
+    let _: i64 = raw.del("interop:shared").await.unwrap();
+    let guard = lock.try_acquire().await.unwrap().expect("free");
+
+    // And while we hold it, their SET NX fails.
+    let set: Option<String> = redis::cmd("SET")
+        .arg("interop:shared")
+        .arg("theirs")
+        .arg("NX")
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(set, None);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_lease_can_neither_release_nor_renew_the_new_one() {
+    let server = RedisServer::start();
+    let backend = server.backend();
+    let client = client(backend.clone(), "stale");
+    let mut raw = server.raw().await;
+
+    let opts = AcquireOptions::try_once().lease(Duration::from_millis(50));
+    let old = client.lock("k").unwrap().acquire_with(opts).await.unwrap();
+    let old_value: String = raw.get("stale:k").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    let new = client
+        .lock("k")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .unwrap();
+    let new_value: String = raw.get("stale:k").await.unwrap();
+    assert_ne!(old_value, new_value);
+
+    let stale = lease_of("stale", "k", LockKind::Exclusive, &old_value);
+    let err = backend.release(&stale).await.unwrap_err();
+    assert!(matches!(err, Error::NotOwner { .. }), "{err}");
+    assert_eq!(
+        backend.renew(&[&stale], LONG).await.unwrap(),
+        [Renewal::Lost]
+    );
+    // Same owner, wrong fence: still not ours.
+    let mut wrong_fence = lease_of("stale", "k", LockKind::Exclusive, &new_value);
+    wrong_fence.fence += 1;
+    assert!(backend.release(&wrong_fence).await.is_err());
+    let value: String = raw.get("stale:k").await.unwrap();
+    assert_eq!(value, new_value, "the new lease is untouched");
+    assert!(old.release().await.is_err());
+    new.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_renewal_call_reports_each_lease_and_a_deleted_key_as_lost() {
+    let server = RedisServer::start();
+    let backend = server.backend();
+    let client = client(backend.clone(), "renew");
+    let mut raw = server.raw().await;
+    let opts = AcquireOptions::try_once().lease(Duration::from_secs(5));
+
+    let a = client.lock("a").unwrap().acquire_with(opts).await.unwrap();
+    let b = client
+        .fair_lock("b")
+        .unwrap()
+        .acquire_with(opts)
+        .await
+        .unwrap();
+    let c = client.rw_lock("c").unwrap().read_with(opts).await.unwrap();
+    let d = client.rw_lock("d").unwrap().write_with(opts).await.unwrap();
+    let va: String = raw.get("renew:a").await.unwrap();
+    let vb: String = raw.get("{renew:b}:fair").await.unwrap();
+    let readers: Vec<String> = raw.hkeys("{renew:c}:rw:read").await.unwrap();
+    let vd: String = raw.get("{renew:d}:rw:write").await.unwrap();
+    let leases = [
+        lease_of("renew", "a", LockKind::Exclusive, &va),
+        lease_of("renew", "b", LockKind::Fair, &vb),
+        lease_of("renew", "c", LockKind::Read, &readers[0]),
+        lease_of("renew", "d", LockKind::Write, &vd),
+    ];
+    let refs: Vec<&HeldLease<()>> = leases.iter().collect();
+
+    let _: i64 = raw.del("{renew:b}:fair").await.unwrap();
+    let renewed = backend.renew(&refs, LONG).await.unwrap();
+    use Renewal::*;
+    assert_eq!(renewed, [Renewed, Lost, Renewed, Renewed]);
+    for key in ["renew:a", "{renew:c}:rw:read", "{renew:d}:rw:write"] {
+        let pttl: i64 = raw.pttl(key).await.unwrap();
+        assert!(pttl > 20_000, "{key} renewed to 30 s: {pttl}");
+    }
+
+    // Large batches are split, but still answer in order.
+    let many: Vec<&HeldLease<()>> = (0..2500).map(|i| refs[i % 4]).collect();
+    let renewed = backend.renew(&many, LONG).await.unwrap();
+    assert_eq!(renewed.len(), 2500);
+    assert_eq!(renewed[1], Lost);
+    assert_eq!(renewed[2498], Renewed);
+    for guard in [a, c, d] {
+        guard.release().await.unwrap();
+    }
+    assert!(b.release().await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_waiter_without_waiting_for_the_lease() {
+    let server = RedisServer::start();
+    let client = client(server.backend(), "handoff");
+    let holder = client
+        .lock("h")
+        .unwrap()
+        .acquire_with(AcquireOptions::try_once().lease(LONG))
+        .await
+        .unwrap();
+    let waiter = client.lock("h").unwrap();
+    let task = tokio::spawn(async move {
+        let guard = waiter
+            .acquire_with(AcquireOptions::wait_for(Duration::from_secs(10)))
+            .await;
+        (Instant::now(), guard)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    let (acquired_at, guard) = task.await.unwrap();
+    let handoff = acquired_at - released_at;
+    assert!(
+        handoff < Duration::from_millis(500),
+        "handoff took {handoff:?}"
+    );
+    guard.unwrap().release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_lock_grants_in_request_order() {
+    let server = RedisServer::start();
+    let client = client(server.backend(), "fair");
+    let mut raw = server.raw().await;
+    let holder = client.fair_lock("q").unwrap().acquire().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let lock = client.fair_lock("q").unwrap();
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.acquire().await.unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            guard.release().await.unwrap();
+        }));
+        // Wait until this waiter is queued before starting the next.
+        let started = Instant::now();
+        loop {
+            let len: usize = raw.llen("{fair:q}:fair:queue").await.unwrap();
+            if len == i + 1 {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "waiter {i} not queued"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    // A single try does not jump the queue even when the lock is free.
+    holder.release().await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3]);
+    assert!(keys(&mut raw).await.iter().all(|k| k.ends_with(":fence")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_fair_waiter_leaves_no_queue_entry_or_subscription() {
+    let server = RedisServer::start();
+    let backend = server.backend();
+    let client = client(backend.clone(), "drop");
+    let mut raw = server.raw().await;
+    let holder = client.fair_lock("q").unwrap().acquire().await.unwrap();
+    let waiter = client.fair_lock("q").unwrap();
+    let pending = tokio::time::timeout(Duration::from_millis(200), waiter.acquire()).await;
+    assert!(pending.is_err(), "still waiting when dropped");
+    let started = Instant::now();
+    loop {
+        let len: usize = raw.llen("{drop:q}:fair:queue").await.unwrap();
+        if len == 0 && backend.waiting_channels() == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "queue entry left behind"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(channels.is_empty(), "unsubscribed: {channels:?}");
+    holder.release().await.unwrap();
+    // The next fair request is granted at once: nobody is in front of it.
+    assert!(waiter.try_acquire().await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_lock_shares_readers_excludes_writers_and_downgrades() {
+    let server = RedisServer::start();
+    let client = client(server.backend(), "rw");
+    let a = client.rw_lock("doc").unwrap();
+    let b = client.rw_lock("doc").unwrap();
+    let c = client.rw_lock("doc").unwrap();
+
+    let write = a.write().await.unwrap();
+    // Downgrade: the writer may read; others may not.
+    let read = a.read().await.unwrap();
+    assert!(b.try_read().await.unwrap().is_none());
+    assert!(b.try_write().await.unwrap().is_none());
+    let waiter = tokio::spawn(async move {
+        let guard = b.read().await.unwrap();
+        (Instant::now(), guard)
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released_at = Instant::now();
+    write.release().await.unwrap();
+    let (at, b_read) = waiter.await.unwrap();
+    assert!(
+        at - released_at < Duration::from_millis(500),
+        "reader woken by the writer's release"
+    );
+    // Two readers share; a writer waits for both.
+    assert!(c.try_write().await.unwrap().is_none());
+    let writer = tokio::spawn(async move { c.write().await.map(|g| (Instant::now(), g)) });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    read.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!writer.is_finished(), "one reader left");
+    let released_at = Instant::now();
+    b_read.release().await.unwrap();
+    let (at, w) = writer.await.unwrap().unwrap();
+    assert!(
+        at - released_at < Duration::from_millis(500),
+        "writer woken by the last reader"
+    );
+    w.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_holds_back_new_readers() {
+    let server = RedisServer::start();
+    let client = client(server.backend(), "pref");
+    let reader = client.rw_lock("doc").unwrap().read().await.unwrap();
+    let writer = client.rw_lock("doc").unwrap();
+    let w = tokio::spawn(async move { writer.write().await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let late = client.rw_lock("doc").unwrap();
+    assert!(
+        late.try_read().await.unwrap().is_none(),
+        "writers are preferred"
+    );
+    reader.release().await.unwrap();
+    let w = w.await.unwrap().unwrap();
+    w.release().await.unwrap();
+    assert!(late.try_read().await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_and_is_locked_per_family() {
+    let server = RedisServer::start();
+    let client = client(server.backend(), "force");
+    let ex = client.lock("x").unwrap().acquire().await.unwrap();
+    let rw = client.rw_lock("x").unwrap();
+    assert!(!rw.is_locked().await.unwrap(), "families are separate");
+    let r = rw.read().await.unwrap();
+    assert!(rw.is_locked().await.unwrap());
+    assert!(rw.force_unlock().await.unwrap());
+    assert!(!rw.is_locked().await.unwrap());
+    let other = client.lock("x").unwrap();
+    assert!(other.is_locked().await.unwrap());
+    assert!(other.force_unlock().await.unwrap());
+    assert!(!other.force_unlock().await.unwrap());
+    assert!(other.try_acquire().await.unwrap().is_some());
+    assert!(ex.release().await.is_err());
+    assert!(r.release().await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_deleted_behind_the_holders_back_is_reported_lost() {
+    let server = RedisServer::start();
+    let backend = server.backend();
+    let client = lock_core::LockClient::builder(backend)
+        .namespace("lost")
+        .watchdog_lease(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let mut raw = server.raw().await;
+    let guard = client.lock("k").unwrap().acquire().await.unwrap();
+    let _: i64 = raw.del("lost:k").await.unwrap();
+    let loss = tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("loss reported by the next renewal");
+    assert_eq!(loss, lock_core::LeaseLoss::Revoked);
+    assert!(!guard.is_held());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_a_quick_retryable_error() {
+    let port = common::free_port();
+    let config = RedisConfig::builder(&format!("redis://127.0.0.1:{port}"))
+        .connect_timeout(Duration::from_millis(300))
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let err = RedisBackend::connect(config.clone()).await.unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    let client = client(RedisBackend::new(config).unwrap(), "down");
+    let err = client.lock("k").unwrap().acquire().await.unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    let err = client.fair_lock("k").unwrap().acquire().await.unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A non-routable address: the connect timeout bounds it.
+    let config = RedisConfig::builder("redis://10.255.255.1:6379")
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let err = RedisBackend::connect(config).await.unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backend_recovers_after_the_server_restarts() {
+    let mut server = RedisServer::start();
+    let client = client(server.backend(), "restart");
+    let lock = client.lock("k").unwrap();
+    lock.try_acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    server.stop();
+    let err = lock.try_acquire().await.unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    server.restart();
+    let started = Instant::now();
+    let guard = loop {
+        match lock.try_acquire().await {
+            Ok(Some(guard)) => break guard,
+            Ok(None) => panic!("nobody holds it"),
+            Err(err) => {
+                assert!(err.is_retryable(), "{err}");
+                assert!(
+                    started.elapsed() < Duration::from_secs(5),
+                    "no reconnect: {err}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    guard.release().await.unwrap();
+}

@@ -1,0 +1,135 @@
+//! RedLock over five real redis-servers.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{keys, RedisServer};
+use lock_core::{prelude::*, AcquireOptions, Error, LockClient};
+use lock_redis::RedLockBackend;
+use redis::AsyncCommands;
+
+fn cluster(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
+fn client(servers: &[RedisServer], namespace: &str) -> LockClient<RedLockBackend> {
+    let backend = RedLockBackend::new(servers.iter().map(RedisServer::config)).unwrap();
+    LockClient::builder(backend)
+        .namespace(namespace)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_grants_excludes_and_hands_over() {
+    let servers = cluster(5);
+    let a = client(&servers, "rl");
+    let b = client(&servers, "rl");
+    assert_eq!(a.backend().quorum(), 3);
+    let guard = a
+        .lock("k")
+        .unwrap()
+        .acquire_with(AcquireOptions::try_once().lease(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    for server in &servers {
+        let mut raw = server.raw().await;
+        let exists: bool = raw.exists("rl:k").await.unwrap();
+        assert!(exists, "held on every master");
+    }
+    let other = b.lock("k").unwrap();
+    assert!(other.try_acquire().await.unwrap().is_none());
+    assert!(other.is_locked().await.unwrap());
+    let fence = guard.fencing_token();
+    let waiter = tokio::spawn(async move {
+        let g = other
+            .acquire_with(AcquireOptions::wait_for(Duration::from_secs(10)))
+            .await;
+        (Instant::now(), g)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let (at, g) = waiter.await.unwrap();
+    let g = g.unwrap();
+    assert!(
+        at - released_at < Duration::from_millis(500),
+        "woken by the release message"
+    );
+    assert!(g.fencing_token() > fence);
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_keeps_working_with_two_of_five_masters_down() {
+    let mut servers = cluster(5);
+    servers[0].stop();
+    servers[3].stop();
+    let a = client(&servers, "minority");
+    let b = client(&servers, "minority");
+    let guard = a.lock("k").unwrap().acquire().await.unwrap();
+    assert!(b.lock("k").unwrap().try_acquire().await.unwrap().is_none());
+    let fence = guard.fencing_token();
+    guard.release().await.unwrap();
+    let again = b
+        .lock("k")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free");
+    assert!(again.fencing_token() > fence);
+    again.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_fails_cleanly_with_three_of_five_masters_down() {
+    let mut servers = cluster(5);
+    for i in [1, 2, 4] {
+        servers[i].stop();
+    }
+    let a = client(&servers, "majority-down");
+    let started = Instant::now();
+    let err = a.lock("k").unwrap().try_acquire().await.unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    assert!(err.to_string().contains("majority"), "{err}");
+    let err = a
+        .lock("k")
+        .unwrap()
+        .acquire_with(AcquireOptions::wait_for(Duration::from_millis(300)))
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    for i in [0, 3] {
+        let mut raw = servers[i].raw().await;
+        let left = keys(&mut raw).await;
+        assert!(
+            left.iter().all(|k| k.ends_with(":fence")),
+            "only the fencing counter stays: {left:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_fences_increase_even_when_counters_disagree() {
+    let mut servers = cluster(5);
+    // One master's counter is far ahead (say it took part in grants the others missed).
+    let mut raw = servers[0].raw().await;
+    let _: () = raw.set("{fence:k}:fence", 100).await.unwrap();
+    let c = client(&servers, "fence");
+    let first = c.lock("k").unwrap().try_acquire().await.unwrap().unwrap();
+    assert_eq!(first.fencing_token(), 101);
+    first.release().await.unwrap();
+    // Without the master that had the high counter, the next grant must still be
+    // larger: the grant raised the others of its majority to 101.
+    servers[0].stop();
+    let second = c.lock("k").unwrap().try_acquire().await.unwrap().unwrap();
+    assert!(second.fencing_token() > 101, "{}", second.fencing_token());
+    second.release().await.unwrap();
+}
