@@ -6,11 +6,12 @@ use std::time::Duration;
 use lock_core::{Error, LockClient, LockProvider, Result, DEFAULT_WATCHDOG_LEASE};
 
 /// The URL schemes [`connect`] understands with the features this build has.
-#[cfg(not(feature = "redis"))]
-pub const SCHEMES: &[&str] = &["memory"];
-/// The URL schemes [`connect`] understands with the features this build has.
-#[cfg(feature = "redis")]
-pub const SCHEMES: &[&str] = &["memory", "redis", "rediss"];
+pub fn schemes() -> Vec<&'static str> {
+    let mut schemes = vec!["memory"];
+    #[cfg(feature = "redis")]
+    schemes.extend(["redis", "rediss"]);
+    schemes
+}
 
 /// Client settings that every backend shares.
 #[derive(Clone, Debug)]
@@ -67,7 +68,8 @@ impl ConnectOptions {
 pub async fn connect(url: &str, options: ConnectOptions) -> Result<Arc<dyn LockProvider>> {
     let Some((scheme, _rest)) = url.split_once("://") else {
         return Err(Error::invalid_argument(format!(
-            "{url:?} is not a URL: expected <scheme>://..., with a scheme among {SCHEMES:?}"
+            "{url:?} is not a URL: expected <scheme>://..., with a scheme among {:?}",
+            schemes()
         )));
     };
     match scheme {
@@ -78,7 +80,7 @@ pub async fn connect(url: &str, options: ConnectOptions) -> Result<Arc<dyn LockP
             options.client(lock_redis::RedisBackend::connect(config).await?)
         }
         other => Err(Error::invalid_argument(format!(
-            "unknown or disabled lock backend {other:?}: this build supports {SCHEMES:?} (enable the crate feature of the backend)"
+            "unknown or disabled lock backend {other:?}: this build supports {:?} (enable the crate feature of the backend)", schemes()
         ))),
     }
 }

@@ -18,5 +18,5 @@
 
 mod connect;
 
-pub use connect::{connect, ConnectOptions, SCHEMES};
+pub use connect::{connect, schemes, ConnectOptions};
 pub use lock_core::*;
