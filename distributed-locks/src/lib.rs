@@ -20,3 +20,12 @@ mod connect;
 
 pub use connect::{connect, schemes, ConnectOptions};
 pub use lock_core::*;
+
+/// The Redis backend crate, [`lock_redis`]: `RedisBackend`, `RedLockBackend`, `RedisConfig`.
+#[cfg(feature = "redis")]
+pub use lock_redis as redis;
+
+/// The README's examples compile as doctests (they need every backend feature).
+#[cfg(all(doctest, feature = "redis"))]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;

@@ -63,11 +63,6 @@
 //! current runtime.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
-/// The README's examples compile and run as doctests.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct ReadmeDoctests;
-
 mod api;
 mod backend;
 mod client;
