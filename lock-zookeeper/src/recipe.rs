@@ -189,6 +189,7 @@ async fn attempt(
                         None => std::future::pending().await,
                     }
                 };
+                let _waiting = inner.counters.waiting();
                 tokio::select! {
                     event = watcher.changed() => {
                         if event.event_type == EventType::Session {

@@ -148,9 +148,9 @@ impl Sessions {
     }
 
     async fn connect(&self) -> Result<Client> {
-        let mut connector = Client::connector()
-            .with_session_timeout(self.config.session_timeout())
-            .with_connection_timeout(self.config.connect_timeout());
+        // The client's own idle timeout (2/5 of the session timeout) decides when a
+        // silent connection counts as lost; our connect timeout bounds this whole call.
+        let mut connector = Client::connector().with_session_timeout(self.config.session_timeout());
         if let Some((user, password)) = self.config.digest() {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }

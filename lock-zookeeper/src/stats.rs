@@ -15,6 +15,8 @@ pub struct ZkStats {
     pub predecessor_wakeups: u64,
     /// Writes made to draw a fresh fencing token (grants after waiting).
     pub fence_writes: u64,
+    /// Acquires waiting on a watch right now.
+    pub waiting: u64,
 }
 
 #[derive(Debug, Default)]
@@ -23,6 +25,7 @@ pub(crate) struct Counters {
     children_reads: AtomicU64,
     predecessor_wakeups: AtomicU64,
     fence_writes: AtomicU64,
+    waiting: AtomicU64,
 }
 
 /// Which counter to bump.
@@ -51,6 +54,22 @@ impl Counters {
             children_reads: self.children_reads.load(Ordering::Relaxed),
             predecessor_wakeups: self.predecessor_wakeups.load(Ordering::Relaxed),
             fence_writes: self.fence_writes.load(Ordering::Relaxed),
+            waiting: self.waiting.load(Ordering::Relaxed),
         }
+    }
+
+    /// Counts one acquire as waiting until the returned value is dropped.
+    pub(crate) fn waiting(&self) -> Waiting<'_> {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        Waiting(&self.waiting)
+    }
+}
+
+/// One waiting acquire; see [`Counters::waiting`].
+pub(crate) struct Waiting<'a>(&'a AtomicU64);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
