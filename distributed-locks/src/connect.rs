@@ -10,6 +10,8 @@ pub fn schemes() -> Vec<&'static str> {
     let mut schemes = vec!["memory"];
     #[cfg(feature = "redis")]
     schemes.extend(["redis", "rediss"]);
+    #[cfg(feature = "zookeeper")]
+    schemes.push("zk");
     schemes
 }
 
@@ -57,6 +59,7 @@ impl ConnectOptions {
 /// |---|---|---|
 /// | `memory://` | a new in-memory backend (this process only) | always |
 /// | `redis://`, `rediss://` | one Redis server (`lock_redis::RedisBackend`) | `redis` |
+/// | `zk://` | a ZooKeeper ensemble (`lock_zookeeper::ZkBackend`, URL as `ZkConfig::from_url`) | `zookeeper` |
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for a malformed URL or a scheme this build lacks (the
@@ -78,6 +81,11 @@ pub async fn connect(url: &str, options: ConnectOptions) -> Result<Arc<dyn LockP
         "redis" | "rediss" => {
             let config = lock_redis::RedisConfig::from_url(url)?;
             options.client(lock_redis::RedisBackend::connect(config).await?)
+        }
+        #[cfg(feature = "zookeeper")]
+        "zk" => {
+            let config = lock_zookeeper::ZkConfig::from_url(url)?;
+            options.client(lock_zookeeper::ZkBackend::connect(config).await?)
         }
         other => Err(Error::invalid_argument(format!(
             "unknown or disabled lock backend {other:?}: this build supports {:?} (enable the crate feature of the backend)", schemes()

@@ -25,7 +25,11 @@ pub use lock_core::*;
 #[cfg(feature = "redis")]
 pub use lock_redis as redis;
 
+/// The ZooKeeper backend crate, [`lock_zookeeper`]: `ZkBackend`, `ZkConfig`.
+#[cfg(feature = "zookeeper")]
+pub use lock_zookeeper as zookeeper;
+
 /// The README's examples compile as doctests (they need every backend feature).
-#[cfg(all(doctest, feature = "redis"))]
+#[cfg(all(doctest, feature = "redis", feature = "zookeeper"))]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;

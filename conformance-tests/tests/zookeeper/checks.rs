@@ -1,0 +1,631 @@
+//! ZooKeeper-specific checks, beyond the shared suite: what the session, the node
+//! layout and the recipe promise.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use lock_core::prelude::*;
+use lock_core::{
+    Error, LeaseLoss, LockBackend, LockClient, LockFamily, LockKey, LockName, Namespace,
+};
+use lock_zookeeper::zookeeper_client::{Acls, Client, CreateMode};
+use lock_zookeeper::{ConnectionState, ZkBackend};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::time::Instant;
+
+use conformance_tests::Backend as _;
+
+use crate::{Zk, SESSION_TIMEOUT};
+
+type Check = fn(Arc<Zk>) -> BoxFuture<'static, ()>;
+
+/// Every check, in the order they run.
+pub fn all() -> Vec<(&'static str, Check)> {
+    vec![
+        ("frozen_holder_session_expires", |zk| {
+            frozen_holder_session_expires(zk).boxed()
+        }),
+        ("paused_server_reports_session_loss", |zk| {
+            paused_server_reports_session_loss(zk).boxed()
+        }),
+        ("deleted_node_reports_loss", |zk| {
+            deleted_node_reports_loss(zk).boxed()
+        }),
+        ("cancelled_acquire_leaves_no_child", |zk| {
+            cancelled_acquire_leaves_no_child(zk).boxed()
+        }),
+        ("curator_nodes_are_contenders", |zk| {
+            curator_nodes_are_contenders(zk).boxed()
+        }),
+        ("fifty_waiters_wake_one_each", |zk| {
+            fifty_waiters_wake_one_each(zk).boxed()
+        }),
+        ("unreachable_server_is_unavailable", |zk| {
+            unreachable_server_is_unavailable(zk).boxed()
+        }),
+        ("chroot_and_digest_acl", |zk| {
+            chroot_and_digest_acl(zk).boxed()
+        }),
+        ("empty_lock_paths_are_reaped", |zk| {
+            empty_lock_paths_are_reaped(zk).boxed()
+        }),
+    ]
+}
+
+fn namespace(check: &str) -> String {
+    format!("zk-{check}-{}", uuid::Uuid::new_v4().simple())
+}
+
+fn key(ns: &str, name: &str) -> LockKey {
+    LockKey::new(Namespace::new(ns).unwrap(), LockName::new(name).unwrap())
+}
+
+fn client(backend: &ZkBackend, ns: &str) -> LockClient<ZkBackend> {
+    LockClient::builder(backend.clone())
+        .namespace(ns)
+        .build()
+        .expect("client")
+}
+
+async fn raw(zk: &Zk) -> Client {
+    zk.operator
+        .zookeeper_client()
+        .await
+        .expect("operator client")
+}
+
+async fn within<T>(what: &str, limit: Duration, fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within {limit:?}"))
+}
+
+/// Waits, by watching, until the children of `dir` satisfy `done`; returns them.
+async fn children_until(
+    raw: &Client,
+    dir: &str,
+    limit: Duration,
+    done: impl Fn(&[String]) -> bool,
+) -> Vec<String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let (children, watcher) = match raw.list_and_watch_children(dir).await {
+            Ok(found) => found,
+            Err(lock_zookeeper::zookeeper_client::Error::NoNode) => {
+                if done(&[]) {
+                    return Vec::new();
+                }
+                let (_, watcher) = raw.check_and_watch_stat(dir).await.expect("exists");
+                (Vec::new(), watcher)
+            }
+            Err(err) => panic!("list {dir}: {err}"),
+        };
+        if done(&children) {
+            return children;
+        }
+        if tokio::time::timeout_at(deadline, watcher.changed())
+            .await
+            .is_err()
+        {
+            panic!("children of {dir} still {children:?} after {limit:?}");
+        }
+    }
+}
+
+/// Polls a local counter (no server involved) until `done`.
+async fn until(what: &str, limit: Duration, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to a process this test started, by its PID.
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// Resumes a paused process when dropped, also when a check fails.
+struct Resume(u32);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        signal(self.0, "CONT");
+    }
+}
+
+/// A holder process frozen (SIGSTOP) past its session timeout: the server expires its
+/// session and hands the lock on; once thawed, the holder's guard reports the loss (the
+/// holder prints it and exits with 3).
+async fn frozen_holder_session_expires(zk: Arc<Zk>) {
+    let session = Duration::from_secs(2);
+    let spec = conformance_tests::HolderSpec {
+        namespace: namespace("frozen"),
+        name: "frozen".into(),
+        watchdog_lease: session,
+    };
+    let mut command = zk.holder_command(&spec).expect("holder");
+    command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command.spawn().expect("spawn holder");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = within("holder acquires", zk.slack() * 10, lines.next_line())
+        .await
+        .expect("read")
+        .expect("a line");
+    assert!(line.starts_with("ACQUIRED"), "{line}");
+    let pid = child.id().expect("running");
+    signal(pid, "STOP");
+    let resume = Resume(pid);
+    let ours = client(&ZkBackend::new(zk.config(SESSION_TIMEOUT)), &spec.namespace);
+    let frozen_at = Instant::now();
+    let guard = within(
+        "acquire after the frozen holder's session expired",
+        session + zk.slack() * 2,
+        ours.lock("frozen").unwrap().acquire(),
+    )
+    .await
+    .expect("acquire");
+    println!(
+        "zookeeper: frozen holder's lock free after {:.2?}",
+        frozen_at.elapsed()
+    );
+    drop(resume);
+    let status = within("holder notices", zk.slack() * 3, child.wait())
+        .await
+        .expect("wait");
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(3), "holder exit; stderr: {stderr}");
+    // Thawed, it learns either that its session ended or, first, that the watchdog
+    // lease ran out locally while it was frozen: a loss either way.
+    assert!(
+        stderr.contains("session ended") || stderr.contains("lease expired"),
+        "holder said: {stderr}"
+    );
+    guard.release().await.expect("release");
+}
+
+/// The server paused (SIGSTOP): the connection is lost, locks are uncertain
+/// (`Suspended`, renewals fail), and after a whole session timeout every guard of the
+/// backend reports `SessionLost`. Once the server is back, a new session serves locks.
+async fn paused_server_reports_session_loss(zk: Arc<Zk>) {
+    let Some(server) = zk.server_pid else {
+        println!("zookeeper SKIP paused_server_reports_session_loss: server from the environment");
+        return;
+    };
+    let ns = namespace("paused");
+    let session = Duration::from_secs(2);
+    let backend = ZkBackend::connect(zk.config(session))
+        .await
+        .expect("connect");
+    let client = client(&backend, &ns);
+    let guards = vec![
+        client
+            .lock("a")
+            .unwrap()
+            .acquire()
+            .await
+            .expect("exclusive"),
+        client
+            .fair_lock("b")
+            .unwrap()
+            .acquire()
+            .await
+            .expect("fair"),
+        client.rw_lock("c").unwrap().read().await.expect("read"),
+    ];
+    assert_eq!(backend.connection_state(), ConnectionState::Connected);
+    signal(server, "STOP");
+    let resume = Resume(server);
+    until("suspended", session + zk.slack(), || {
+        backend.connection_state() == ConnectionState::Suspended
+    })
+    .await;
+    for guard in &guards {
+        let loss = within("loss report", session + zk.slack() * 2, guard.lost()).await;
+        assert_eq!(loss, LeaseLoss::SessionLost);
+        assert!(!guard.is_held());
+    }
+    assert_eq!(backend.connection_state(), ConnectionState::Lost);
+    drop(resume);
+    let again = within("a new session", zk.slack() * 3, async {
+        client.lock("a").unwrap().acquire().await
+    })
+    .await
+    .expect("acquire on a new session");
+    assert_eq!(backend.connection_state(), ConnectionState::Connected);
+    again.release().await.expect("release");
+    for guard in guards {
+        assert!(matches!(
+            guard.release().await,
+            Err(Error::LeaseLost { .. })
+        ));
+    }
+}
+
+/// The holder's node deleted by someone else: its guard reports `Revoked` at once (the
+/// watch on its own node), with no renewal needed.
+async fn deleted_node_reports_loss(zk: Arc<Zk>) {
+    let ns = namespace("deleted");
+    let client = client(&ZkBackend::new(zk.config(SESSION_TIMEOUT)), &ns);
+    let guard = client
+        .lock("victim")
+        .unwrap()
+        .acquire()
+        .await
+        .expect("acquire");
+    let raw = raw(&zk).await;
+    let dir = ZkBackend::lock_path(&key(&ns, "victim"), LockFamily::Exclusive);
+    let children = raw.list_children(&dir).await.expect("list");
+    assert_eq!(children.len(), 1, "{children:?}");
+    raw.delete(&format!("{dir}/{}", children[0]), None)
+        .await
+        .expect("delete");
+    let loss = within("loss report", zk.slack(), guard.lost()).await;
+    assert_eq!(loss, LeaseLoss::Revoked);
+    assert!(matches!(
+        guard.release().await,
+        Err(Error::LeaseLost { .. })
+    ));
+}
+
+/// An acquire dropped while it waits, or giving up at its limit, deletes its node.
+async fn cancelled_acquire_leaves_no_child(zk: Arc<Zk>) {
+    let ns = namespace("cancel");
+    let dir = ZkBackend::lock_path(&key(&ns, "c"), LockFamily::Exclusive);
+    let raw = raw(&zk).await;
+    let holder = client(&ZkBackend::new(zk.config(SESSION_TIMEOUT)), &ns);
+    let guard = holder.lock("c").unwrap().acquire().await.expect("acquire");
+    let held = children_until(&raw, &dir, zk.slack(), |c| c.len() == 1).await;
+
+    let waiter = client(&ZkBackend::new(zk.config(SESSION_TIMEOUT)), &ns);
+    let lock = waiter.lock("c").unwrap();
+    let task = tokio::spawn(async move { lock.acquire().await });
+    children_until(&raw, &dir, zk.slack(), |c| c.len() == 2).await;
+    task.abort();
+    let left = children_until(&raw, &dir, zk.slack(), |c| c.len() == 1).await;
+    assert_eq!(left, held, "the holder's node must be the one left");
+
+    let lock = waiter.lock("c").unwrap();
+    let err = lock
+        .acquire_timeout(Duration::from_millis(300))
+        .await
+        .expect_err("held");
+    assert!(err.is_retryable(), "{err}");
+    let left = children_until(&raw, &dir, zk.slack(), |c| c.len() == 1).await;
+    assert_eq!(left, held);
+    guard.release().await.expect("release");
+    children_until(&raw, &dir, zk.slack(), <[String]>::is_empty).await;
+}
+
+/// Nodes in Curator's layout made by another client (raw creates standing in for
+/// Curator) are contenders in sequence order, for the mutex and the read-write lock;
+/// ours are named as Curator names them.
+async fn curator_nodes_are_contenders(zk: Arc<Zk>) {
+    let ns = namespace("curator");
+    let raw = raw(&zk).await;
+    let dir = ZkBackend::lock_path(&key(&ns, "shared"), LockFamily::Exclusive);
+    let container = CreateMode::Container.with_acls(Acls::anyone_all());
+    let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    raw.mkdir(&dir, &container).await.expect("mkdir");
+    let curator = |marker: &str| format!("{dir}/_c_{}-{marker}", uuid::Uuid::new_v4());
+    let (_, seq) = raw
+        .create(&curator("lock-"), b"10.0.0.1", &ephemeral)
+        .await
+        .expect("create");
+    let children = raw.list_children(&dir).await.unwrap();
+    let first = format!("{dir}/{}", children[0]);
+    assert!(first.ends_with(&seq.to_string()));
+    let (_, second_seq) = raw
+        .create(&curator("lock-"), b"10.0.0.1", &ephemeral)
+        .await
+        .expect("create");
+    let second = raw
+        .list_children(&dir)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|c| c.ends_with(&second_seq.to_string()))
+        .map(|c| format!("{dir}/{c}"))
+        .unwrap();
+
+    let backend = ZkBackend::new(zk.config(SESSION_TIMEOUT));
+    let ours = client(&backend, &ns);
+    assert!(
+        ours.lock("shared")
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "ignored Curator's holder"
+    );
+    let lock = ours.lock("shared").unwrap();
+    let task = tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(60)).await });
+    let queued = children_until(&raw, &dir, zk.slack(), |c| c.len() == 3).await;
+    let mine = queued
+        .iter()
+        .find(|c| !first.ends_with(c.as_str()) && !second.ends_with(c.as_str()))
+        .unwrap();
+    let (head, tail) = mine.split_at(mine.len() - 10);
+    assert!(tail.bytes().all(|b| b.is_ascii_digit()), "{mine}");
+    assert!(
+        head.starts_with("_c_") && head.ends_with("-lock-") && head.len() == 3 + 36 + 6,
+        "{mine}"
+    );
+
+    // The node right before ours goes: we wake, see Curator's holder, wait again.
+    until("queued", zk.slack(), || backend.stats().waiting == 1).await;
+    raw.delete(&second, None).await.expect("delete second");
+    until("woken and waiting again", zk.slack(), || {
+        let s = backend.stats();
+        s.predecessor_wakeups == 1 && s.waiting == 1
+    })
+    .await;
+    assert!(!task.is_finished(), "acquired while Curator's holder held");
+    raw.delete(&first, None).await.expect("delete first");
+    let guard = within("handoff from Curator", zk.slack(), task)
+        .await
+        .unwrap()
+        .expect("acquire");
+    // A Curator contender arriving now queues behind us.
+    let (_, later) = raw
+        .create(&curator("lock-"), b"", &ephemeral)
+        .await
+        .unwrap();
+    assert!(later.into_i64() > seq.into_i64());
+    guard.release().await.expect("release");
+    let rest = raw.list_children(&dir).await.unwrap();
+    assert_eq!(rest.len(), 1);
+    raw.delete(&format!("{dir}/{}", rest[0]), None)
+        .await
+        .unwrap();
+
+    // Read-write: Curator's writer blocks our readers and writers; its reader blocks
+    // only our writers.
+    let rw_dir = ZkBackend::lock_path(&key(&ns, "table"), LockFamily::ReadWrite);
+    raw.mkdir(&rw_dir, &container).await.expect("mkdir");
+    let rw = ours.rw_lock("table").unwrap();
+    let marker = |m: &str| format!("{rw_dir}/_c_{}-{m}", uuid::Uuid::new_v4());
+    raw.create(&marker("__WRIT__"), b"", &ephemeral)
+        .await
+        .unwrap();
+    assert!(
+        rw.try_read().await.unwrap().is_none(),
+        "read past Curator's writer"
+    );
+    assert!(
+        rw.try_write().await.unwrap().is_none(),
+        "write past Curator's writer"
+    );
+    for child in raw.list_children(&rw_dir).await.unwrap() {
+        raw.delete(&format!("{rw_dir}/{child}"), None)
+            .await
+            .unwrap();
+    }
+    raw.create(&marker("__READ__"), b"", &ephemeral)
+        .await
+        .unwrap();
+    let read = rw
+        .try_read()
+        .await
+        .unwrap()
+        .expect("readers share with Curator's reader");
+    read.release().await.unwrap();
+    assert!(
+        rw.try_write().await.unwrap().is_none(),
+        "write past Curator's reader"
+    );
+    for child in raw.list_children(&rw_dir).await.unwrap() {
+        raw.delete(&format!("{rw_dir}/{child}"), None)
+            .await
+            .unwrap();
+    }
+}
+
+/// Fifty waiters on one lock: each release wakes exactly one of them, which reads the
+/// queue once: the cost of a handoff does not grow with the queue.
+async fn fifty_waiters_wake_one_each(zk: Arc<Zk>) {
+    const WAITERS: u64 = 50;
+    let ns = namespace("herd");
+    let backend = ZkBackend::new(zk.config(SESSION_TIMEOUT));
+    let client = client(&backend, &ns);
+    let mut current = client
+        .lock("herd")
+        .unwrap()
+        .acquire()
+        .await
+        .expect("acquire");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..WAITERS {
+        let lock = client.lock("herd").unwrap();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let _ = tx.send(lock.acquire_timeout(Duration::from_secs(120)).await);
+        });
+    }
+    until("all waiting", zk.slack() * 10, || {
+        backend.stats().waiting == WAITERS
+    })
+    .await;
+    let mut handoffs = Vec::new();
+    for n in 1..=WAITERS {
+        let before = backend.stats();
+        let released = Instant::now();
+        current.release().await.expect("release");
+        let next = within("handoff", zk.slack(), rx.recv()).await;
+        handoffs.push(released.elapsed());
+        current = next.expect("sender").expect("acquire");
+        until("the others still waiting", zk.slack(), || {
+            backend.stats().waiting == WAITERS - n
+        })
+        .await;
+        let after = backend.stats();
+        assert_eq!(
+            (
+                after.predecessor_wakeups - before.predecessor_wakeups,
+                after.children_reads - before.children_reads
+            ),
+            (1, 1),
+            "handoff {n}: wake-ups and reads"
+        );
+    }
+    current.release().await.expect("release");
+    handoffs.sort();
+    println!(
+        "zookeeper: {WAITERS} handoffs with 1 wake-up and 1 read each; median {:.1?}, max {:.1?}",
+        handoffs[handoffs.len() / 2],
+        handoffs[handoffs.len() - 1]
+    );
+}
+
+/// No server: a retryable `Unavailable` within the connect timeout, never a hang or a
+/// panic; bad URLs are invalid arguments.
+async fn unreachable_server_is_unavailable(zk: Arc<Zk>) {
+    let port = conformance_tests::server::free_port().unwrap();
+    let url = format!("zk://127.0.0.1:{port}?connect_timeout_ms=1000");
+    let started = Instant::now();
+    let err = ZkBackend::connect_url(&url)
+        .await
+        .expect_err("nothing listens");
+    assert!(
+        matches!(err, Error::Unavailable { .. }) && err.is_retryable(),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1) + zk.slack(),
+        "took {:?}",
+        started.elapsed()
+    );
+
+    let lazy = client(
+        &ZkBackend::new(lock_zookeeper::ZkConfig::from_url(&url).unwrap()),
+        "x",
+    );
+    let err = lazy
+        .lock("a")
+        .unwrap()
+        .try_acquire()
+        .await
+        .expect_err("nothing listens");
+    assert!(err.is_retryable(), "{err:?}");
+
+    for bad in [
+        "zk://",
+        "zk://h:99999",
+        "http://h:1",
+        "zk://h?session_timeout_ms=-1",
+    ] {
+        assert!(
+            matches!(
+                ZkBackend::connect_url(bad).await,
+                Err(Error::InvalidArgument { .. })
+            ),
+            "{bad}"
+        );
+    }
+}
+
+/// A chroot holds a tenant's tree; with a digest, its nodes are creator-only: another
+/// client can neither list nor delete them, nor queue on the lock.
+async fn chroot_and_digest_acl(zk: Arc<Zk>) {
+    let chroot = format!("/tenant-{}", uuid::Uuid::new_v4().simple());
+    let hosts = zk.operator.config().hosts().join(",");
+    let url = |user: &str| format!("zk://{user}@{hosts}{chroot}?session_timeout_ms=6000");
+    let alice = ZkBackend::connect_url(&url("alice:secret"))
+        .await
+        .expect("alice");
+    let guard = client(&alice, "ns")
+        .lock("acl")
+        .unwrap()
+        .acquire()
+        .await
+        .expect("acquire");
+    let raw = raw(&zk).await;
+    assert!(
+        raw.check_stat(&chroot).await.unwrap().is_some(),
+        "chroot made"
+    );
+    let dir = format!("{chroot}/ns/acl");
+    assert!(
+        raw.list_children(&dir).await.is_err(),
+        "listed alice's lock"
+    );
+    assert!(
+        raw.delete(&format!("{dir}/anything"), None).await.is_err(),
+        "deleted under alice's lock"
+    );
+
+    let mallory = ZkBackend::connect_url(&url("mallory:guess"))
+        .await
+        .expect("mallory");
+    let err = client(&mallory, "ns")
+        .lock("acl")
+        .unwrap()
+        .try_acquire()
+        .await
+        .expect_err("no access");
+    assert!(!err.is_retryable(), "{err:?}");
+    let alice2 = ZkBackend::connect_url(&url("alice:secret"))
+        .await
+        .expect("alice again");
+    assert!(client(&alice2, "ns")
+        .lock("acl")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    assert!(guard.is_held());
+    guard.release().await.expect("release");
+}
+
+/// Lock paths are containers: once empty, the server removes them.
+async fn empty_lock_paths_are_reaped(zk: Arc<Zk>) {
+    let ns = namespace("reap");
+    let client = client(&ZkBackend::new(zk.config(SESSION_TIMEOUT)), &ns);
+    let guard = client
+        .lock("tmp")
+        .unwrap()
+        .acquire()
+        .await
+        .expect("acquire");
+    guard.release().await.expect("release");
+    let raw = raw(&zk).await;
+    let dir = ZkBackend::lock_path(&key(&ns, "tmp"), LockFamily::Exclusive);
+    let deadline = Instant::now() + zk.slack() * 3;
+    loop {
+        let (stat, watcher) = raw.check_and_watch_stat(&dir).await.expect("exists");
+        if stat.is_none() {
+            break;
+        }
+        if tokio::time::timeout_at(deadline, watcher.changed())
+            .await
+            .is_err()
+        {
+            panic!("{dir} not reaped");
+        }
+    }
+    assert!(!zk
+        .operator
+        .is_locked(&key(&ns, "tmp"), LockFamily::Exclusive)
+        .await
+        .unwrap());
+}

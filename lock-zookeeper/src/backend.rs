@@ -1,0 +1,339 @@
+//! [`ZkBackend`]: the lock-core primitive on ZooKeeper.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_core::{
+    AcquireRequest, Capabilities, Error, Grant, HeldLease, LockBackend, LockFamily, LockKey,
+    LockKind, OwnerToken, Renewal, Result,
+};
+use zookeeper_client::{Client, Error as ZkError};
+
+use crate::config::ZkConfig;
+use crate::error::{self, is_connection_loss, BACKEND};
+use crate::lease::{LeaseFlags, ZkLease};
+use crate::path;
+use crate::recipe;
+use crate::session::{ConnectionState, Sessions};
+use crate::stats::{Counters, ZkStats};
+
+/// Locks on ZooKeeper, for [`LockClient`](lock_core::LockClient).
+///
+/// One backend is one ZooKeeper session: every lock taken through it is an ephemeral
+/// node of that session, so the session is the lease. There is no renewal traffic per
+/// lock; the client's pings keep the session, and the watchdog's renewals are answered
+/// from what this backend knows of the session and its nodes. Cloning shares the session.
+///
+/// * **Loss.** A holder's node deleted behind its back, or the session expiring, is
+///   reported to every guard at once ([`LockGuard::lost`](lock_core::LockGuard::lost)).
+/// * **Uncertainty.** While the connection is lost the session may live on:
+///   [`connection_state`](Self::connection_state) says [`ConnectionState::Suspended`]
+///   and renewals fail (so guards stop being renewed locally). After a whole session
+///   timeout without a connection, the session is declared lost and guards report
+///   [`LeaseLoss::SessionLost`](lock_core::LeaseLoss::SessionLost).
+/// * **Fixed leases** are not supported ([`Capabilities::fixed_lease`] is false): a
+///   node lives as long as its session, and an honest expiry while the client lives
+///   would need a timer that ZooKeeper does not run. Use the session timeout instead.
+///
+/// ```no_run
+/// use lock_core::{DistributedLockExt, LockClient};
+/// use lock_zookeeper::ZkBackend;
+///
+/// # #[tokio::main] async fn main() -> lock_core::Result<()> {
+/// let backend = ZkBackend::connect_url("zk://127.0.0.1:2181/apps?session_timeout_ms=10000").await?;
+/// let client = LockClient::new(backend);
+/// let guard = client.lock("orders")?.acquire().await?; // node under /apps/locks/orders
+/// println!("fencing token (a zxid): {}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ZkBackend {
+    inner: Arc<Inner>,
+}
+
+/// What the clones of a backend share.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) sessions: Sessions,
+    pub(crate) counters: Counters,
+    /// Write locks held through this backend, by read-write lock path and owner: a read
+    /// request of their owner is granted at once (downgrade).
+    writers: Mutex<HashMap<(String, OwnerToken), Arc<LeaseFlags>>>,
+}
+
+impl Inner {
+    pub(crate) fn secured(&self) -> bool {
+        self.sessions.config().digest().is_some()
+    }
+
+    fn writers(&self) -> std::sync::MutexGuard<'_, HashMap<(String, OwnerToken), Arc<LeaseFlags>>> {
+        // Single inserts and removes only: nothing half-done to poison.
+        self.writers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn holds_write(&self, dir: &str, owner: &OwnerToken) -> bool {
+        self.writers()
+            .get(&(dir.to_owned(), owner.clone()))
+            .is_some_and(|flags| !flags.lost.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn register_writer(&self, dir: &str, owner: &OwnerToken, flags: &Arc<LeaseFlags>) {
+        self.writers()
+            .insert((dir.to_owned(), owner.clone()), flags.clone());
+    }
+
+    fn unregister_writer(&self, lease: &HeldLease<ZkLease>) {
+        if lease.kind != LockKind::Write {
+            return;
+        }
+        let dir = path::lock_path(&lease.key, LockFamily::ReadWrite);
+        let mut writers = self.writers();
+        let key = (dir, lease.owner.clone());
+        if writers
+            .get(&key)
+            .is_some_and(|flags| Arc::ptr_eq(flags, &lease.data.flags))
+        {
+            writers.remove(&key);
+        }
+    }
+}
+
+impl fmt::Debug for ZkBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkBackend")
+            .field("config", self.inner.sessions.config())
+            .field("state", &self.connection_state())
+            .finish()
+    }
+}
+
+impl ZkBackend {
+    /// A backend that connects on first use (and again whenever a session has ended).
+    pub fn new(config: ZkConfig) -> Self {
+        ZkBackend {
+            inner: Arc::new(Inner {
+                sessions: Sessions::new(config),
+                counters: Counters::default(),
+                writers: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// A backend with its session established.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] if ZooKeeper cannot be reached within the connect timeout;
+    /// [`Error::Backend`] if it refuses (for example the chroot cannot be created).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a session being established when the future is dropped is closed.
+    pub async fn connect(config: ZkConfig) -> Result<Self> {
+        let backend = ZkBackend::new(config);
+        backend.inner.sessions.get().await?;
+        Ok(backend)
+    }
+
+    /// [`connect`](Self::connect) with settings from a `zk://` URL
+    /// (see [`ZkConfig::from_url`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad URL, else as [`connect`](Self::connect).
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`connect`](Self::connect).
+    pub async fn connect_url(url: &str) -> Result<Self> {
+        ZkBackend::connect(ZkConfig::from_url(url)?).await
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ZkConfig {
+        self.inner.sessions.config()
+    }
+
+    /// Whether locks held through this backend are certain right now; see
+    /// [`ConnectionState`].
+    pub fn connection_state(&self) -> ConnectionState {
+        self.inner.sessions.state()
+    }
+
+    /// Counters of requests and wake-ups so far.
+    pub fn stats(&self) -> ZkStats {
+        self.inner.counters.snapshot()
+    }
+
+    /// The ZooKeeper client of the current session (connecting if there is none), to
+    /// inspect the tree or share the session. Closing or expiring its session ends every
+    /// lock of this backend.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect).
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn zookeeper_client(&self) -> Result<Client> {
+        Ok(self.inner.sessions.get().await?.client.clone())
+    }
+
+    /// The node path of the lock of `family` on `key`, below the chroot: the path to
+    /// give Curator to share the lock (exclusive locks use the bare path).
+    ///
+    /// ```
+    /// use lock_core::{LockFamily, LockKey, LockName, Namespace};
+    /// let key = LockKey::new(Namespace::new("locks")?, LockName::new("orders/42")?);
+    /// assert_eq!(lock_zookeeper::ZkBackend::lock_path(&key, LockFamily::Exclusive), "/locks/orders/42");
+    /// assert_eq!(lock_zookeeper::ZkBackend::lock_path(&key, LockFamily::ReadWrite), "/locks/orders/42%rw");
+    /// # Ok::<(), lock_core::Error>(())
+    /// ```
+    pub fn lock_path(key: &LockKey, family: LockFamily) -> String {
+        path::lock_path(key, family)
+    }
+
+    /// The contenders of `dir` now, in queue order.
+    async fn queue(
+        &self,
+        key: &LockKey,
+        family: LockFamily,
+    ) -> Result<(Client, String, Vec<path::Contender>)> {
+        let session = self.inner.sessions.get().await?;
+        let dir = path::lock_path(key, family);
+        let children = match session.client.list_children(&dir).await {
+            Ok(children) => children,
+            Err(ZkError::NoNode) => Vec::new(),
+            Err(err) => return Err(error::map(err)),
+        };
+        let queue = path::contenders(&children, family);
+        Ok((session.client.clone(), dir, queue))
+    }
+}
+
+/// The holders in a queue: the first node, or for a read-write lock every reader before
+/// the first writer (or that writer alone).
+fn holders(queue: &[path::Contender], family: LockFamily) -> &[path::Contender] {
+    match (family, queue.first()) {
+        (_, None) => &[],
+        (LockFamily::ReadWrite, Some(first)) if !first.writer => {
+            let readers = queue.iter().take_while(|c| !c.writer).count();
+            &queue[..readers]
+        }
+        _ => &queue[..1],
+    }
+}
+
+impl LockBackend for ZkBackend {
+    type Lease = ZkLease;
+
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL.with_fixed_lease(false)
+    }
+
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<ZkLease>>> {
+        recipe::acquire(&self.inner, &req).await
+    }
+
+    async fn release(&self, lease: &HeldLease<ZkLease>) -> Result<()> {
+        let not_owner = || Error::NotOwner {
+            name: lease.key.name().to_string(),
+        };
+        let flags = &lease.data.flags;
+        let session = self
+            .inner
+            .sessions
+            .peek()
+            .filter(|s| s.generation == lease.data.generation);
+        let Some(session) = session.filter(|_| !lease.data.is_lost()) else {
+            // Its session is gone, and its ephemeral node with it.
+            flags.lost.store(true, Ordering::Release);
+            self.inner.unregister_writer(lease);
+            return Err(not_owner());
+        };
+        flags.releasing.store(true, Ordering::Release);
+        let give_up = tokio::time::Instant::now() + self.config().connect_timeout();
+        let mut retried = false;
+        let outcome = loop {
+            match session.client.delete(&lease.data.path, None).await {
+                Err(err) if is_connection_loss(&err) && tokio::time::Instant::now() < give_up => {
+                    retried = true;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                // After a lost reply, "no node" may be our own delete having gone through.
+                Err(ZkError::NoNode) if retried => break Ok(()),
+                other => break other,
+            }
+        };
+        match outcome {
+            Ok(()) => {
+                flags.stop.notify_one();
+                self.inner.unregister_writer(lease);
+                Ok(())
+            }
+            Err(ZkError::NoNode) => {
+                flags.lost.store(true, Ordering::Release);
+                flags.stop.notify_one();
+                self.inner.unregister_writer(lease);
+                Err(not_owner())
+            }
+            Err(err) => {
+                flags.releasing.store(false, Ordering::Release);
+                Err(error::map(err))
+            }
+        }
+    }
+
+    async fn renew(&self, leases: &[&HeldLease<ZkLease>], _ttl: Duration) -> Result<Vec<Renewal>> {
+        // No round trip: the session's pings are the renewal. Answer from what we know.
+        let session = self.inner.sessions.peek();
+        let alive = |lease: &HeldLease<ZkLease>| {
+            !lease.data.is_lost()
+                && session
+                    .as_ref()
+                    .is_some_and(|s| s.generation == lease.data.generation)
+        };
+        let uncertain = session
+            .as_ref()
+            .is_some_and(|s| s.state() == ConnectionState::Suspended);
+        if uncertain && leases.iter().any(|l| alive(l)) {
+            return Err(error::unavailable(
+                "disconnected from zookeeper: the session's locks are uncertain until it reconnects or expires",
+            ));
+        }
+        Ok(leases
+            .iter()
+            .map(|lease| {
+                if alive(lease) {
+                    Renewal::Renewed
+                } else {
+                    Renewal::Lost
+                }
+            })
+            .collect())
+    }
+
+    async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        // The lowest contender holds (or is being told so): any contender means held.
+        let (_, _, queue) = self.queue(key, family).await?;
+        Ok(!queue.is_empty())
+    }
+
+    async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        // Deletes the holders' nodes; waiters keep their place and the next one is woken
+        // by its watch.
+        let (client, dir, queue) = self.queue(key, family).await?;
+        let mut removed = false;
+        for holder in holders(&queue, family) {
+            match client.delete(&format!("{dir}/{}", holder.name), None).await {
+                Ok(()) => removed = true,
+                Err(ZkError::NoNode) => {}
+                Err(err) => return Err(error::map(err)),
+            }
+        }
+        Ok(removed)
+    }
+}

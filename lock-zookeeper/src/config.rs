@@ -1,0 +1,305 @@
+//! Connection settings: from a `zk://` URL or built by hand, validated before any
+//! connection is made.
+
+use std::fmt;
+use std::time::Duration;
+
+use lock_core::{Error, Result};
+
+/// The session timeout asked for unless configured (the server may clamp it to its
+/// `minSessionTimeout`..`maxSessionTimeout`).
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long connecting may take unless configured.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The port used when a host names none.
+pub const DEFAULT_PORT: u16 = 2181;
+/// The longest session or connect timeout accepted.
+const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Where and how to connect to ZooKeeper.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_zookeeper::ZkConfig;
+///
+/// let config = ZkConfig::from_url("zk://10.0.0.1:2181,10.0.0.2:2181/apps/billing?session_timeout_ms=6000")?;
+/// assert_eq!(config.hosts(), ["10.0.0.1:2181", "10.0.0.2:2181"]);
+/// assert_eq!(config.chroot(), Some("/apps/billing"));
+/// assert_eq!(config.session_timeout(), Duration::from_secs(6));
+///
+/// let config = ZkConfig::new("127.0.0.1:2181")?
+///     .with_chroot("/locks-root")?
+///     .with_connect_timeout(Duration::from_secs(2))?
+///     .with_digest("tenant-a", "secret");
+/// assert!(ZkConfig::from_url("http://x").is_err());
+/// # Ok::<(), lock_core::Error>(())
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct ZkConfig {
+    hosts: Vec<String>,
+    chroot: Option<String>,
+    session_timeout: Duration,
+    connect_timeout: Duration,
+    digest: Option<(String, String)>,
+}
+
+impl fmt::Debug for ZkConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkConfig")
+            .field("hosts", &self.hosts)
+            .field("chroot", &self.chroot)
+            .field("session_timeout", &self.session_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            // Never print the password.
+            .field("digest_user", &self.digest.as_ref().map(|(user, _)| user))
+            .finish()
+    }
+}
+
+impl ZkConfig {
+    /// Settings for the comma-separated `host:port` list (the port defaults to 2181).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty list or a bad host or port.
+    pub fn new(hosts: &str) -> Result<Self> {
+        let hosts = hosts
+            .split(',')
+            .map(parse_host)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ZkConfig {
+            hosts,
+            chroot: None,
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            digest: None,
+        })
+    }
+
+    /// Parses `zk://[user:password@]host:port[,host:port...][/chroot][?options]`.
+    ///
+    /// Options: `session_timeout_ms`, `connect_timeout_ms`. `user:password` turns on
+    /// digest authentication and a creator-only ACL (see [`with_digest`](Self::with_digest)).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] saying what is wrong with the URL.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let rest = url.strip_prefix("zk://").ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "zookeeper URL {url:?} must start with zk:// (zk://host:port[,host:port]/chroot)"
+            ))
+        })?;
+        let (rest, query) = match rest.split_once('?') {
+            Some((rest, query)) => (rest, Some(query)),
+            None => (rest, None),
+        };
+        let (userinfo, rest) = match rest.rsplit_once('@') {
+            Some((userinfo, rest)) => (Some(userinfo), rest),
+            None => (None, rest),
+        };
+        let (hosts, chroot) = match rest.find('/') {
+            Some(at) => (&rest[..at], Some(&rest[at..])),
+            None => (rest, None),
+        };
+        let mut config = ZkConfig::new(hosts)?;
+        if let Some(chroot) = chroot.filter(|c| *c != "/") {
+            config = config.with_chroot(chroot)?;
+        }
+        if let Some(userinfo) = userinfo {
+            let (user, password) = userinfo.split_once(':').ok_or_else(|| {
+                Error::invalid_argument("zookeeper URL credentials must be user:password")
+            })?;
+            if user.is_empty() {
+                return Err(Error::invalid_argument(
+                    "zookeeper URL credentials have an empty user",
+                ));
+            }
+            config = config.with_digest(user, password);
+        }
+        for pair in query.into_iter().flat_map(|q| q.split('&')) {
+            if pair.is_empty() {
+                continue;
+            }
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let millis = || -> Result<Duration> {
+                value
+                    .parse::<u64>()
+                    .map(Duration::from_millis)
+                    .map_err(|_| {
+                        Error::invalid_argument(format!(
+                            "zookeeper URL option {name}={value:?} is not a number of milliseconds"
+                        ))
+                    })
+            };
+            config = match name {
+                "session_timeout_ms" => config.with_session_timeout(millis()?)?,
+                "connect_timeout_ms" => config.with_connect_timeout(millis()?)?,
+                other => {
+                    return Err(Error::invalid_argument(format!(
+                        "unknown zookeeper URL option {other:?} (known: session_timeout_ms, connect_timeout_ms)"
+                    )))
+                }
+            };
+        }
+        Ok(config)
+    }
+
+    /// Puts every path under `chroot` (an absolute path such as `/apps/billing`), which is
+    /// created (persistent) if missing.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if it is not a valid absolute ZooKeeper path.
+    pub fn with_chroot(mut self, chroot: &str) -> Result<Self> {
+        let valid = chroot.starts_with('/')
+            && chroot.len() > 1
+            && chroot[1..]
+                .split('/')
+                .all(|s| !s.is_empty() && s != "." && s != "..")
+            && !chroot.chars().any(char::is_control);
+        if !valid {
+            return Err(Error::invalid_argument(format!(
+                "zookeeper chroot {chroot:?} must be an absolute path like /apps/locks, without empty, . or .. segments"
+            )));
+        }
+        self.chroot = Some(chroot.to_owned());
+        Ok(self)
+    }
+
+    /// The session timeout to ask for: how long after this client stops being heard
+    /// from (a crash, a partition) the server ends its session and so frees its locks.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] unless between 1 ms and one hour.
+    pub fn with_session_timeout(mut self, timeout: Duration) -> Result<Self> {
+        self.session_timeout = check_timeout("session timeout", timeout)?;
+        Ok(self)
+    }
+
+    /// How long connecting may take before [`Error::Unavailable`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] unless between 1 ms and one hour.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Result<Self> {
+        self.connect_timeout = check_timeout("connect timeout", timeout)?;
+        Ok(self)
+    }
+
+    /// Authenticates with ZooKeeper's `digest` scheme and creates every node (lock path
+    /// containers and lock nodes) with a creator-only ACL, so clients without these
+    /// credentials can neither create contenders nor delete this client's nodes
+    /// (ZooKeeper checks a delete against the parent's ACL, which is why the containers
+    /// carry it too). Paths created earlier by others keep their own ACL.
+    pub fn with_digest(mut self, user: &str, password: &str) -> Self {
+        self.digest = Some((user.to_owned(), password.to_owned()));
+        self
+    }
+
+    /// The hosts, as `host:port`.
+    pub fn hosts(&self) -> &[String] {
+        &self.hosts
+    }
+
+    /// The chroot, if any.
+    pub fn chroot(&self) -> Option<&str> {
+        self.chroot.as_deref()
+    }
+
+    /// The session timeout asked for.
+    pub fn session_timeout(&self) -> Duration {
+        self.session_timeout
+    }
+
+    /// The connect timeout.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    pub(crate) fn digest(&self) -> Option<(&str, &str)> {
+        self.digest.as_ref().map(|(u, p)| (u.as_str(), p.as_str()))
+    }
+
+    /// The connect string the client takes (hosts only; the chroot is applied after
+    /// it has been created).
+    pub(crate) fn connect_string(&self) -> String {
+        self.hosts.join(",")
+    }
+}
+
+fn parse_host(host: &str) -> Result<String> {
+    let bad = |why: &str| Error::invalid_argument(format!("zookeeper host {host:?}: {why}"));
+    let host = host.trim();
+    if host.is_empty() {
+        return Err(bad("empty host"));
+    }
+    let (name, port) = match host.rsplit_once(':') {
+        // An IPv6 literal in brackets, or a name with a port.
+        Some((name, port)) if !port.contains(']') => {
+            let port: u16 = port.parse().map_err(|_| bad("the port is not a number"))?;
+            if port == 0 {
+                return Err(bad("port 0"));
+            }
+            (name, port)
+        }
+        _ => (host, DEFAULT_PORT),
+    };
+    if name.is_empty()
+        || name
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '/')
+    {
+        return Err(bad("not a host name or address"));
+    }
+    Ok(format!("{name}:{port}"))
+}
+
+fn check_timeout(what: &str, timeout: Duration) -> Result<Duration> {
+    if timeout < Duration::from_millis(1) || timeout > MAX_TIMEOUT {
+        return Err(Error::invalid_argument(format!(
+            "zookeeper {what} {timeout:?} must be between 1 ms and {MAX_TIMEOUT:?}"
+        )));
+    }
+    Ok(timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse() {
+        let c =
+            ZkConfig::from_url("zk://u:p@a:1,b/r/s?session_timeout_ms=2000&connect_timeout_ms=300")
+                .unwrap();
+        assert_eq!(c.hosts(), ["a:1", "b:2181"]);
+        assert_eq!(c.chroot(), Some("/r/s"));
+        assert_eq!(c.session_timeout(), Duration::from_secs(2));
+        assert_eq!(c.connect_timeout(), Duration::from_millis(300));
+        assert_eq!(c.digest(), Some(("u", "p")));
+        assert!(!format!("{c:?}").contains("\"p\""), "password printed");
+        assert_eq!(ZkConfig::from_url("zk://h:5/").unwrap().chroot(), None);
+    }
+
+    #[test]
+    fn bad_urls_are_invalid_arguments() {
+        for url in [
+            "",
+            "redis://h:1",
+            "zk://",
+            "zk://h:x",
+            "zk://h:0",
+            "zk://h:70000",
+            "zk://a,,b",
+            "zk://h/a//b",
+            "zk://h/a/../b",
+            "zk://h?session_timeout_ms=0",
+            "zk://h?session_timeout_ms=abc",
+            "zk://h?nope=1",
+            "zk://:p@h",
+            "zk://nopass@h",
+        ] {
+            match ZkConfig::from_url(url) {
+                Err(Error::InvalidArgument { .. }) => {}
+                other => panic!("{url:?}: {other:?}"),
+            }
+        }
+    }
+}

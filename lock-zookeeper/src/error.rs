@@ -1,0 +1,50 @@
+//! Maps the ZooKeeper client's errors onto lock-core's, in one place.
+
+use lock_core::Error;
+use zookeeper_client::Error as ZkError;
+
+/// The backend's name in errors and traces.
+pub(crate) const BACKEND: &str = "zookeeper";
+
+/// Whether retrying the same request on the same session may succeed.
+pub(crate) fn is_connection_loss(err: &ZkError) -> bool {
+    matches!(err, ZkError::ConnectionLoss | ZkError::Throttled)
+}
+
+/// Classifies a client error: cluster trouble is retryable, our own bad request is an
+/// invalid argument, everything else is a backend error that retrying will not fix.
+pub(crate) fn map(err: ZkError) -> Error {
+    match err {
+        ZkError::ConnectionLoss
+        | ZkError::Timeout
+        | ZkError::NoHosts
+        | ZkError::SessionExpired
+        | ZkError::SessionMoved
+        | ZkError::ClientClosed
+        | ZkError::Throttled
+        | ZkError::NotReadOnly => Error::unavailable(BACKEND, err),
+        ZkError::BadArguments(_) => Error::invalid_argument(format!("zookeeper: {err}")),
+        other => Error::backend(BACKEND, other),
+    }
+}
+
+/// An [`Error::Unavailable`] with a message of ours.
+pub(crate) fn unavailable(message: impl Into<String>) -> Error {
+    Error::unavailable(BACKEND, message.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_trouble_is_retryable() {
+        assert!(map(ZkError::ConnectionLoss).is_retryable());
+        assert!(map(ZkError::SessionExpired).is_retryable());
+        assert!(!map(ZkError::NoAuth).is_retryable());
+        assert!(matches!(
+            map(ZkError::BadArguments(&"x")),
+            Error::InvalidArgument { .. }
+        ));
+    }
+}

@@ -1,0 +1,70 @@
+//! What the backend keeps with each granted lock, and the task that reports its loss:
+//! the holder's node deleted behind its back, or its session ended.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use lock_core::{LeaseLoss, LossNotifier};
+use tokio::sync::{watch, Notify};
+use zookeeper_client::{EventType, WatchedEvent};
+
+use crate::session;
+
+/// The backend data of one granted lock: its node, and the session that holds it.
+#[derive(Debug)]
+pub struct ZkLease {
+    pub(crate) path: String,
+    pub(crate) generation: u64,
+    pub(crate) flags: Arc<LeaseFlags>,
+}
+
+impl ZkLease {
+    /// The holder's node, below the chroot: `/<namespace>/<name>/_c_<uuid>-lock-<seq>`.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Whether the backend has seen this lease end (node deleted, session ended).
+    pub fn is_lost(&self) -> bool {
+        self.flags.lost.load(Ordering::Acquire)
+    }
+}
+
+/// Shared by a lease and its watch task.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseFlags {
+    /// The node or its session is gone.
+    pub(crate) lost: AtomicBool,
+    /// The owner is releasing: the node's deletion is ours, not a loss.
+    pub(crate) releasing: AtomicBool,
+    /// Ends the watch task after a release.
+    pub(crate) stop: Notify,
+}
+
+/// Watches a held node until it is released, deleted by someone else, or its session
+/// ends; reports the last two through `loss`. `deleted` is the pending child watch on
+/// the node itself: an ephemeral node has no children, so it fires only on deletion
+/// (or a session event), never on the data writes a fencing token may make.
+pub(crate) fn watch(
+    flags: Arc<LeaseFlags>,
+    deleted: BoxFuture<'static, WatchedEvent>,
+    session_ended: watch::Receiver<bool>,
+    loss: LossNotifier,
+) {
+    tokio::spawn(async move {
+        let reason = tokio::select! {
+            event = deleted => match event.event_type {
+                EventType::Session => LeaseLoss::SessionLost,
+                _ => LeaseLoss::Revoked,
+            },
+            () = session::ended(session_ended) => LeaseLoss::SessionLost,
+            () = flags.stop.notified() => return,
+        };
+        flags.lost.store(true, Ordering::Release);
+        if !flags.releasing.load(Ordering::Acquire) {
+            tracing::warn!(%reason, "zookeeper lock lost");
+            loss.notify(reason);
+        }
+    });
+}

@@ -1,0 +1,81 @@
+//! ZooKeeper backend for [lock-core](lock_core): exclusive, fair and read-write locks as
+//! ephemeral sequential nodes, in the layout Apache Curator uses, so Java services using
+//! Curator's `InterProcessMutex` / `InterProcessReadWriteLock` share the same locks.
+//!
+//! ```no_run
+//! use lock_core::{DistributedLockExt, LockClient};
+//! use lock_zookeeper::{ZkBackend, ZkConfig};
+//! use std::time::Duration;
+//!
+//! # #[tokio::main] async fn main() -> lock_core::Result<()> {
+//! let config = ZkConfig::new("zk1:2181,zk2:2181,zk3:2181")?
+//!     .with_chroot("/billing")?
+//!     .with_session_timeout(Duration::from_secs(10))?;
+//! let client = LockClient::new(ZkBackend::connect(config).await?);
+//! let guard = client.lock("invoice-run")?.acquire().await?;
+//! // ... work, passing guard.fencing_token() to the storage it writes ...
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # The recipe
+//!
+//! Each request creates an `EPHEMERAL_SEQUENTIAL` child of the lock's path named
+//! `_c_<uuid>-lock-<seq>` (read-write: `_c_<uuid>-__READ__<seq>` /
+//! `_c_<uuid>-__WRIT__<seq>`). The lowest sequence holds. Every other contender
+//! watches only the node it waits for, so a release wakes one waiter (readers: the
+//! readers queued behind the releasing writer), however long the queue: it is fair by
+//! construction, and serves both [`DistributedLock`](lock_core::DistributedLock) and
+//! [`FairLock`](lock_core::FairLock). Every child with a Curator marker and sequence
+//! counts as a contender, whoever created it.
+//!
+//! * Paths: exclusive `/<namespace>/<name>` (the bare path: give Curator this path),
+//!   fair `/<namespace>/<name>%fair`, read-write `/<namespace>/<name>%rw`; see
+//!   [`ZkBackend::lock_path`]. Lock paths are container nodes that the server reaps
+//!   once empty; a chroot (from the URL or [`ZkConfig::with_chroot`]) holds a tenant.
+//! * Read-write policy, as Curator's: a reader waits only for writers queued before it,
+//!   a writer for every node before it; the holder of the write lock may take the read
+//!   lock. Queue order decides, so neither side starves the other.
+//! * Protected creation: the `_c_<uuid>` prefix lets a create whose reply was lost find
+//!   its node instead of leaving an orphan.
+//! * Fencing token: a zxid, so it is monotonic across the ensemble: the node's czxid
+//!   for a grant on the first look, else the zxid of a write to the node at grant time.
+//!
+//! # Sessions, loss and uncertainty
+//!
+//! The session is the lease: no renewal round trip per lock. A killed holder's locks
+//! are freed when the server expires its session (the session timeout). A holder's
+//! node deleted behind its back, or its session expiring, is reported to its guards at
+//! once; a lost connection makes locks uncertain ([`ZkBackend::connection_state`]),
+//! and after a whole session timeout without a connection they are reported lost.
+//! Fixed leases are not supported (see [`ZkBackend`]).
+//!
+//! # Costs
+//!
+//! Uncontended acquire: two round trips (create; then the queue read and the watch on
+//! our own node, together). Release: one (delete). A contended grant: one read per
+//! wake-up, plus one write for its fencing token. No traffic per held lock while held.
+//!
+//! # Cancel safety
+//!
+//! Dropping an acquire future deletes its node (from a spawned task, since drop cannot
+//! wait), found by its uuid if the create was still in flight.
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+
+mod acl;
+mod backend;
+mod config;
+mod error;
+mod lease;
+mod path;
+mod recipe;
+mod session;
+mod stats;
+
+pub use backend::ZkBackend;
+pub use config::{ZkConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_SESSION_TIMEOUT};
+pub use lease::ZkLease;
+pub use session::ConnectionState;
+pub use stats::ZkStats;
+/// The ZooKeeper client this backend is built on, for [`ZkBackend::zookeeper_client`].
+pub use zookeeper_client;

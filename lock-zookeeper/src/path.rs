@@ -1,0 +1,249 @@
+//! Where each lock lives in the tree, and the names of contender nodes (Curator's
+//! layout), parsed back into their order.
+//!
+//! Layout (below the chroot):
+//!
+//! * exclusive lock: `/<namespace>/<name>` (the bare path, as Curator's
+//!   `InterProcessMutex` on the same path uses it);
+//! * fair lock: `/<namespace>/<name>%fair`;
+//! * read-write lock: `/<namespace>/<name>%rw`.
+//!
+//! The namespace is one path segment; the name keeps its `/` as segments where that
+//! gives a valid path. Anything ZooKeeper refuses or that could be mistaken for
+//! something else is percent-encoded (always `%`, so `%fair` / `%rw` can never come
+//! from a name, and decoding is unambiguous: distinct names give distinct paths).
+
+use std::fmt::Write as _;
+
+use lock_core::{LockFamily, LockKey, LockKind};
+
+/// The marker of exclusive and fair contenders, as Curator's `InterProcessMutex` writes it.
+pub(crate) const LOCK_MARKER: &str = "-lock-";
+/// The markers of Curator's `InterProcessReadWriteLock` nodes.
+pub(crate) const READ_MARKER: &str = "-__READ__";
+pub(crate) const WRITE_MARKER: &str = "-__WRIT__";
+
+/// The node every lock of `family` on `key` queues under.
+pub(crate) fn lock_path(key: &LockKey, family: LockFamily) -> String {
+    let mut path = String::new();
+    if !key.namespace().as_str().is_empty() {
+        path.push('/');
+        encode_segment(&mut path, key.namespace().as_str(), true);
+    }
+    let name = key.name().as_str();
+    let segments_ok = name
+        .split('/')
+        .all(|s| !s.is_empty() && s != "." && s != "..");
+    if segments_ok {
+        for segment in name.split('/') {
+            path.push('/');
+            let first = path.len() == 1;
+            encode_segment(&mut path, segment, first);
+        }
+    } else {
+        // A name like "a//b" or "/x" has no valid segment form: keep it one segment.
+        path.push('/');
+        let first = path.len() == 1;
+        encode_segment(&mut path, name, first);
+    }
+    match family {
+        LockFamily::Exclusive => {}
+        LockFamily::Fair => path.push_str("%fair"),
+        LockFamily::ReadWrite => path.push_str("%rw"),
+    }
+    path
+}
+
+/// Appends `segment` percent-encoded where needed (`/` always is). `at_root`: the
+/// segment is a child of the root, where `zookeeper` is the server's own node.
+fn encode_segment(out: &mut String, segment: &str, at_root: bool) {
+    // A segment that looks like a contender would join the queue of its parent lock
+    // (lock "a" and lock "a/x-lock-0000000001"): break the pattern by encoding `-`/`_`.
+    let looks_like_contender =
+        segment.contains("lock-") || segment.contains("__READ__") || segment.contains("__WRIT__");
+    // "/zookeeper" is the server's own subtree; "." and ".." are not valid segments.
+    let reserved = (at_root && segment == "zookeeper") || segment == "." || segment == "..";
+    for (i, c) in segment.char_indices() {
+        let encode = match c {
+            '%' | '/' => true,
+            '-' | '_' => looks_like_contender,
+            // ZooKeeper refuses private-use code points, U+FFF0.. and anything outside
+            // the BMP (Java sees those as surrogates, which it refuses too).
+            '\u{E000}'..='\u{F8FF}' | '\u{FFF0}'..='\u{FFFF}' => true,
+            c if c as u32 > 0xFFFF => true,
+            _ => reserved && i == 0,
+        };
+        if encode {
+            let mut buf = [0u8; 4];
+            for byte in c.encode_utf8(&mut buf).bytes() {
+                let _ = write!(out, "%{byte:02X}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+}
+
+/// The marker a contender of `kind` writes into its node name.
+pub(crate) fn marker(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Exclusive | LockKind::Fair => LOCK_MARKER,
+        LockKind::Read => READ_MARKER,
+        LockKind::Write => WRITE_MARKER,
+    }
+}
+
+/// The name prefix of one contender, before ZooKeeper appends the sequence:
+/// `_c_<uuid>-lock-` (Curator's protected form: the uuid finds the node again after a
+/// create whose reply was lost).
+pub(crate) fn node_prefix(protect: &uuid::Uuid, kind: LockKind) -> String {
+    format!("_c_{}{}", protect.hyphenated(), marker(kind))
+}
+
+/// One child of a lock path that takes part in the queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Contender {
+    /// The child's name.
+    pub(crate) name: String,
+    /// The sequence ZooKeeper appended.
+    pub(crate) seq: i64,
+    /// Whether it is a writer (read-write paths only; exclusive contenders are writers).
+    pub(crate) writer: bool,
+}
+
+/// The contenders among `children` of a lock path of `family`, in queue order.
+///
+/// Like Curator, the order is the sequence after the marker, so nodes of other
+/// Curator-compatible clients (any `_c_` prefix, or none) take their place in line.
+/// Children without a marker and sequence (nested locks' nodes) are not contenders.
+pub(crate) fn contenders(children: &[String], family: LockFamily) -> Vec<Contender> {
+    let mut found: Vec<Contender> = children
+        .iter()
+        .filter_map(|name| parse(name, family))
+        .collect();
+    found.sort_by(|a, b| a.seq.cmp(&b.seq).then_with(|| a.name.cmp(&b.name)));
+    found
+}
+
+fn parse(name: &str, family: LockFamily) -> Option<Contender> {
+    let markers: &[(&str, bool)] = match family {
+        LockFamily::Exclusive | LockFamily::Fair => &[("lock-", true)],
+        LockFamily::ReadWrite => &[("__READ__", false), ("__WRIT__", true)],
+    };
+    markers.iter().find_map(|&(marker, writer)| {
+        let at = name.rfind(marker)?;
+        let digits = &name[at + marker.len()..];
+        // ZooKeeper's sequence: ten digits (a sign once the counter wraps).
+        let valid = digits.len() >= 10
+            && digits
+                .trim_start_matches('-')
+                .bytes()
+                .all(|b| b.is_ascii_digit());
+        let seq = if valid {
+            digits.parse().ok()?
+        } else {
+            return None;
+        };
+        Some(Contender {
+            name: name.to_owned(),
+            seq,
+            writer,
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lock_core::{LockName, Namespace};
+
+    fn key(ns: &str, name: &str) -> LockKey {
+        LockKey::new(Namespace::new(ns).unwrap(), LockName::new(name).unwrap())
+    }
+
+    #[test]
+    fn plain_names_keep_their_curator_path() {
+        assert_eq!(
+            lock_path(&key("locks", "orders/42"), LockFamily::Exclusive),
+            "/locks/orders/42"
+        );
+        assert_eq!(
+            lock_path(&key("locks", "orders"), LockFamily::Fair),
+            "/locks/orders%fair"
+        );
+        assert_eq!(
+            lock_path(&key("", "orders"), LockFamily::ReadWrite),
+            "/orders%rw"
+        );
+        assert_eq!(
+            lock_path(&key("a/b", "c"), LockFamily::Exclusive),
+            "/a%2Fb/c"
+        );
+    }
+
+    #[test]
+    fn hostile_names_are_encoded_and_distinct() {
+        let names = [
+            "a//b",
+            "/a",
+            "a/",
+            ".",
+            "..",
+            "a/../b",
+            "100%",
+            "100%25",
+            "x%fair",
+            "🔒",
+            "\u{E000}",
+            "a/x-lock-0000000001",
+            "zookeeper",
+        ];
+        let mut paths: Vec<String> = names
+            .iter()
+            .map(|n| lock_path(&key("", n), LockFamily::Exclusive))
+            .collect();
+        for p in &paths {
+            assert!(
+                p.starts_with('/') && !p.ends_with('/') && !p.contains("//"),
+                "{p}"
+            );
+            assert!(p.split('/').skip(1).all(|s| s != "." && s != ".."), "{p}");
+            assert!(!p.chars().any(|c| c as u32 > 0xFFFF), "{p}");
+            assert_ne!(p, "/zookeeper");
+        }
+        assert_eq!(paths[11], "/a/x%2Dlock%2D0000000001");
+        paths.sort();
+        paths.dedup();
+        assert_eq!(paths.len(), names.len());
+        assert_ne!(
+            lock_path(&key("", "x%fair"), LockFamily::Exclusive),
+            lock_path(&key("", "x"), LockFamily::Fair)
+        );
+    }
+
+    #[test]
+    fn contenders_sort_by_sequence_across_prefixes() {
+        let children: Vec<String> = [
+            "_c_bbbb-lock-0000000003",
+            "_c_aaaa-lock-0000000005",
+            "lock-0000000004",
+            "nested",
+            "x-lock-12",
+            "_c_cccc-lock-0000000001",
+        ]
+        .map(String::from)
+        .to_vec();
+        let order: Vec<i64> = contenders(&children, LockFamily::Exclusive)
+            .iter()
+            .map(|c| c.seq)
+            .collect();
+        assert_eq!(order, [1, 3, 4, 5]);
+        let rw: Vec<String> = ["_c_a-__WRIT__0000000002", "_c_b-__READ__0000000001"]
+            .map(String::from)
+            .to_vec();
+        let parsed = contenders(&rw, LockFamily::ReadWrite);
+        assert_eq!((parsed[0].seq, parsed[0].writer), (1, false));
+        assert_eq!((parsed[1].seq, parsed[1].writer), (2, true));
+        assert!(contenders(&rw, LockFamily::Exclusive).is_empty());
+    }
+}

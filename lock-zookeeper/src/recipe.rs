@@ -1,0 +1,358 @@
+//! The lock recipe: an ephemeral sequential node per contender, the lowest holds, each
+//! waiter watches only the node it waits for (no herd), and a dropped acquire deletes
+//! its node.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use lock_core::{AcquireRequest, Grant, LockKind, Result};
+use tokio::time::Instant;
+use zookeeper_client::{Client, Error as ZkError, EventType, Stat, WatchedEvent};
+
+use crate::backend::Inner;
+use crate::error::{self, is_connection_loss};
+use crate::lease::{self, LeaseFlags, ZkLease};
+use crate::path::{self, Contender};
+use crate::session::{self, Session};
+use crate::stats::Count;
+
+/// How often a lock path may vanish under a create (a container reaped in between)
+/// before we give up.
+const CREATE_ATTEMPTS: usize = 5;
+/// Pause between retries of a request that lost its connection.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// How one attempt with one node ended.
+enum Attempt {
+    Granted(Grant<ZkLease>),
+    TimedOut,
+    /// Our node disappeared while we waited (deleted by an operator): queue again.
+    NodeVanished,
+}
+
+/// Takes the lock `req` asks for, waiting until its deadline.
+pub(crate) async fn acquire(
+    inner: &Inner,
+    req: &AcquireRequest<'_>,
+) -> Result<Option<Grant<ZkLease>>> {
+    let dir = path::lock_path(req.key, req.kind.family());
+    loop {
+        let session = inner.sessions.get().await?;
+        if req.deadline.has_passed() && blocked_now(inner, &session, req, &dir).await? {
+            // A single try on a held lock: no node needed to say no.
+            return Ok(None);
+        }
+        match attempt(inner, &session, req, &dir).await? {
+            Attempt::Granted(grant) => return Ok(Some(grant)),
+            Attempt::TimedOut => return Ok(None),
+            Attempt::NodeVanished if req.deadline.has_passed() => return Ok(None),
+            Attempt::NodeVanished => {
+                tracing::debug!(%dir, "our waiting node was deleted; queueing again");
+            }
+        }
+    }
+}
+
+/// Whether a contender that would block `req` exists right now.
+async fn blocked_now(
+    inner: &Inner,
+    session: &Session,
+    req: &AcquireRequest<'_>,
+    dir: &str,
+) -> Result<bool> {
+    let children = match read_children(inner, &session.client, dir).await {
+        Ok((children, _)) => children,
+        Err(ZkError::NoNode) => return Ok(false),
+        Err(err) => return Err(error::map(err)),
+    };
+    let queue = path::contenders(&children, req.kind.family());
+    Ok(blocker(inner, req, dir, &queue, queue.len()).is_some())
+}
+
+/// The contender that the one at `pos` in `queue` must wait for, if any.
+fn blocker<'q>(
+    inner: &Inner,
+    req: &AcquireRequest<'_>,
+    dir: &str,
+    queue: &'q [Contender],
+    pos: usize,
+) -> Option<&'q Contender> {
+    let before = &queue[..pos];
+    match req.kind {
+        // As in Curator: the writer may take the read lock; other readers wait only
+        // for writers queued before them. The nearest such writer is the one to watch:
+        // when it goes after holding, every node before it is gone too.
+        LockKind::Read if inner.holds_write(dir, req.owner) => None,
+        LockKind::Read => before.iter().rev().find(|c| c.writer),
+        LockKind::Exclusive | LockKind::Fair | LockKind::Write => before.last(),
+    }
+}
+
+async fn read_children(
+    inner: &Inner,
+    client: &Client,
+    dir: &str,
+) -> Result<(Vec<String>, Stat), ZkError> {
+    inner.counters.bump(Count::ChildrenRead);
+    client.get_children(dir).await
+}
+
+/// One node's life in the queue: create it, wait for its turn, hand it over.
+async fn attempt(
+    inner: &Inner,
+    session: &Session,
+    req: &AcquireRequest<'_>,
+    dir: &str,
+) -> Result<Attempt> {
+    let client = &session.client;
+    let protect = uuid::Uuid::new_v4();
+    let prefix = format!("{dir}/{}", path::node_prefix(&protect, req.kind));
+    let owner = req.owner.as_str().as_bytes();
+    // Armed before the create is sent: if this future is dropped from here on, the node
+    // is deleted (found by its uuid if the create's reply never came).
+    let mut pending = Pending::new(client.clone(), dir, &protect);
+    let (node, created) = create(inner, client, dir, &prefix, owner).await?;
+    pending.node = Some(node.clone());
+    let name = node[dir.len() + 1..].to_owned();
+
+    // The watch on our own node goes out first, the first look at the queue right
+    // behind it: both are answered in one round trip.
+    let own = client.list_and_watch_children(&node);
+    let first = read_children(inner, client, dir);
+    let (own, mut listing) = futures::join!(own, first);
+    let mut own_deleted: BoxFuture<'static, WatchedEvent> = match own {
+        Ok((_, watcher)) => watcher.changed().boxed(),
+        Err(ZkError::NoNode) => return Ok(Attempt::NodeVanished),
+        Err(err) => return Err(error::map(err)),
+    };
+    let mut first_check = true;
+    loop {
+        let (children, parent) = match listing {
+            Ok(found) => found,
+            Err(ZkError::NoNode) => return Ok(Attempt::NodeVanished),
+            Err(err) => return Err(error::map(err)),
+        };
+        let queue = path::contenders(&children, req.kind.family());
+        let Some(pos) = queue.iter().position(|c| c.name == name) else {
+            return Ok(Attempt::NodeVanished);
+        };
+        let Some(ahead) = blocker(inner, req, dir, &queue, pos) else {
+            let fence = match fence(
+                inner,
+                client,
+                &node,
+                owner,
+                (&created, &parent),
+                first_check,
+            )
+            .await
+            {
+                Ok(fence) => fence,
+                Err(ZkError::NoNode) => return Ok(Attempt::NodeVanished),
+                Err(err) => return Err(error::map(err)),
+            };
+            pending.disarm();
+            let flags = Arc::new(LeaseFlags::default());
+            if req.kind == LockKind::Write {
+                inner.register_writer(dir, req.owner, &flags);
+            }
+            lease::watch(
+                flags.clone(),
+                own_deleted,
+                session.dead_signal(),
+                req.loss.clone(),
+            );
+            return Ok(Attempt::Granted(Grant {
+                fence,
+                data: ZkLease {
+                    path: node,
+                    generation: session.generation,
+                    flags,
+                },
+            }));
+        };
+        if req.deadline.has_passed() {
+            return Ok(Attempt::TimedOut);
+        }
+        // A child watch on the node ahead: it fires only when that node is deleted
+        // (ephemeral nodes have no children), not when its holder writes its data.
+        let ahead_path = format!("{dir}/{}", ahead.name);
+        match client.list_and_watch_children(&ahead_path).await {
+            Err(ZkError::NoNode) => {} // Already gone: look again.
+            Err(err) => return Err(error::map(err)),
+            Ok((_, watcher)) => {
+                let deadline = async {
+                    match req.deadline.instant() {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let _waiting = inner.counters.waiting();
+                tokio::select! {
+                    event = watcher.changed() => {
+                        if event.event_type == EventType::Session {
+                            return Err(session::ended_error());
+                        }
+                        inner.counters.bump(Count::Wakeup);
+                    }
+                    event = &mut own_deleted => {
+                        if event.event_type == EventType::Session {
+                            return Err(session::ended_error());
+                        }
+                        return Ok(Attempt::NodeVanished);
+                    }
+                    () = session::ended(session.dead_signal()) => return Err(session::ended_error()),
+                    () = deadline => return Ok(Attempt::TimedOut),
+                }
+            }
+        }
+        first_check = false;
+        listing = read_children(inner, client, dir).await;
+    }
+}
+
+/// The fencing token of a grant: a zxid greater than every token granted before.
+///
+/// The node's czxid is one when the grant came on the first look and no child of the
+/// lock path changed since our create (the parent's pzxid is our czxid): nothing was
+/// granted on this path after it. Otherwise (we waited, or others came and went) an
+/// earlier holder may have drawn a later zxid, so write our node's data and take that
+/// write's zxid: one more round trip, only for contended grants.
+async fn fence(
+    inner: &Inner,
+    client: &Client,
+    node: &str,
+    data: &[u8],
+    (created, parent): (&Stat, &Stat),
+    first_check: bool,
+) -> Result<u64, ZkError> {
+    let zxid = if first_check && parent.pzxid == created.czxid {
+        created.czxid
+    } else {
+        inner.counters.bump(Count::FenceWrite);
+        // The same data again: only the write's zxid matters.
+        client.set_data(node, data, None).await?.mzxid
+    };
+    // Zxids are positive; a negative one would be a server bug, not a reason to panic.
+    u64::try_from(zxid).map_err(|_| ZkError::UnexpectedError(format!("negative zxid {zxid}")))
+}
+
+/// Creates our contender node, with the parents it needs. A create whose connection
+/// dropped may still have happened: the node is then found by its uuid rather than
+/// created twice (Curator's protected mode).
+async fn create(
+    inner: &Inner,
+    client: &Client,
+    dir: &str,
+    prefix: &str,
+    data: &[u8],
+) -> Result<(String, Stat)> {
+    let secured = inner.secured();
+    let options = crate::acl::contender_options(secured);
+    let started = Instant::now();
+    let give_up = inner.sessions.config().connect_timeout();
+    let mut parents_made = 0;
+    loop {
+        inner.counters.bump(Count::Create);
+        let err = match client.create(prefix, data, &options).await {
+            Ok((stat, seq)) => return Ok((format!("{prefix}{seq}"), stat)),
+            Err(err) => err,
+        };
+        match err {
+            ZkError::NoNode if parents_made < CREATE_ATTEMPTS => {
+                parents_made += 1;
+                let dir_options = crate::acl::directory_options(secured, true);
+                match client.mkdir(dir, &dir_options).await {
+                    Ok(()) => {}
+                    Err(err) if is_connection_loss(&err) => tokio::time::sleep(RETRY_PAUSE).await,
+                    Err(err) => return Err(error::map(err)),
+                }
+            }
+            err if is_connection_loss(&err) => {
+                if let Some(found) = find_own(client, dir, prefix).await {
+                    return Ok(found);
+                }
+                if started.elapsed() >= give_up {
+                    return Err(error::map(err));
+                }
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            err => return Err(error::map(err)),
+        }
+    }
+}
+
+/// Our node under `dir`, found by the uuid in `prefix`, if it exists.
+async fn find_own(client: &Client, dir: &str, prefix: &str) -> Option<(String, Stat)> {
+    let head = &prefix[dir.len() + 1..];
+    let children = client.list_children(dir).await.ok()?;
+    let name = children.into_iter().find(|c| c.starts_with(head))?;
+    let path = format!("{dir}/{name}");
+    let stat = client.check_stat(&path).await.ok()??;
+    Some((path, stat))
+}
+
+/// Deletes a contender node when its acquire ends without a grant, including when the
+/// acquire future is dropped (the delete is spawned, since drop cannot wait).
+struct Pending {
+    client: Client,
+    dir: String,
+    /// `_c_<uuid>`: finds the node if the create's reply was lost.
+    tag: String,
+    node: Option<String>,
+    armed: bool,
+}
+
+impl Pending {
+    fn new(client: Client, dir: &str, protect: &uuid::Uuid) -> Self {
+        Pending {
+            client,
+            dir: dir.to_owned(),
+            tag: format!("_c_{}", protect.hyphenated()),
+            node: None,
+            armed: true,
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to delete from: the node goes when the session ends.
+            return;
+        };
+        let client = self.client.clone();
+        let dir = std::mem::take(&mut self.dir);
+        let tag = std::mem::take(&mut self.tag);
+        let node = self.node.take();
+        runtime.spawn(async move {
+            // Requests of one session are served in order, so a create still in flight
+            // is visible to the listing sent after it.
+            let node = match node {
+                Some(node) => Some(node),
+                None => client
+                    .list_children(&dir)
+                    .await
+                    .ok()
+                    .and_then(|children| children.into_iter().find(|c| c.starts_with(&tag)))
+                    .map(|name| format!("{dir}/{name}")),
+            };
+            let Some(node) = node else { return };
+            for _ in 0..3 {
+                match client.delete(&node, None).await {
+                    Err(err) if is_connection_loss(&err) => tokio::time::sleep(RETRY_PAUSE).await,
+                    _ => return,
+                }
+            }
+        });
+    }
+}

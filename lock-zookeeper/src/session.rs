@@ -1,0 +1,247 @@
+//! The ZooKeeper session that carries every lock of a backend: connecting (and
+//! reconnecting with a new session once one has ended), and watching its state.
+//!
+//! The session is the lease. While the connection is lost the session may still be
+//! alive on the server, so locks are *uncertain*; once the client has been
+//! disconnected for a whole session timeout, the server may have expired the session
+//! and handed the locks on, so the session is declared lost here and dropped (if the
+//! server still had it, closing it deletes the nodes), whatever the server says later.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use zookeeper_client::{Client, SessionState, StateWatcher};
+
+use crate::config::ZkConfig;
+use crate::error::{self, BACKEND};
+use lock_core::{Error, Result};
+
+/// What the backend's session can promise right now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectionState {
+    /// Connected: locks held through this backend are held.
+    Connected,
+    /// Connection lost, session maybe still alive: locks are uncertain. Stop work
+    /// that needs them until `Connected` again, or until the guards report the loss.
+    Suspended,
+    /// No live session (none yet, or it expired, closed or was declared lost): no lock
+    /// is held through it. The next request starts a new session.
+    Lost,
+}
+
+/// One ZooKeeper session.
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub(crate) client: Client,
+    /// Tells leases and waiters apart from those of an earlier session.
+    pub(crate) generation: u64,
+    dead: watch::Sender<bool>,
+}
+
+impl Session {
+    pub(crate) fn is_dead(&self) -> bool {
+        *self.dead.borrow()
+    }
+
+    fn mark_dead(&self) -> bool {
+        self.dead
+            .send_if_modified(|dead| !std::mem::replace(dead, true))
+    }
+
+    /// A receiver that turns true once the session has ended. Holds no reference to
+    /// the session, so it does not keep the session open.
+    pub(crate) fn dead_signal(&self) -> watch::Receiver<bool> {
+        self.dead.subscribe()
+    }
+
+    pub(crate) fn state(&self) -> ConnectionState {
+        if self.is_dead() {
+            return ConnectionState::Lost;
+        }
+        match self.client.state() {
+            SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
+                ConnectionState::Connected
+            }
+            SessionState::Disconnected => ConnectionState::Suspended,
+            _ => ConnectionState::Lost,
+        }
+    }
+}
+
+/// Waits until `signal` says the session ended.
+pub(crate) async fn ended(mut signal: watch::Receiver<bool>) {
+    // An error means the session is gone altogether, which is an end too.
+    let _ = signal.wait_for(|dead| *dead).await;
+}
+
+/// The backend's current session, made on first use and again after one ends.
+#[derive(Debug)]
+pub(crate) struct Sessions {
+    config: ZkConfig,
+    current: Arc<Mutex<Option<Arc<Session>>>>,
+    /// Serialises connecting so concurrent requests share one new session.
+    connecting: tokio::sync::Mutex<()>,
+    generation: std::sync::atomic::AtomicU64,
+}
+
+impl Sessions {
+    pub(crate) fn new(config: ZkConfig) -> Self {
+        Sessions {
+            config,
+            current: Arc::new(Mutex::new(None)),
+            connecting: tokio::sync::Mutex::new(()),
+            generation: std::sync::atomic::AtomicU64::new(1),
+        }
+    }
+
+    pub(crate) fn config(&self) -> &ZkConfig {
+        &self.config
+    }
+
+    /// The current session if it is alive, without connecting.
+    pub(crate) fn peek(&self) -> Option<Arc<Session>> {
+        let current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        current.as_ref().filter(|s| !s.is_dead()).cloned()
+    }
+
+    /// The live session, connecting a new one if needed.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] if no session could be made within the connect timeout.
+    pub(crate) async fn get(&self) -> Result<Arc<Session>> {
+        if let Some(session) = self.peek() {
+            return Ok(session);
+        }
+        let _connecting = self.connecting.lock().await;
+        if let Some(session) = self.peek() {
+            return Ok(session);
+        }
+        let client = tokio::time::timeout(self.config.connect_timeout(), self.connect())
+            .await
+            .map_err(|_| {
+                error::unavailable(format!(
+                    "no session with {} within the connect timeout {:?}",
+                    self.config.connect_string(),
+                    self.config.connect_timeout()
+                ))
+            })??;
+        let generation = self
+            .generation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let session = Arc::new(Session {
+            client,
+            generation,
+            dead: watch::Sender::new(false),
+        });
+        tracing::debug!(session = ?session.client.session_id(), timeout = ?session.client.session_timeout(), "zookeeper session started");
+        tokio::spawn(monitor(
+            Arc::downgrade(&session),
+            Arc::downgrade(&self.current),
+            session.client.state_watcher(),
+            session.client.session_timeout(),
+        ));
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(session.clone());
+        Ok(session)
+    }
+
+    async fn connect(&self) -> Result<Client> {
+        // The client's own idle timeout (2/5 of the session timeout) decides when a
+        // silent connection counts as lost; our connect timeout bounds this whole call.
+        let mut connector = Client::connector().with_session_timeout(self.config.session_timeout());
+        if let Some((user, password)) = self.config.digest() {
+            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+        }
+        let client = connector
+            .connect(&self.config.connect_string())
+            .await
+            .map_err(error::map)?;
+        let Some(chroot) = self.config.chroot() else {
+            return Ok(client);
+        };
+        // The chroot is the tenant's root: persistent, so it is never reaped.
+        let options = crate::acl::directory_options(self.config.digest().is_some(), false);
+        client.mkdir(chroot, &options).await.map_err(error::map)?;
+        client.chroot(chroot.to_owned()).map_err(|_| {
+            Error::invalid_argument(format!("zookeeper chroot {chroot:?} is not valid"))
+        })
+    }
+
+    /// The state of the current session.
+    pub(crate) fn state(&self) -> ConnectionState {
+        self.peek()
+            .map_or(ConnectionState::Lost, |session| session.state())
+    }
+}
+
+/// Drops `session` if it is the current one, so its client closes once the last
+/// in-flight request lets go of it (closing deletes its nodes if the server still has
+/// them).
+fn forget(current: &Mutex<Option<Arc<Session>>>, session: &Session) {
+    let mut current = current.lock().unwrap_or_else(|p| p.into_inner());
+    if current
+        .as_ref()
+        .is_some_and(|s| s.generation == session.generation)
+    {
+        *current = None;
+    }
+}
+
+/// Follows a session's state: marks it dead when it expires or closes, or when it has
+/// been disconnected for a whole session timeout. Ends with the session.
+async fn monitor(
+    session: Weak<Session>,
+    current: Weak<Mutex<Option<Arc<Session>>>>,
+    mut states: StateWatcher,
+    timeout: Duration,
+) {
+    let mut disconnected_at: Option<Instant> = None;
+    loop {
+        let state = match disconnected_at {
+            Some(at) => tokio::select! {
+                state = states.changed() => Some(state),
+                () = tokio::time::sleep_until(at + timeout) => None,
+            },
+            None => Some(states.changed().await),
+        };
+        let Some(live) = session.upgrade() else {
+            return;
+        };
+        match state {
+            Some(SessionState::Disconnected) => {
+                tracing::warn!(session = ?live.client.session_id(), "zookeeper connection lost; locks are uncertain");
+                disconnected_at.get_or_insert_with(Instant::now);
+            }
+            Some(SessionState::SyncConnected | SessionState::ConnectedReadOnly) => {
+                if disconnected_at.take().is_some() {
+                    tracing::info!(session = ?live.client.session_id(), "zookeeper connection restored");
+                }
+            }
+            Some(terminal) => {
+                if live.mark_dead() {
+                    tracing::warn!(session = ?live.client.session_id(), state = ?terminal, "zookeeper session ended; its locks are lost");
+                }
+                if let Some(current) = current.upgrade() {
+                    forget(&current, &live);
+                }
+                return;
+            }
+            None => {
+                if live.mark_dead() {
+                    tracing::warn!(session = ?live.client.session_id(), ?timeout, "zookeeper disconnected for a whole session timeout; its locks are lost");
+                }
+                if let Some(current) = current.upgrade() {
+                    forget(&current, &live);
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// The error for a request that needs a session that has ended.
+pub(crate) fn ended_error() -> Error {
+    Error::unavailable(BACKEND, "the zookeeper session ended".to_owned())
+}
