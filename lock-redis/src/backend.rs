@@ -1,6 +1,8 @@
 //! [`RedisBackend`]: the lock-core primitive on one Redis server.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +11,7 @@ use lock_core::{
     AcquireRequest, Capabilities, Error, Grant, HeldLease, LockBackend, LockFamily, LockKey,
     Renewal, Result,
 };
-use tokio::sync::{oneshot, Mutex as AsyncMutex, OwnedMutexGuard};
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use tokio::time::Instant;
 
 use crate::calls::{self, Call, Request};
@@ -134,8 +136,9 @@ impl RedisBackend {
     }
 }
 
-/// Runs one acquire call in its own task, so a grant that arrives after the caller's
-/// future was dropped is released rather than left held until its lease runs out.
+/// Runs one acquire call. If the caller's future is dropped while the call is in
+/// flight, the call is finished in a spawned task and a grant it brings is released,
+/// rather than left held until its lease runs out. The common path spawns nothing.
 ///
 /// `permit` is held until the call has finished, so a queue clean-up waiting for it
 /// never runs before a call that might queue the waiter again.
@@ -145,22 +148,51 @@ pub(crate) async fn attempt(
     undo: impl FnOnce(u64) -> Call + Send + 'static,
     permit: Option<OwnedMutexGuard<()>>,
 ) -> Result<Attempt> {
-    let node = node.clone();
-    let (tx, rx) = oneshot::channel();
-    tokio::spawn(async move {
-        let _permit = permit;
-        let result = node
-            .call::<(i64, i64)>("acquire", &call)
-            .await
-            .and_then(|reply| Attempt::from_reply(reply).map_err(Error::from));
-        if let Err(Ok(Attempt::Granted(fence))) = tx.send(result) {
-            tracing::debug!(fence, "acquire abandoned after it was granted; releasing");
-            let undo = undo(fence);
-            let _ = node.call::<i64>("release", &undo).await;
-        }
-    });
-    rx.await
-        .map_err(|_| Error::backend(BACKEND, "the acquire task ended without an answer"))?
+    let call_node = node.clone();
+    let mut in_flight = InFlight {
+        call: Some(Box::pin(async move {
+            call_node
+                .call::<(i64, i64)>("acquire", &call)
+                .await
+                .and_then(|reply| Attempt::from_reply(reply).map_err(Error::from))
+        })),
+        node: node.clone(),
+        undo: Some(Box::new(undo)),
+        permit,
+    };
+    let result = in_flight.call.as_mut().expect("set above").await;
+    in_flight.call = None;
+    result
+}
+
+type AttemptCall = Pin<Box<dyn Future<Output = Result<Attempt>> + Send>>;
+
+/// An acquire call that may be abandoned half way; see [`attempt`].
+struct InFlight {
+    call: Option<AttemptCall>,
+    node: Node,
+    undo: Option<Box<dyn FnOnce(u64) -> Call + Send>>,
+    permit: Option<OwnedMutexGuard<()>>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let (Some(call), Some(undo)) = (self.call.take(), self.undo.take()) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let node = self.node.clone();
+        let permit = self.permit.take();
+        runtime.spawn(async move {
+            let _permit = permit;
+            if let Ok(Attempt::Granted(fence)) = call.await {
+                tracing::debug!(fence, "acquire abandoned after it was granted; releasing");
+                let _ = node.call::<i64>("release", &undo(fence)).await;
+            }
+        });
+    }
 }
 
 /// A fair waiter's queue place or a writer's waiting entry: removed however the
