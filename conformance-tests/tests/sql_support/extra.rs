@@ -1,0 +1,300 @@
+//! SQL-specific checks beyond the shared suite: client clock skew, killed
+//! connections, hostile names as stored, a SIGKILLed FOR UPDATE holder, and the
+//! database going away.
+
+use std::time::Duration;
+
+use conformance_tests::holder::HolderProcess;
+use conformance_tests::{Backend, HolderSpec};
+use lock_core::prelude::*;
+use lock_core::{AcquireOptions, Error, LockClient, LockKey, LockName, Namespace};
+use lock_sql::{sqlx, Dialect, SqlBackend, SqlOptions, Strategy};
+use sqlx::Row;
+use tokio::time::Instant;
+
+use super::Sql;
+
+fn ns() -> String {
+    format!("extra-{}", uuid::Uuid::new_v4().simple())
+}
+
+async fn client(sql: &Sql, namespace: &str, options: SqlOptions) -> LockClient<SqlBackend> {
+    let backend = SqlBackend::connect(options).await.expect("connect");
+    let _ = sql;
+    LockClient::builder(backend)
+        .namespace(namespace)
+        .watchdog_lease(Duration::from_millis(600))
+        .build()
+        .expect("client")
+}
+
+/// Session settings that move the session's idea of "now" (MySQL's `SET timestamp`
+/// moves `NOW()`), or at least its time zone (PostgreSQL): a client whose clock is
+/// far ahead, and one far behind.
+fn skews(dialect: Dialect) -> [&'static str; 2] {
+    match dialect {
+        Dialect::MySql => [
+            "SET timestamp = UNIX_TIMESTAMP(SYSDATE()) + 7200",
+            "SET timestamp = UNIX_TIMESTAMP(SYSDATE()) - 7200",
+        ],
+        Dialect::Postgres => ["SET TIME ZONE '+14'", "SET TIME ZONE '-12'"],
+        _ => ["PRAGMA user_version", "PRAGMA user_version"],
+    }
+}
+
+/// A holder and a contender whose clocks disagree by hours: the contender never
+/// gets the unexpired lease, and does get it once the lease has run out by the
+/// server's clock.
+pub async fn clock_skew_never_steals(sql: &Sql) {
+    let dialect = sql.backend().await.expect("connect").dialect();
+    let [ahead, behind] = skews(dialect);
+    for (holder_skew, contender_skew) in [(ahead, behind), (behind, ahead)] {
+        let ns = ns();
+        let holder = client(sql, &ns, sql.options().session_statement(holder_skew)).await;
+        let contender = client(sql, &ns, sql.options().session_statement(contender_skew)).await;
+        let lease = Duration::from_millis(1500);
+        let guard = holder
+            .lock("skew")
+            .unwrap()
+            .acquire_with(AcquireOptions::try_once().lease(lease))
+            .await
+            .expect("holder acquires");
+        let acquired = Instant::now();
+        let other = contender.lock("skew").unwrap();
+        assert!(
+            other.try_acquire().await.unwrap().is_none(),
+            "skewed contender stole the lease"
+        );
+        tokio::time::sleep(lease / 2).await;
+        assert!(
+            other.try_acquire().await.unwrap().is_none(),
+            "skewed contender stole the lease"
+        );
+        let next = other
+            .acquire_timeout(lease + Duration::from_secs(5))
+            .await
+            .expect("contender after expiry");
+        assert!(
+            acquired.elapsed() >= lease - Duration::from_millis(50),
+            "granted early"
+        );
+        assert!(next.fencing_token() > guard.fencing_token());
+        next.release().await.unwrap();
+        // Readers and fair locks use the same clock.
+        let r = holder.rw_lock("skew-rw").unwrap();
+        let w = contender.rw_lock("skew-rw").unwrap();
+        let read = r
+            .read_with(AcquireOptions::try_once().lease(lease))
+            .await
+            .unwrap();
+        assert!(w.try_write().await.unwrap().is_none());
+        read.release().await.unwrap();
+    }
+    println!("sql-extra[{}] PASS clock_skew_never_steals", sql.label);
+}
+
+/// Names with quotes, semicolons and any script are stored as given (read back from
+/// the keys table), each its own lock; a 10,000-character name is refused by
+/// lock-core before anything is sent.
+pub async fn hostile_names_stored_safely(sql: &Sql) {
+    let ns = ns();
+    let c = client(sql, &ns, sql.options()).await;
+    let names = [
+        "quote'd \"name\" `tick`",
+        "semi;colon'); DROP TABLE lock_sql_keys; --",
+        "ünïcødé 锁 🔒 \u{202e}rtl",
+        "back\\slash %_ wildcards",
+    ];
+    let backend = c.backend().clone();
+    let mut guards = Vec::new();
+    for name in names {
+        guards.push(
+            c.lock(name)
+                .unwrap()
+                .try_acquire()
+                .await
+                .unwrap()
+                .expect("free"),
+        );
+        let key = LockKey::new(Namespace::new(&ns).unwrap(), LockName::new(name).unwrap());
+        let table = format!("{}_keys", backend.table_prefix());
+        let sql_text = match backend.dialect() {
+            Dialect::Postgres => {
+                format!("SELECT namespace, name FROM \"{table}\" WHERE khash = $1")
+            }
+            Dialect::MySql => format!("SELECT namespace, name FROM `{table}` WHERE khash = ?"),
+            _ => format!("SELECT namespace, name FROM \"{table}\" WHERE khash = ?"),
+        };
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql_text))
+            .bind(lock_sql::stored_key(&key))
+            .fetch_one(backend.pool())
+            .await
+            .expect("key row");
+        let (stored_ns, stored_name): (String, String) = (row.get(0), row.get(1));
+        assert_eq!(
+            (stored_ns.as_str(), stored_name.as_str()),
+            (ns.as_str(), name)
+        );
+    }
+    let long = "x".repeat(10_000);
+    assert!(matches!(c.lock(&long), Err(Error::InvalidArgument { .. })));
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    println!("sql-extra[{}] PASS hostile_names_stored_safely", sql.label);
+}
+
+/// The holder's connection is killed from another session. FOR UPDATE: the row lock
+/// goes with it, the guard reports the loss and another client gets the lock at once.
+/// Lease: the pool reconnects and the lease survives.
+pub async fn killed_connection(sql: &Sql) {
+    let ns = ns();
+    let holder = client(sql, &ns, sql.options()).await;
+    let other = client(sql, &ns, sql.options()).await;
+    let guard = holder.lock("killed").unwrap().acquire().await.unwrap();
+    let killer = sql.backend().await.unwrap();
+    let kill_all = match killer.dialect() {
+        Dialect::Postgres => "SELECT pg_terminate_backend(pid) IS NULL FROM pg_stat_activity \
+                              WHERE pid <> pg_backend_pid() AND datname = current_database() \
+                              AND query NOT LIKE 'LISTEN%'"
+            .to_owned(),
+        _ => String::new(),
+    };
+    if killer.dialect() == Dialect::Postgres {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(kill_all))
+            .execute(killer.pool())
+            .await
+            .unwrap();
+    } else {
+        let ids: Vec<i64> = sqlx::query(
+            "SELECT CAST(id AS SIGNED) FROM information_schema.PROCESSLIST \
+             WHERE id <> CONNECTION_ID() AND user = 'root' AND db = DATABASE()",
+        )
+        .fetch_all(killer.pool())
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+        for id in ids {
+            let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL CONNECTION {id}")))
+                .execute(killer.pool())
+                .await;
+        }
+    }
+    let lock = other.lock("killed").unwrap();
+    match sql.strategy {
+        Strategy::ForUpdate => {
+            let killed = Instant::now();
+            let next = lock
+                .acquire_timeout(Duration::from_secs(5))
+                .await
+                .expect("free once the connection died");
+            assert!(
+                killed.elapsed() < Duration::from_secs(2),
+                "took {:?}",
+                killed.elapsed()
+            );
+            let loss = tokio::time::timeout(Duration::from_secs(3), guard.lost())
+                .await
+                .expect("loss reported");
+            assert_ne!(loss, lock_core::LeaseLoss::Released);
+            next.release().await.unwrap();
+        }
+        _ => {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            assert!(guard.is_held(), "the lease did not survive a reconnect");
+            assert!(lock.try_acquire().await.unwrap().is_none());
+            guard.release().await.unwrap();
+        }
+    }
+    println!("sql-extra[{}] PASS killed_connection", sql.label);
+}
+
+/// A FOR UPDATE holder process killed with SIGKILL frees the lock at once (its
+/// connection drops), far sooner than its 30 s watchdog lease.
+pub async fn sigkilled_for_update_holder_frees_at_once(sql: &Sql) {
+    let spec = HolderSpec {
+        namespace: ns(),
+        name: "crash-now".into(),
+        watchdog_lease: Duration::from_secs(30),
+    };
+    let mut holder =
+        HolderProcess::start(sql.holder_command(&spec).unwrap(), Duration::from_secs(30))
+            .await
+            .expect("holder");
+    let c = client(sql, &spec.namespace, sql.options()).await;
+    let lock = c.lock(&spec.name).unwrap();
+    assert!(lock.try_acquire().await.unwrap().is_none());
+    holder.kill().await;
+    let killed = Instant::now();
+    let guard = lock
+        .acquire_timeout(Duration::from_secs(10))
+        .await
+        .expect("free");
+    assert!(
+        killed.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        killed.elapsed()
+    );
+    assert!(guard.fencing_token() > holder.fence());
+    guard.release().await.unwrap();
+    println!(
+        "sql-extra[{}] PASS sigkilled_for_update_holder_frees_at_once ({:?})",
+        sql.label,
+        killed.elapsed()
+    );
+}
+
+/// An unreachable database gives a retryable `Unavailable` within the connect
+/// timeout, at connect time and for a client whose server went away.
+pub async fn unreachable_is_unavailable_quickly(
+    url: &str,
+    stop: impl std::future::Future<Output = ()>,
+    sql: &Sql,
+) {
+    let limit = Duration::from_secs(2);
+    let started = Instant::now();
+    let err = SqlBackend::connect(SqlOptions::new(url).connect_timeout(limit))
+        .await
+        .expect_err("connected to nothing");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    assert!(
+        started.elapsed() < limit + Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+
+    let ns = ns();
+    let c = client(
+        sql,
+        &ns,
+        sql.options().connect_timeout(limit).request_timeout(limit),
+    )
+    .await;
+    let lock = c.lock("down").unwrap();
+    lock.try_acquire()
+        .await
+        .unwrap()
+        .expect("free")
+        .release()
+        .await
+        .unwrap();
+    stop.await;
+    let started = Instant::now();
+    let err = lock
+        .try_acquire()
+        .await
+        .expect_err("acquired with the database down");
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(
+        started.elapsed() < limit * 2 + Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+    println!(
+        "sql-extra[{}] PASS unreachable_is_unavailable_quickly ({:?})",
+        sql.label,
+        started.elapsed()
+    );
+}

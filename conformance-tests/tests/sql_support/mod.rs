@@ -1,0 +1,160 @@
+//! What the postgres, mysql and sqlite test targets share: the servers, the
+//! conformance `Backend` over lock-sql, and the SQL-specific fault tests.
+
+#![allow(dead_code, unreachable_pub)] // each target uses its own part
+
+pub mod extra;
+pub mod servers;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use conformance_tests::{Backend, ClientOptions, HolderSpec};
+use lock_core::{LockClient, LockFamily, LockKey, LockProvider};
+use lock_sql::{sqlx, SqlBackend, SqlOptions, Strategy};
+
+/// One database with one strategy, as the suite sees it.
+pub struct Sql {
+    /// `postgres`, `postgres/for-update`, ...
+    pub label: String,
+    pub url: String,
+    pub strategy: Strategy,
+    pub prefix: String,
+}
+
+impl Sql {
+    pub fn new(url: &str, strategy: Strategy, prefix: &str) -> Self {
+        let dialect = url.split(':').next().unwrap_or_default().to_owned();
+        let label = match strategy {
+            Strategy::ForUpdate => format!("{dialect}/for-update"),
+            _ => dialect,
+        };
+        Sql {
+            label,
+            url: url.to_owned(),
+            strategy,
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    pub fn options(&self) -> SqlOptions {
+        SqlOptions::new(self.url.clone())
+            .strategy(self.strategy)
+            .table_prefix(self.prefix.clone())
+            .max_connections(4)
+    }
+
+    pub async fn backend(&self) -> lock_core::Result<SqlBackend> {
+        SqlBackend::connect(self.options()).await
+    }
+}
+
+#[async_trait]
+impl Backend for Sql {
+    fn name(&self) -> &str {
+        &self.label
+    }
+
+    async fn client(&self, options: ClientOptions) -> lock_core::Result<Arc<dyn LockProvider>> {
+        // Check the client options before connecting, as a caller would see them.
+        let probe = LockClient::builder(lock_core::memory::MemoryBackend::new())
+            .namespace(options.namespace.clone())
+            .watchdog_lease(options.watchdog_lease)
+            .build();
+        probe?;
+        let client = LockClient::builder(self.backend().await?)
+            .namespace(options.namespace)
+            .watchdog_lease(options.watchdog_lease)
+            .build()?;
+        Ok(Arc::new(client))
+    }
+
+    async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
+        use lock_core::LockBackend as _;
+        let backend = self.backend().await.map_err(|e| e.to_string())?;
+        match self.strategy {
+            // The row vanishes behind the holder's back.
+            Strategy::Lease => {
+                let (lo, hi) = match family {
+                    LockFamily::Exclusive => (0, 0),
+                    LockFamily::Fair => (1, 1),
+                    LockFamily::ReadWrite => (2, 3),
+                };
+                delete_leases(&backend, key, lo, hi).await
+            }
+            // The connection holding the row lock is killed.
+            _ => backend
+                .force_unlock(key, family)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string()),
+        }
+    }
+
+    fn holder_command(&self, spec: &HolderSpec) -> Option<tokio::process::Command> {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_lock-holder"));
+        let strategy = match self.strategy {
+            Strategy::ForUpdate => "for-update",
+            _ => "lease",
+        };
+        cmd.args([
+            "--backend",
+            self.label.split('/').next().unwrap_or_default(),
+        ])
+        .args(["--url", &self.url])
+        .args(["--sql-strategy", strategy])
+        .args(["--sql-table-prefix", &self.prefix])
+        .args(["--namespace", &spec.namespace])
+        .args(["--name", &spec.name])
+        .args([
+            "--watchdog-lease-ms",
+            &spec.watchdog_lease.as_millis().to_string(),
+        ]);
+        Some(cmd)
+    }
+
+    fn slack(&self) -> Duration {
+        Duration::from_secs(2)
+    }
+}
+
+/// Deletes the lease rows of `key` with kinds `lo..=hi`, as an operator would by hand.
+pub async fn delete_leases(
+    backend: &SqlBackend,
+    key: &LockKey,
+    lo: i64,
+    hi: i64,
+) -> Result<(), String> {
+    let table = format!("{}_leases", backend.table_prefix());
+    let sql = match backend.dialect() {
+        lock_sql::Dialect::Postgres => {
+            format!("DELETE FROM \"{table}\" WHERE khash = $1 AND kind >= $2 AND kind <= $3")
+        }
+        lock_sql::Dialect::MySql => {
+            format!("DELETE FROM `{table}` WHERE khash = ? AND kind >= ? AND kind <= ?")
+        }
+        _ => format!("DELETE FROM \"{table}\" WHERE khash = ? AND kind >= ? AND kind <= ?"),
+    };
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(lock_sql::stored_key(key))
+        .bind(lo)
+        .bind(hi)
+        .execute(backend.pool())
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// Runs the whole conformance suite on `sql`, asserting a floor on what passed.
+pub async fn run_suite(sql: Sql, min_passed: usize) {
+    let label = sql.label.clone();
+    let report = conformance_tests::run_suite(Arc::new(sql)).await;
+    if std::env::var_os("LOCK_TEST_CASES").is_none() {
+        assert!(
+            report.passed.len() >= min_passed,
+            "{label}: {}",
+            report.summary()
+        );
+    }
+}

@@ -1,0 +1,32 @@
+//! The conformance suite and the SQL fault tests against SQLite files (lease strategy:
+//! SQLite has no row locks, so FOR UPDATE is refused).
+
+mod sql_support;
+
+use lock_core::Error;
+use lock_sql::{SqlBackend, SqlOptions, Strategy};
+use sql_support::{extra, run_suite, Sql};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+    run_suite(Sql::new(&url, Strategy::Lease, "lock_sql"), 60).await;
+
+    let err = SqlBackend::connect(SqlOptions::new(url.clone()).strategy(Strategy::ForUpdate))
+        .await
+        .expect_err("FOR UPDATE on SQLite");
+    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+    assert!(err.to_string().contains("row locks"), "{err}");
+    println!("sql-extra[sqlite] PASS for_update_refused: {err}");
+
+    let lease = Sql::new(&url, Strategy::Lease, "lock_sql");
+    extra::clock_skew_never_steals(&lease).await;
+    extra::hostile_names_stored_safely(&lease).await;
+    let missing = format!("sqlite://{}/no/such/dir/locks.db", dir.path().display());
+    let err = SqlBackend::connect(SqlOptions::new(missing))
+        .await
+        .expect_err("opened nothing");
+    assert!(err.is_retryable(), "{err:?}");
+    println!("sql-extra[sqlite] PASS unopenable_file_is_unavailable: {err}");
+}

@@ -1,0 +1,221 @@
+//! [`SqlBackend`]: the lock-core backend over one database.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{
+    AcquireRequest, Capabilities, Error, Grant, HeldLease, LockBackend, LockFamily, LockKey,
+    Renewal, Result,
+};
+
+use crate::db::Db;
+use crate::dialect::Dialect;
+use crate::key::KeyId;
+use crate::lease::{self, Timing};
+use crate::listen::Listener;
+use crate::options::{SqlOptions, Strategy};
+use crate::pessimistic::{self, Pinned};
+
+/// What the backend keeps with each granted lease.
+///
+/// Opaque: lock-core hands it back on renewal and release. With
+/// [`Strategy::ForUpdate`] it owns the connection whose transaction holds the row lock.
+pub struct SqlLease {
+    pub(crate) key: KeyId,
+    pub(crate) pinned: Option<Pinned>,
+}
+
+impl SqlLease {
+    pub(crate) fn lease(key: KeyId) -> Self {
+        SqlLease { key, pinned: None }
+    }
+}
+
+impl fmt::Debug for SqlLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlLease")
+            .field("key", &self.key.hash)
+            .field("pinned", &self.pinned.is_some())
+            .finish()
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    db: Arc<Db>,
+    listener: Option<Listener>,
+    strategy: Strategy,
+    timing: Timing,
+    table_prefix: String,
+}
+
+/// Distributed locks in PostgreSQL, MySQL/MariaDB or SQLite.
+///
+/// Make one with [`SqlBackend::connect`] and hand it to a
+/// [`LockClient`](lock_core::LockClient). Cloning is cheap and shares the pool.
+///
+/// ```no_run
+/// use lock_core::{prelude::*, LockClient};
+/// use lock_sql::{SqlBackend, SqlOptions};
+///
+/// # #[tokio::main] async fn main() -> lock_core::Result<()> {
+/// let backend = SqlBackend::connect(SqlOptions::new("postgres://locks@127.0.0.1/app")).await?;
+/// let client = LockClient::new(backend);
+/// let guard = client.lock("nightly-report")?.acquire().await?;
+/// println!("fencing token {}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SqlBackend {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for SqlBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlBackend")
+            .field("dialect", &self.inner.db.dialect)
+            .field("strategy", &self.inner.strategy)
+            .field("table_prefix", &self.inner.table_prefix)
+            .finish()
+    }
+}
+
+impl SqlBackend {
+    /// Checks the options, connects, and creates the tables if they are missing.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad URL or option; [`Error::Unsupported`] for
+    /// [`Strategy::ForUpdate`] on SQLite; [`Error::Unavailable`] if the database
+    /// cannot be reached within the connect timeout; [`Error::Backend`] if the tables
+    /// exist with a newer schema version.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future closes what it opened.
+    pub async fn connect(options: SqlOptions) -> Result<Self> {
+        options.validate()?;
+        let url = crate::url::parse(&options.url)?;
+        if options.strategy == Strategy::ForUpdate && url.dialect == Dialect::Sqlite {
+            return Err(Error::Unsupported {
+                backend: "sqlite",
+                operation: "the FOR UPDATE strategy (SQLite has no row locks; use Strategy::Lease)",
+            });
+        }
+        let db = Arc::new(Db::connect(&options, url).await?);
+        let listener = match (db.dialect, options.strategy) {
+            (Dialect::Postgres, Strategy::Lease) => Some(
+                Listener::start(
+                    &db.url.driver_url,
+                    &db.sql.tables.channel,
+                    options.connect_timeout,
+                )
+                .await?,
+            ),
+            _ => None,
+        };
+        Ok(SqlBackend {
+            inner: Arc::new(Inner {
+                db,
+                listener,
+                strategy: options.strategy,
+                timing: Timing {
+                    poll_min: options.poll_min,
+                    poll_max: options.poll_max,
+                    queue_ttl: options.queue_ttl,
+                },
+                table_prefix: options.table_prefix.clone(),
+            }),
+        })
+    }
+
+    /// [`connect`](Self::connect) with default options.
+    ///
+    /// # Errors
+    /// As for [`connect`](Self::connect).
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn connect_url(url: &str) -> Result<Self> {
+        Self::connect(SqlOptions::new(url)).await
+    }
+
+    /// Which database this is.
+    pub fn dialect(&self) -> Dialect {
+        self.inner.db.dialect
+    }
+
+    /// How locks are held.
+    pub fn strategy(&self) -> Strategy {
+        self.inner.strategy
+    }
+
+    /// The prefix of this backend's tables.
+    pub fn table_prefix(&self) -> &str {
+        &self.inner.table_prefix
+    }
+
+    /// The connection pool, to run your own statements in the same database (for
+    /// example to inspect the lock tables).
+    pub fn pool(&self) -> &sqlx::AnyPool {
+        &self.inner.db.pool
+    }
+}
+
+impl LockBackend for SqlBackend {
+    type Lease = SqlLease;
+
+    fn name(&self) -> &'static str {
+        self.inner.db.name()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        match self.inner.strategy {
+            Strategy::Lease => Capabilities::ALL,
+            Strategy::ForUpdate => Capabilities::ALL
+                .with_fair(false)
+                .with_read_write(false)
+                .with_fixed_lease(false),
+        }
+    }
+
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<SqlLease>>> {
+        let inner = &self.inner;
+        match inner.strategy {
+            Strategy::Lease => {
+                lease::acquire(&inner.db, inner.listener.as_ref(), inner.timing, req).await
+            }
+            Strategy::ForUpdate => pessimistic::acquire(&inner.db, req).await,
+        }
+    }
+
+    async fn release(&self, lease: &HeldLease<SqlLease>) -> Result<()> {
+        match &lease.data.pinned {
+            None => lease::release(&self.inner.db, lease).await,
+            Some(pinned) => pessimistic::release(&self.inner.db, lease, pinned).await,
+        }
+    }
+
+    async fn renew(&self, leases: &[&HeldLease<SqlLease>], ttl: Duration) -> Result<Vec<Renewal>> {
+        match self.inner.strategy {
+            Strategy::Lease => lease::renew(&self.inner.db, leases, ttl).await,
+            Strategy::ForUpdate => pessimistic::renew(&self.inner.db, leases).await,
+        }
+    }
+
+    async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        let key = KeyId::of(key);
+        match self.inner.strategy {
+            Strategy::Lease => lease::is_locked(&self.inner.db, &key, family).await,
+            Strategy::ForUpdate => pessimistic::is_locked(&self.inner.db, &key, family).await,
+        }
+    }
+
+    async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        let key = KeyId::of(key);
+        match self.inner.strategy {
+            Strategy::Lease => lease::force_unlock(&self.inner.db, &key, family).await,
+            Strategy::ForUpdate => pessimistic::force_unlock(&self.inner.db, &key, family).await,
+        }
+    }
+}

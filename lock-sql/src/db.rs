@@ -1,0 +1,201 @@
+//! The connection pool, per-connection settings, the schema, and the helpers every
+//! statement goes through (request timeout, error mapping, retry of transient
+//! conflicts).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{Error, Result};
+use sqlx::any::{AnyArguments, AnyPoolOptions};
+use sqlx::query::Query;
+use sqlx::{Any, AnyPool, AssertSqlSafe, Row};
+
+use crate::dialect::Dialect;
+use crate::error::{classify, convert, timed_out, Class};
+use crate::options::SqlOptions;
+use crate::sql::{Statements, Stmt, SCHEMA_VERSION};
+use crate::url::DbUrl;
+
+/// One database: its pool and statements.
+#[derive(Debug)]
+pub(crate) struct Db {
+    pub(crate) pool: AnyPool,
+    pub(crate) sql: Statements,
+    pub(crate) dialect: Dialect,
+    pub(crate) url: DbUrl,
+    pub(crate) request_timeout: Duration,
+}
+
+/// A query for `stmt`. The text is trusted: see [`crate::sql`].
+pub(crate) fn q(stmt: &Stmt) -> Query<'static, Any, AnyArguments> {
+    sqlx::query(AssertSqlSafe(stmt.clone()))
+}
+
+/// The settings every new connection gets before use.
+pub(crate) fn session_setup(dialect: Dialect) -> &'static [&'static str] {
+    match dialect {
+        // Each statement of a lock transaction must see what committed before it (the
+        // key row lock orders them), and the server clock is read in UTC so a DST
+        // change cannot move it.
+        Dialect::MySql => &[
+            "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+            "SET time_zone = '+00:00'",
+        ],
+        // Several processes share the file: WAL lets readers run beside the writer,
+        // and the busy timeout makes writers queue instead of failing.
+        Dialect::Sqlite => &[
+            "PRAGMA busy_timeout = 5000",
+            "PRAGMA journal_mode = WAL",
+            "PRAGMA synchronous = NORMAL",
+        ],
+        Dialect::Postgres => &[],
+    }
+}
+
+/// Runs the session settings on a fresh connection.
+pub(crate) async fn setup_connection(
+    conn: &mut sqlx::AnyConnection,
+    dialect: Dialect,
+    extra: &[String],
+) -> std::result::Result<(), sqlx::Error> {
+    for stmt in session_setup(dialect) {
+        sqlx::raw_sql(*stmt).execute(&mut *conn).await?;
+    }
+    for stmt in extra {
+        sqlx::raw_sql(AssertSqlSafe(stmt.clone()))
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+impl Db {
+    /// Opens the pool, checks the server answers, and creates the schema if missing.
+    pub(crate) async fn connect(options: &SqlOptions, url: DbUrl) -> Result<Db> {
+        sqlx::any::install_default_drivers();
+        let dialect = url.dialect;
+        let session_sql = Arc::new(options.session_sql.clone());
+        let setup_sql = session_sql.clone();
+        let pool = AnyPoolOptions::new()
+            .max_connections(options.max_connections)
+            .min_connections(0)
+            .acquire_timeout(options.connect_timeout)
+            .idle_timeout(Some(Duration::from_secs(60)))
+            .after_connect(move |conn, _meta| {
+                let extra = setup_sql.clone();
+                Box::pin(async move { setup_connection(conn, dialect, &extra).await })
+            })
+            .connect_lazy(&url.driver_url)
+            .map_err(|e| convert(dialect.name(), e))?;
+        let db = Db {
+            pool,
+            sql: Statements::new(dialect, &options.table_prefix),
+            dialect,
+            url,
+            request_timeout: options.request_timeout,
+        };
+        db.timed("creating the schema", db.ensure_schema()).await?;
+        Ok(db)
+    }
+
+    pub(crate) fn name(&self) -> &'static str {
+        self.dialect.name()
+    }
+
+    pub(crate) fn err(&self, e: sqlx::Error) -> Error {
+        convert(self.name(), e)
+    }
+
+    /// Runs `fut` within the request timeout.
+    pub(crate) async fn timed<T>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.request_timeout, fut).await {
+            Ok(out) => out,
+            Err(_) => Err(timed_out(self.name(), what, self.request_timeout)),
+        }
+    }
+
+    /// Creates the tables if missing and checks the version marker.
+    async fn ensure_schema(&self) -> Result<()> {
+        match q(&self.sql.read_version).fetch_optional(&self.pool).await {
+            Ok(Some(row)) => return self.check_version(row.try_get(0).map_err(|e| self.err(e))?),
+            Ok(None) => {}
+            // Unreachable: no point trying to create anything.
+            Err(e) if classify(&e) == Class::Unavailable => return Err(self.err(e)),
+            // Most likely the table does not exist yet.
+            Err(_) => {}
+        }
+        self.create_schema().await.map_err(|e| self.err(e))?;
+        let row = q(&self.sql.read_version)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.err(e))?;
+        self.check_version(row.try_get(0).map_err(|e| self.err(e))?)
+    }
+
+    fn check_version(&self, version: i64) -> Result<()> {
+        if version > SCHEMA_VERSION {
+            return Err(Error::backend(
+                self.name(),
+                format!(
+                    "the lock tables have schema version {version}; this release understands up to {SCHEMA_VERSION}: upgrade lock-sql or use another table prefix"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Creates the tables, serialised between clients so concurrent `CREATE TABLE IF
+    /// NOT EXISTS` cannot trip over each other (PostgreSQL can fail on that race).
+    async fn create_schema(&self) -> std::result::Result<(), sqlx::Error> {
+        let mut conn = self.pool.acquire().await?;
+        match self.dialect {
+            Dialect::Postgres => {
+                drop(conn);
+                // A transaction object rolls back if anything below fails.
+                let mut tx = self.pool.begin().await?;
+                sqlx::raw_sql(
+                    "SELECT 1 FROM (SELECT pg_advisory_xact_lock(7306853318711111)) AS l",
+                )
+                .execute(&mut *tx)
+                .await?;
+                for stmt in &self.sql.create {
+                    q(stmt).execute(&mut *tx).await?;
+                }
+                q(&self.sql.write_version).execute(&mut *tx).await?;
+                tx.commit().await?;
+            }
+            Dialect::MySql => {
+                sqlx::raw_sql("SELECT GET_LOCK('lock_sql_schema', 30)")
+                    .execute(&mut *conn)
+                    .await?;
+                let created = async {
+                    for stmt in &self.sql.create {
+                        sqlx::raw_sql(AssertSqlSafe(stmt.clone()))
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                    q(&self.sql.write_version).execute(&mut *conn).await?;
+                    Ok::<_, sqlx::Error>(())
+                }
+                .await;
+                sqlx::raw_sql("SELECT RELEASE_LOCK('lock_sql_schema')")
+                    .execute(&mut *conn)
+                    .await?;
+                created?;
+            }
+            Dialect::Sqlite => {
+                // SQLite serialises writers itself (busy timeout).
+                for stmt in &self.sql.create {
+                    q(stmt).execute(&mut *conn).await?;
+                }
+                q(&self.sql.write_version).execute(&mut *conn).await?;
+            }
+        }
+        Ok(())
+    }
+}

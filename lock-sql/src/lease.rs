@@ -1,0 +1,549 @@
+//! The lease strategy: lock rows with owner, fencing token and a server-clock expiry.
+//!
+//! Every change to a key's locks is one short transaction that first writes the
+//! key's row in the keys table: that creates it or bumps its fence, and locks it, so
+//! transactions on one key run one after another and each sees what the previous
+//! committed (read-committed isolation; SQLite has one writer at a time anyway). The
+//! rest of the transaction reads the key's live leases and queue, applies the rules
+//! in [`crate::decide`], and writes the grant. Renewals and releases are single
+//! statements guarded by owner and fence (the lease's version).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{AcquireRequest, Error, Grant, HeldLease, LockFamily, LockKind, Renewal, Result};
+use sqlx::{AnyConnection, Row};
+use tokio::time::Instant;
+
+use crate::db::{q, Db};
+use crate::decide::{decide, Decision, LiveLease, LiveTicket};
+use crate::dialect::Dialect;
+use crate::error::{classify, timed_out, Class};
+use crate::key::{family_range, holder_of, kind_code, kind_of, KeyId};
+use crate::listen::Listener;
+use crate::wait::{until_released, Backoff};
+use crate::SqlLease;
+
+/// Leases renewed per statement; more are split into several statements.
+const RENEW_CHUNK: usize = 100;
+
+/// Waiting settings.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timing {
+    pub(crate) poll_min: Duration,
+    pub(crate) poll_max: Duration,
+    pub(crate) queue_ttl: Duration,
+}
+
+/// A duration as whole milliseconds for the database, rounded up and at least 1.
+pub(crate) fn millis(d: Duration) -> i64 {
+    let ms = d.as_micros().div_ceil(1000).max(1);
+    i64::try_from(ms).unwrap_or(i64::MAX / 4)
+}
+
+/// One acquisition request, as the transaction needs it.
+struct Ask<'a> {
+    key: &'a KeyId,
+    kind: LockKind,
+    owner: &'a str,
+    ttl_ms: i64,
+    queue_ttl_ms: i64,
+}
+
+enum Outcome {
+    Granted(u64),
+    Blocked { wake_in_ms: Option<i64> },
+}
+
+/// A queue ticket this acquire holds; removed (by a spawned task if need be) however
+/// the acquire ends.
+struct Ticket {
+    db: Arc<Db>,
+    key: String,
+    kind: LockKind,
+    id: Option<i64>,
+}
+
+impl Ticket {
+    async fn remove(&mut self) {
+        if let Some(id) = self.id.take() {
+            let _ = dequeue(&self.db, &self.key, self.kind, id).await;
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            let (db, key, kind) = (self.db.clone(), self.key.clone(), self.kind);
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    let _ = dequeue(&db, &key, kind, id).await;
+                });
+            }
+        }
+    }
+}
+
+async fn dequeue(db: &Db, key: &str, kind: LockKind, id: i64) -> Result<()> {
+    let done = q(&db.sql.dequeue)
+        .bind(key.to_owned())
+        .bind(kind_code(kind))
+        .bind(id)
+        .execute(&db.pool);
+    db.timed("removing a queue ticket", async {
+        done.await.map_err(|e| db.err(e))
+    })
+    .await?;
+    // Whoever was behind this ticket may go now.
+    notify(db, key).await
+}
+
+/// A grant whose commit may have happened without us seeing the reply: if the acquire
+/// is dropped (or fails) while this is armed, the lease is released by a spawned task.
+struct PendingGrant {
+    db: Arc<Db>,
+    key: String,
+    kind: LockKind,
+    owner: String,
+    fence: Option<i64>,
+}
+
+impl Drop for PendingGrant {
+    fn drop(&mut self) {
+        if let Some(fence) = self.fence.take() {
+            let db = self.db.clone();
+            let (key, kind, owner) = (self.key.clone(), self.kind, self.owner.clone());
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    let _ = delete_lease(&db, &key, kind, &owner, fence).await;
+                });
+            }
+        }
+    }
+}
+
+/// Takes a lease, waiting until the request's deadline.
+pub(crate) async fn acquire(
+    db: &Arc<Db>,
+    listener: Option<&Listener>,
+    timing: Timing,
+    req: AcquireRequest<'_>,
+) -> Result<Option<Grant<SqlLease>>> {
+    let key = KeyId::of(req.key);
+    let ask = Ask {
+        key: &key,
+        kind: req.kind,
+        owner: req.owner.as_str(),
+        ttl_ms: millis(req.ttl),
+        queue_ttl_ms: millis(timing.queue_ttl),
+    };
+    let waits = !req.deadline.has_passed();
+    let queued_kind = matches!(req.kind, LockKind::Fair | LockKind::Write);
+    let mut ticket = Ticket {
+        db: db.clone(),
+        key: key.hash.clone(),
+        kind: req.kind,
+        id: None,
+    };
+    let mut backoff = Backoff::new(timing.poll_min, timing.poll_max);
+    loop {
+        // Subscribe before looking, so a release right after the look is not missed.
+        let mut wake = listener.map(Listener::subscribe);
+        let enqueue = waits && queued_kind;
+        let outcome = attempt(db, &ask, &mut ticket.id, enqueue).await?;
+        let wake_in_ms = match outcome {
+            Outcome::Granted(fence) => {
+                // The grant removed the ticket in its transaction.
+                ticket.id = None;
+                return Ok(Some(Grant {
+                    fence,
+                    data: SqlLease::lease(key),
+                }));
+            }
+            Outcome::Blocked { wake_in_ms } => wake_in_ms,
+        };
+        if req.deadline.has_passed() {
+            ticket.remove().await;
+            return Ok(None);
+        }
+        let mut nap = match wake {
+            // Notified on release; the timeout only covers a lost notification.
+            Some(_) => timing.poll_max * 4,
+            None => backoff.next_pause(),
+        };
+        if let Some(ms) = wake_in_ms {
+            // Never sleep past the blocker's expiry (by the server's clock).
+            nap = nap.min(Duration::from_millis(ms.max(0) as u64 + 1));
+        }
+        if ticket.id.is_some() {
+            // Keep the ticket alive.
+            nap = nap.min(timing.queue_ttl / 3);
+        }
+        let until = req.deadline.min(Instant::now() + nap);
+        until_released(wake.as_mut(), &key.hash, until).await;
+    }
+}
+
+/// One try, retried on transient conflicts.
+async fn attempt(
+    db: &Arc<Db>,
+    ask: &Ask<'_>,
+    ticket: &mut Option<i64>,
+    enqueue: bool,
+) -> Result<Outcome> {
+    let mut pending = PendingGrant {
+        db: db.clone(),
+        key: ask.key.hash.clone(),
+        kind: ask.kind,
+        owner: ask.owner.to_owned(),
+        fence: None,
+    };
+    let mut tries = 0;
+    loop {
+        let mut next = *ticket;
+        let run = attempt_tx(db, ask, &mut next, enqueue, &mut pending);
+        match tokio::time::timeout(db.request_timeout, run).await {
+            Ok(Ok(outcome)) => {
+                *ticket = next;
+                if matches!(outcome, Outcome::Granted(_)) {
+                    pending.fence = None;
+                }
+                return Ok(outcome);
+            }
+            Ok(Err(e)) if classify(&e) == Class::Transient && tries < 20 => {
+                // A deadlock or a busy database file: the transaction rolled back.
+                tries += 1;
+                pending.fence = None;
+                let pause = rand::random_range(1..=5 * tries);
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+            }
+            Ok(Err(e)) => return Err(db.err(e)),
+            Err(_) => return Err(timed_out(db.name(), "acquiring a lock", db.request_timeout)),
+        }
+    }
+}
+
+async fn attempt_tx(
+    db: &Db,
+    ask: &Ask<'_>,
+    ticket: &mut Option<i64>,
+    enqueue: bool,
+    pending: &mut PendingGrant,
+) -> std::result::Result<Outcome, sqlx::Error> {
+    let sql = &db.sql;
+    let khash = &ask.key.hash;
+    let mut tx = db.pool.begin().await?;
+    let fence = bump_key(&mut tx, db, ask.key).await?;
+    let leases: Vec<LiveLease> = q(&sql.live_leases)
+        .bind(khash.clone())
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .filter_map(|row| {
+            Some(LiveLease {
+                kind: kind_of(row.try_get(0).ok()?)?,
+                owner: row.try_get(1).ok()?,
+                remaining_ms: row.try_get(2).ok()?,
+            })
+        })
+        .collect();
+    let queue: Vec<LiveTicket> = if ask.kind == LockKind::Exclusive {
+        Vec::new()
+    } else {
+        q(&sql.live_queue)
+            .bind(khash.clone())
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .filter_map(|row| {
+                Some(LiveTicket {
+                    kind: kind_of(row.try_get(0).ok()?)?,
+                    ticket: row.try_get(1).ok()?,
+                    owner: row.try_get(2).ok()?,
+                    remaining_ms: row.try_get(3).ok()?,
+                })
+            })
+            .collect()
+    };
+    // A ticket that expired (its waiter too slow to refresh it) is gone: queue anew.
+    if let Some(id) = *ticket {
+        if !queue.iter().any(|t| t.kind == ask.kind && t.ticket == id) {
+            *ticket = None;
+        }
+    }
+    match decide(ask.kind, ask.owner, *ticket, &leases, &queue) {
+        Decision::Grant => {
+            if matches!(ask.kind, LockKind::Read | LockKind::Write) {
+                // Dead readers' rows would otherwise pile up.
+                q(&sql.clean_expired)
+                    .bind(khash.clone())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            q(&sql.put_lease)
+                .bind(khash.clone())
+                .bind(kind_code(ask.kind))
+                .bind(holder_of(ask.kind, ask.owner).to_owned())
+                .bind(ask.owner.to_owned())
+                .bind(fence)
+                .bind(ask.ttl_ms)
+                .execute(&mut *tx)
+                .await?;
+            if let Some(id) = ticket.take() {
+                q(&sql.dequeue)
+                    .bind(khash.clone())
+                    .bind(kind_code(ask.kind))
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            pending.fence = Some(fence);
+            tx.commit().await?;
+            Ok(Outcome::Granted(fence as u64))
+        }
+        Decision::Blocked { wake_in_ms } => {
+            match *ticket {
+                Some(id) => {
+                    q(&sql.refresh_ticket)
+                        .bind(ask.queue_ttl_ms)
+                        .bind(khash.clone())
+                        .bind(kind_code(ask.kind))
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                }
+                None if enqueue => {
+                    let id = next_ticket(&mut tx, db, khash).await?;
+                    q(&sql.enqueue)
+                        .bind(khash.clone())
+                        .bind(kind_code(ask.kind))
+                        .bind(id)
+                        .bind(ask.owner.to_owned())
+                        .bind(ask.queue_ttl_ms)
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    *ticket = Some(id);
+                }
+                None => tx.rollback().await?,
+            }
+            Ok(Outcome::Blocked { wake_in_ms })
+        }
+    }
+}
+
+/// Creates the key's row or bumps its fence; returns the new fence. The row stays
+/// locked until the transaction ends.
+async fn bump_key(
+    conn: &mut AnyConnection,
+    db: &Db,
+    key: &KeyId,
+) -> std::result::Result<i64, sqlx::Error> {
+    let bump = q(&db.sql.key_bump)
+        .bind(key.hash.clone())
+        .bind(key.namespace.clone())
+        .bind(key.name.clone());
+    if db.dialect == Dialect::MySql {
+        bump.execute(&mut *conn).await?;
+        let row = q(&db.sql.key_fence)
+            .bind(key.hash.clone())
+            .fetch_one(&mut *conn)
+            .await?;
+        row.try_get(0)
+    } else {
+        bump.fetch_one(&mut *conn).await?.try_get(0)
+    }
+}
+
+async fn next_ticket(
+    conn: &mut AnyConnection,
+    db: &Db,
+    khash: &str,
+) -> std::result::Result<i64, sqlx::Error> {
+    let bump = q(&db.sql.ticket_bump).bind(khash.to_owned());
+    if db.dialect == Dialect::MySql {
+        bump.execute(&mut *conn).await?;
+        q(&db.sql.key_ticket)
+            .bind(khash.to_owned())
+            .fetch_one(&mut *conn)
+            .await?
+            .try_get(0)
+    } else {
+        bump.fetch_one(&mut *conn).await?.try_get(0)
+    }
+}
+
+/// Deletes one live lease if key, kind, owner and fence match; tells waiters.
+/// Returns whether it was there.
+async fn delete_lease(
+    db: &Db,
+    khash: &str,
+    kind: LockKind,
+    owner: &str,
+    fence: i64,
+) -> Result<bool> {
+    let query = q(&db.sql.release)
+        .bind(khash.to_owned())
+        .bind(kind_code(kind))
+        .bind(holder_of(kind, owner).to_owned())
+        .bind(owner.to_owned())
+        .bind(fence);
+    let deleted = db
+        .timed("releasing a lock", async {
+            if db.dialect == Dialect::Postgres {
+                let row = query
+                    .bind(db.sql.tables.channel.clone())
+                    .fetch_one(&db.pool)
+                    .await
+                    .map_err(|e| db.err(e))?;
+                row.try_get::<i64, _>(0).map_err(|e| db.err(e))
+            } else {
+                let done = query.execute(&db.pool).await.map_err(|e| db.err(e))?;
+                Ok(done.rows_affected() as i64)
+            }
+        })
+        .await?;
+    Ok(deleted > 0)
+}
+
+/// Tells PostgreSQL waiters that `khash` may be free (a no-op elsewhere).
+async fn notify(db: &Db, khash: &str) -> Result<()> {
+    if db.dialect != Dialect::Postgres {
+        return Ok(());
+    }
+    let send = q(&db.sql.notify)
+        .bind(db.sql.tables.channel.clone())
+        .bind(khash.to_owned())
+        .execute(&db.pool);
+    db.timed("notifying waiters", async {
+        send.await.map(drop).map_err(|e| db.err(e))
+    })
+    .await
+}
+
+/// Releases one lease: [`Error::NotOwner`] if it is not the live lease of this owner
+/// and fence.
+pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>) -> Result<()> {
+    let fence = i64::try_from(lease.fence).unwrap_or(-1);
+    let khash = &lease.data.key.hash;
+    if delete_lease(db, khash, lease.kind, lease.owner.as_str(), fence).await? {
+        Ok(())
+    } else {
+        Err(Error::NotOwner {
+            name: lease.key.name().to_string(),
+        })
+    }
+}
+
+/// Renews every lease in one statement per [`RENEW_CHUNK`] leases.
+pub(crate) async fn renew(
+    db: &Db,
+    leases: &[&HeldLease<SqlLease>],
+    ttl: Duration,
+) -> Result<Vec<Renewal>> {
+    let mut out = Vec::with_capacity(leases.len());
+    for chunk in leases.chunks(RENEW_CHUNK) {
+        let renewed = db
+            .timed("renewing leases", renew_chunk(db, chunk, millis(ttl)))
+            .await?;
+        out.extend(chunk.iter().map(|l| {
+            let id = (l.data.key.hash.as_str(), kind_code(l.kind), l.fence as i64);
+            if renewed.iter().any(|(h, k, f)| (h.as_str(), *k, *f) == id) {
+                Renewal::Renewed
+            } else {
+                Renewal::Lost
+            }
+        }));
+    }
+    Ok(out)
+}
+
+fn bind_leases<'q>(
+    mut query: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>,
+    leases: &[&HeldLease<SqlLease>],
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments> {
+    for l in leases {
+        query = query
+            .bind(l.data.key.hash.clone())
+            .bind(kind_code(l.kind))
+            .bind(holder_of(l.kind, l.owner.as_str()).to_owned())
+            .bind(l.owner.as_str().to_owned())
+            .bind(i64::try_from(l.fence).unwrap_or(-1));
+    }
+    query
+}
+
+/// The (key hash, kind, fence) of each lease of `chunk` that was renewed.
+async fn renew_chunk(
+    db: &Db,
+    chunk: &[&HeldLease<SqlLease>],
+    ttl_ms: i64,
+) -> Result<Vec<(String, i64, i64)>> {
+    let stmt = db.sql.renew(chunk.len());
+    let query = bind_leases(q(&stmt).bind(ttl_ms), chunk);
+    let rows = if db.dialect == Dialect::MySql {
+        let done = query.execute(&db.pool).await.map_err(|e| db.err(e))?;
+        if done.rows_affected() as usize == chunk.len() {
+            return Ok(chunk
+                .iter()
+                .map(|l| (l.data.key.hash.clone(), kind_code(l.kind), l.fence as i64))
+                .collect());
+        }
+        // Some were not found: ask which are live (just renewed) to tell them apart.
+        let stmt = db.sql.live_of(chunk.len());
+        bind_leases(q(&stmt), chunk)
+            .fetch_all(&db.pool)
+            .await
+            .map_err(|e| db.err(e))?
+    } else {
+        query.fetch_all(&db.pool).await.map_err(|e| db.err(e))?
+    };
+    rows.iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+        .collect::<std::result::Result<_, sqlx::Error>>()
+        .map_err(|e| db.err(e))
+}
+
+/// Whether any live lease of `family` exists on the key.
+pub(crate) async fn is_locked(db: &Db, key: &KeyId, family: LockFamily) -> Result<bool> {
+    let (lo, hi) = family_range(family);
+    let count = q(&db.sql.count_live)
+        .bind(key.hash.clone())
+        .bind(lo)
+        .bind(hi)
+        .fetch_one(&db.pool);
+    db.timed("checking a lock", async {
+        let row = count.await.map_err(|e| db.err(e))?;
+        Ok(row.try_get::<i64, _>(0).map_err(|e| db.err(e))? > 0)
+    })
+    .await
+}
+
+/// Deletes every live lease of `family` on the key; returns whether there was any.
+pub(crate) async fn force_unlock(db: &Db, key: &KeyId, family: LockFamily) -> Result<bool> {
+    let (lo, hi) = family_range(family);
+    let query = q(&db.sql.force_unlock)
+        .bind(key.hash.clone())
+        .bind(lo)
+        .bind(hi);
+    db.timed("force-unlocking a lock", async {
+        let n = if db.dialect == Dialect::Postgres {
+            let row = query
+                .bind(db.sql.tables.channel.clone())
+                .fetch_one(&db.pool)
+                .await
+                .map_err(|e| db.err(e))?;
+            row.try_get::<i64, _>(0).map_err(|e| db.err(e))?
+        } else {
+            query
+                .execute(&db.pool)
+                .await
+                .map_err(|e| db.err(e))?
+                .rows_affected() as i64
+        };
+        Ok(n > 0)
+    })
+    .await
+}

@@ -1,0 +1,95 @@
+//! Distributed locks in PostgreSQL, MySQL/MariaDB and SQLite, for
+//! [lock-core](lock_core): every lock type ([`DistributedLock`](lock_core::DistributedLock),
+//! [`FairLock`](lock_core::FairLock), [`ReadWriteLock`](lock_core::ReadWriteLock)),
+//! reentrancy, fencing tokens, the watchdog and loss reporting, over
+//! [`sqlx`](https://docs.rs/sqlx).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lock_core::{prelude::*, LockClient};
+//! use lock_sql::{SqlBackend, SqlOptions, Strategy};
+//!
+//! # #[tokio::main] async fn main() -> lock_core::Result<()> {
+//! // SQLite needs no server, and works across processes on one machine.
+//! let backend = SqlBackend::connect(SqlOptions::new("sqlite://locks.db")).await?;
+//! let client = LockClient::new(backend);
+//! let guard = client.lock("orders/42")?.acquire_timeout(Duration::from_secs(5)).await?;
+//! guard.release().await?;
+//!
+//! // PostgreSQL with row locks on a pinned connection instead of lease rows.
+//! let options = SqlOptions::new("postgres://locks@127.0.0.1/app").strategy(Strategy::ForUpdate);
+//! let client = LockClient::new(SqlBackend::connect(options).await?);
+//! client.lock("orders/42")?.acquire().await?.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Strategies
+//!
+//! | | [`Strategy::Lease`] (default) | [`Strategy::ForUpdate`] |
+//! |---|---|---|
+//! | a held lock is | a row with owner, fence and expiry (server clock) | a row lock in an open transaction |
+//! | connections | pooled, none held between calls | one pinned connection per held lock |
+//! | holder crashes | freed when its lease runs out | freed as soon as the connection drops |
+//! | waiting | PostgreSQL `LISTEN/NOTIFY`; MySQL/SQLite polling with backoff and jitter | inside the database's lock queue |
+//! | lock types | exclusive, fair, read-write | exclusive |
+//! | fixed leases | yes | no (the lock lasts as long as the connection) |
+//! | databases | PostgreSQL, MySQL/MariaDB, SQLite | PostgreSQL, MySQL/MariaDB |
+//!
+//! # Tables
+//!
+//! The backend creates its tables if they are missing, named from a configurable,
+//! validated and quoted prefix ([`SqlOptions::table_prefix`], default
+//! [`DEFAULT_TABLE_PREFIX`]): `<prefix>_meta` (holding a schema version marker, so a
+//! later release can migrate), `<prefix>_keys` (one row per lock key: its fencing
+//! counter and queue-ticket counter; never deleted, so fencing tokens keep increasing
+//! when lease rows are deleted), `<prefix>_leases`, `<prefix>_queue` (fair-lock and
+//! waiting-writer tickets), `<prefix>_rows` and `<prefix>_holders` (FOR UPDATE).
+//! Keys are stored as a SHA-256 of namespace and name (with both kept as text beside
+//! it), so every valid lock name fits any database's index, and all values are bind
+//! parameters.
+//!
+//! # Time
+//!
+//! Every expiry is computed and compared by the database server's clock
+//! (`clock_timestamp()`, `SYSDATE(3)`, SQLite's `julianday('now')`); clients send only
+//! durations. A client whose clock is off cannot steal an unexpired lease.
+//!
+//! # Read-write policy
+//!
+//! Writers are preferred: a waiting writer takes a queue ticket, and new readers wait
+//! while one is queued (the write lock's owner may still read: downgrade). A writer
+//! that gives up removes its ticket; one that crashes stops blocking readers when its
+//! ticket expires ([`SqlOptions::queue_ttl`]).
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+
+mod backend;
+mod db;
+mod decide;
+mod dialect;
+mod error;
+mod key;
+mod lease;
+mod listen;
+mod options;
+mod pessimistic;
+mod sql;
+mod url;
+mod wait;
+
+pub use backend::{SqlBackend, SqlLease};
+pub use dialect::{Dialect, MAX_TABLE_PREFIX};
+pub use options::{SqlOptions, Strategy, DEFAULT_TABLE_PREFIX};
+pub use sqlx;
+
+/// The value of the `khash` column under which `key` is stored in every table: for
+/// operators looking a lock up by hand (and for tests that tamper with rows).
+///
+/// ```
+/// use lock_core::{LockKey, LockName, Namespace};
+/// let key = LockKey::new(Namespace::new("app")?, LockName::new("jobs")?);
+/// assert_eq!(lock_sql::stored_key(&key).len(), 64);
+/// # Ok::<(), lock_core::Error>(())
+/// ```
+pub fn stored_key(key: &lock_core::LockKey) -> String {
+    key::KeyId::of(key).hash
+}

@@ -1,0 +1,75 @@
+//! PostgreSQL `LISTEN`: one connection per backend receives the release
+//! notifications and fans them out to the waiters of this process.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::Result;
+use sqlx::postgres::PgListener;
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+
+use crate::error::{convert, timed_out};
+
+/// The listening task; stopped when dropped.
+#[derive(Debug)]
+pub(crate) struct Listener {
+    tx: broadcast::Sender<Arc<str>>,
+    task: JoinHandle<()>,
+}
+
+impl Listener {
+    /// Connects and listens on `channel`; the payload of each notification is the
+    /// released key's hash.
+    pub(crate) async fn start(url: &str, channel: &str, connect_timeout: Duration) -> Result<Self> {
+        let connect = async {
+            let mut listener = PgListener::connect(url).await?;
+            listener.listen(channel).await?;
+            Ok::<_, sqlx::Error>(listener)
+        };
+        let mut listener = tokio::time::timeout(connect_timeout, connect)
+            .await
+            .map_err(|_| {
+                timed_out(
+                    "postgres",
+                    "connecting the LISTEN connection",
+                    connect_timeout,
+                )
+            })?
+            .map_err(|e| convert("postgres", e))?;
+        let (tx, _) = broadcast::channel(1024);
+        let sender = tx.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                match listener.try_recv().await {
+                    Ok(Some(n)) => {
+                        let _ = sender.send(n.payload().into());
+                    }
+                    Ok(None) => {
+                        // The connection dropped and will be re-established by the next
+                        // call; notifications in between are lost, so wake everyone.
+                        tracing::debug!("LISTEN connection lost; reconnecting");
+                        let _ = sender.send("".into());
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "LISTEN connection failed; retrying");
+                        let _ = sender.send("".into());
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                    }
+                }
+            }
+        });
+        Ok(Listener { tx, task })
+    }
+
+    /// A receiver of release announcements from now on.
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
+        self.tx.subscribe()
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -1,0 +1,232 @@
+//! Connection and behaviour settings, checked before anything connects.
+
+use std::time::Duration;
+
+use lock_core::{Error, Result};
+
+use crate::dialect::validate_table_prefix;
+
+/// How a lock is held in the database.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Strategy {
+    /// **Lease rows with optimistic versioning** (the default). A lock is a row with
+    /// its owner, fencing token and an expiry computed by the database's clock. Taking
+    /// it is one short transaction that inserts the row or takes over an expired one;
+    /// renewal and release compare owner and token. No connection is held between
+    /// calls, so one pool serves any number of locks; a crashed holder's lock frees
+    /// when its lease runs out. Works on all three databases; all lock types.
+    #[default]
+    Lease,
+    /// **Pessimistic `SELECT ... FOR UPDATE`**. The lock is a row lock held by an open
+    /// transaction on a connection pinned to the guard: it costs **one database
+    /// connection per held lock** (outside the pool's limit). If that connection dies
+    /// (process killed, network cut, `pg_terminate_backend`, `KILL`) the database ends
+    /// the transaction and the lock is free at once; the guard learns it at the next
+    /// watchdog tick. Waiters wait inside the database, which wakes them on release.
+    /// There is no server-side expiry, so only watchdog leases are offered
+    /// (`Capabilities::fixed_lease` is false), and only exclusive locks.
+    /// PostgreSQL and MySQL/MariaDB only: SQLite has no row locks, and connecting with
+    /// this strategy to an SQLite URL fails with `Error::Unsupported`.
+    ForUpdate,
+}
+
+/// The settings of a [`SqlBackend`](crate::SqlBackend).
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_sql::{SqlOptions, Strategy};
+/// let options = SqlOptions::new("postgres://locks@127.0.0.1/app")
+///     .strategy(Strategy::Lease)
+///     .table_prefix("app_locks")
+///     .max_connections(8)
+///     .connect_timeout(Duration::from_secs(3));
+/// assert_eq!(options.get_table_prefix(), "app_locks");
+/// ```
+#[derive(Clone)]
+pub struct SqlOptions {
+    pub(crate) url: String,
+    pub(crate) strategy: Strategy,
+    pub(crate) table_prefix: String,
+    pub(crate) max_connections: u32,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) request_timeout: Duration,
+    pub(crate) poll_min: Duration,
+    pub(crate) poll_max: Duration,
+    pub(crate) queue_ttl: Duration,
+    pub(crate) session_sql: Vec<String>,
+}
+
+impl std::fmt::Debug for SqlOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlOptions")
+            .field("url", &crate::url::redacted(&self.url))
+            .field("strategy", &self.strategy)
+            .field("table_prefix", &self.table_prefix)
+            .field("max_connections", &self.max_connections)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("poll_min", &self.poll_min)
+            .field("poll_max", &self.poll_max)
+            .field("queue_ttl", &self.queue_ttl)
+            .field("session_sql", &self.session_sql)
+            .finish()
+    }
+}
+
+/// The table prefix used when none is set: tables `lock_sql_keys`, `lock_sql_leases`, ...
+pub const DEFAULT_TABLE_PREFIX: &str = "lock_sql";
+
+impl SqlOptions {
+    /// Defaults for `url`: `postgres://user:pass@host:port/db`, `mysql://...` (also
+    /// MariaDB) or `sqlite://path/to/file.db`. The URL is checked by
+    /// [`SqlBackend::connect`](crate::SqlBackend::connect).
+    pub fn new(url: impl Into<String>) -> Self {
+        SqlOptions {
+            url: url.into(),
+            strategy: Strategy::Lease,
+            table_prefix: DEFAULT_TABLE_PREFIX.to_owned(),
+            max_connections: 10,
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            poll_min: Duration::from_millis(5),
+            poll_max: Duration::from_millis(250),
+            queue_ttl: Duration::from_secs(10),
+            session_sql: Vec::new(),
+        }
+    }
+
+    /// How locks are held (default [`Strategy::Lease`]).
+    pub fn strategy(mut self, strategy: Strategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
+
+    /// The prefix of the tables this backend creates and uses (default
+    /// [`DEFAULT_TABLE_PREFIX`]): ASCII letters, digits and `_`, at most
+    /// [`MAX_TABLE_PREFIX`](crate::MAX_TABLE_PREFIX) bytes. Clients share locks only
+    /// if they use the same tables.
+    pub fn table_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.table_prefix = prefix.into();
+        self
+    }
+
+    /// The table prefix.
+    pub fn get_table_prefix(&self) -> &str {
+        &self.table_prefix
+    }
+
+    /// The most pooled connections (default 10). The FOR UPDATE strategy opens one
+    /// more connection per held lock, outside this limit.
+    pub fn max_connections(mut self, max: u32) -> Self {
+        self.max_connections = max;
+        self
+    }
+
+    /// How long to wait for a connection before failing with `Error::Unavailable`
+    /// (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one request (a statement or a short transaction) may take before it
+    /// fails with `Error::Unavailable` (default 10 s). Waiting for a lock is bounded by
+    /// the acquire's own wait limit instead.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// The polling interval of waiters on MySQL and SQLite (and PostgreSQL's fallback
+    /// when a notification is missed): it starts at `min` and doubles up to `max`,
+    /// with random jitter, and never sleeps past the holder's expiry (defaults 5 ms and
+    /// 250 ms).
+    pub fn poll_interval(mut self, min: Duration, max: Duration) -> Self {
+        self.poll_min = min;
+        self.poll_max = max;
+        self
+    }
+
+    /// How long a fair-lock or writer queue ticket lives without its waiter refreshing
+    /// it (default 10 s): a crashed waiter holds up the queue at most this long. Its
+    /// expiry is kept by the database's clock.
+    pub fn queue_ttl(mut self, ttl: Duration) -> Self {
+        self.queue_ttl = ttl;
+        self
+    }
+
+    /// A statement run on every new connection, after the backend's own settings (for
+    /// example `SET application_name = 'billing'`). Trusted input: it is sent as is.
+    pub fn session_statement(mut self, sql: impl Into<String>) -> Self {
+        self.session_sql.push(sql.into());
+        self
+    }
+
+    /// Checks everything but the URL (checked when connecting).
+    pub(crate) fn validate(&self) -> Result<()> {
+        validate_table_prefix(&self.table_prefix)?;
+        if self.max_connections == 0 {
+            return Err(Error::invalid_argument(
+                "max_connections must be at least 1",
+            ));
+        }
+        let limit = lock_core::MAX_DURATION;
+        for (what, d) in [
+            ("connect_timeout", self.connect_timeout),
+            ("request_timeout", self.request_timeout),
+            ("queue_ttl", self.queue_ttl),
+        ] {
+            if d < Duration::from_millis(1) || d > limit {
+                return Err(Error::invalid_argument(format!(
+                    "{what} {d:?} must be between 1 ms and {limit:?}"
+                )));
+            }
+        }
+        if self.queue_ttl < Duration::from_millis(30) {
+            return Err(Error::invalid_argument(format!(
+                "queue_ttl {:?} must be at least 30 ms (waiters refresh their ticket every third of it)",
+                self.queue_ttl
+            )));
+        }
+        if self.poll_min.is_zero() || self.poll_min > self.poll_max || self.poll_max > limit {
+            return Err(Error::invalid_argument(format!(
+                "poll interval {:?}..{:?} must be non-zero, with min <= max",
+                self.poll_min, self.poll_max
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_settings_are_refused() {
+        let base = SqlOptions::new("sqlite://x.db");
+        assert!(base.validate().is_ok());
+        let bad = [
+            base.clone().table_prefix("x; DROP TABLE y"),
+            base.clone().max_connections(0),
+            base.clone().connect_timeout(Duration::ZERO),
+            base.clone().request_timeout(Duration::MAX),
+            base.clone()
+                .poll_interval(Duration::from_secs(1), Duration::from_millis(1)),
+            base.clone()
+                .poll_interval(Duration::ZERO, Duration::from_millis(1)),
+            base.clone().queue_ttl(Duration::from_millis(5)),
+        ];
+        for options in bad {
+            let err = options.validate().unwrap_err();
+            assert!(matches!(err, Error::InvalidArgument { .. }), "{options:?}");
+        }
+    }
+
+    #[test]
+    fn debug_hides_the_password() {
+        let shown = format!("{:?}", SqlOptions::new("postgres://u:secret@h/db"));
+        assert!(!shown.contains("secret"), "{shown}");
+    }
+}

@@ -1,0 +1,394 @@
+//! The FOR UPDATE strategy: a lock is a row lock held by an open transaction on a
+//! connection pinned to the lease.
+//!
+//! Acquire makes sure the lock's row exists, takes a connection out of the pool,
+//! starts a transaction and runs `SELECT ... FOR UPDATE` on the row (`NOWAIT` for a
+//! single try; otherwise the database queues the waiter and wakes it on release, with
+//! a lock timeout at the caller's deadline). Then it bumps the key's fence in its own
+//! committed statement, and records the holder (owner, fence, connection id) so an
+//! operator can force the lock free by killing that connection. Release rolls the
+//! transaction back and returns the connection to the pool; if the connection died,
+//! the database already rolled back and the lock was lost.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use lock_core::{AcquireRequest, Error, Grant, HeldLease, LockFamily, LockKind, Renewal, Result};
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AssertSqlSafe, Row};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use crate::db::{q, Db};
+use crate::dialect::Dialect;
+use crate::error::{classify, Class};
+use crate::key::{kind_code, KeyId};
+use crate::SqlLease;
+
+/// A pooled connection inside a lock transaction. Unless marked clean (its
+/// transaction ended normally), it is closed when dropped instead of going back to the
+/// pool, which makes the server end the transaction and free the row.
+struct PinnedConn {
+    conn: Option<PoolConnection<Any>>,
+    clean: bool,
+}
+
+impl Drop for PinnedConn {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.as_mut() {
+            if !self.clean {
+                conn.close_on_drop();
+            }
+        }
+    }
+}
+
+impl PinnedConn {
+    fn conn(&mut self) -> &mut sqlx::AnyConnection {
+        self.conn.as_mut().expect("present until dropped")
+    }
+}
+
+/// The connection holding one lock, kept in [`SqlLease`].
+pub(crate) struct Pinned {
+    conn: Mutex<Option<PinnedConn>>,
+    connection_id: i64,
+}
+
+/// Cancels the server-side wait of a connection whose lock wait was abandoned, so
+/// it does not linger in the lock queue.
+struct WaitGuard<'a> {
+    db: &'a std::sync::Arc<Db>,
+    connection_id: i64,
+    armed: bool,
+}
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let db = self.db.clone();
+            let id = self.connection_id;
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    let _ = cancel_query(&db, id).await;
+                });
+            }
+        }
+    }
+}
+
+async fn cancel_query(db: &Db, id: i64) -> std::result::Result<(), sqlx::Error> {
+    let sql = match db.dialect {
+        Dialect::Postgres => format!("SELECT pg_cancel_backend({id})"),
+        _ => format!("KILL QUERY {id}"),
+    };
+    sqlx::raw_sql(AssertSqlSafe(sql))
+        .execute(&db.pool)
+        .await
+        .map(drop)
+}
+
+async fn kill_connection(db: &Db, id: i64) -> std::result::Result<(), sqlx::Error> {
+    let sql = match db.dialect {
+        Dialect::Postgres => format!("SELECT pg_terminate_backend({id})"),
+        _ => format!("KILL CONNECTION {id}"),
+    };
+    match sqlx::raw_sql(AssertSqlSafe(sql)).execute(&db.pool).await {
+        Ok(_) => Ok(()),
+        // MySQL: "Unknown thread id": it is gone already.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("HY000") => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Takes the row lock, waiting until the request's deadline.
+pub(crate) async fn acquire(
+    db: &std::sync::Arc<Db>,
+    req: AcquireRequest<'_>,
+) -> Result<Option<Grant<SqlLease>>> {
+    if req.kind != LockKind::Exclusive {
+        return Err(Error::Unsupported {
+            backend: db.name(),
+            operation: "fair and read-write locks with the FOR UPDATE strategy",
+        });
+    }
+    let key = KeyId::of(req.key);
+    let kind = kind_code(req.kind);
+    let setup = async {
+        q(&db.sql.ensure_row)
+            .bind(key.hash.clone())
+            .bind(kind)
+            .execute(&db.pool)
+            .await?;
+        let mut pinned = PinnedConn {
+            conn: Some(db.pool.acquire().await?),
+            clean: false,
+        };
+        let id: i64 = q(&db.sql.connection_id)
+            .fetch_one(pinned.conn())
+            .await?
+            .try_get(0)?;
+        sqlx::raw_sql("BEGIN").execute(pinned.conn()).await?;
+        Ok::<_, sqlx::Error>((pinned, id))
+    };
+    let (mut pinned, connection_id) = db
+        .timed("starting a lock transaction", async {
+            setup.await.map_err(|e| db.err(e))
+        })
+        .await?;
+
+    if !lock_row(db, &mut pinned, connection_id, &key, kind, &req).await? {
+        pinned.clean = rollback(&mut pinned).await;
+        return Ok(None);
+    }
+    // Locked. The fence and the holder record are committed on other connections: a
+    // row written in the lock transaction would vanish with it.
+    let owner = req.owner.as_str().to_owned();
+    let record = async {
+        let fence = bump_fence(db, &key).await?;
+        q(&db.sql.put_holder)
+            .bind(key.hash.clone())
+            .bind(kind)
+            .bind(owner)
+            .bind(fence)
+            .bind(connection_id)
+            .execute(&db.pool)
+            .await?;
+        Ok::<_, sqlx::Error>(fence)
+    };
+    let fence = db
+        .timed("recording the lock holder", async {
+            record.await.map_err(|e| db.err(e))
+        })
+        .await?;
+    Ok(Some(Grant {
+        fence: fence as u64,
+        data: SqlLease {
+            key,
+            pinned: Some(Pinned {
+                conn: Mutex::new(Some(pinned)),
+                connection_id,
+            }),
+        },
+    }))
+}
+
+/// Runs the locking `SELECT`; false if the lock stayed busy until the deadline.
+async fn lock_row(
+    db: &std::sync::Arc<Db>,
+    pinned: &mut PinnedConn,
+    connection_id: i64,
+    key: &KeyId,
+    kind: i64,
+    req: &AcquireRequest<'_>,
+) -> Result<bool> {
+    let remaining = req.deadline.remaining();
+    if remaining == Some(Duration::ZERO) {
+        let locked = q(&db.sql.lock_row_nowait)
+            .bind(key.hash.clone())
+            .bind(kind)
+            .fetch_optional(pinned.conn());
+        let outcome = db
+            .timed("trying a row lock", async { Ok(locked.await) })
+            .await?;
+        return match outcome {
+            Ok(_) => Ok(true),
+            Err(e) if classify(&e) == Class::LockNotAvailable => Ok(false),
+            Err(e) => Err(db.err(e)),
+        };
+    }
+    // The server's own lock timeout ends the wait at the deadline (whole seconds on
+    // MySQL, so the client's timer below ends it there exactly).
+    let timeout_sql = match (db.dialect, remaining) {
+        (Dialect::Postgres, None) => "SET LOCAL lock_timeout = 0".to_owned(),
+        (Dialect::Postgres, Some(r)) => {
+            format!("SET LOCAL lock_timeout = {}", r.as_millis().max(1))
+        }
+        (_, None) => "SET SESSION innodb_lock_wait_timeout = 1073741824".to_owned(),
+        (_, Some(r)) => format!(
+            "SET SESSION innodb_lock_wait_timeout = {}",
+            r.as_secs().saturating_add(1).min(1_073_741_824)
+        ),
+    };
+    sqlx::raw_sql(AssertSqlSafe(timeout_sql))
+        .execute(pinned.conn())
+        .await
+        .map_err(|e| db.err(e))?;
+    let mut guard = WaitGuard {
+        db,
+        connection_id,
+        armed: true,
+    };
+    let wait = q(&db.sql.lock_row_wait)
+        .bind(key.hash.clone())
+        .bind(kind)
+        .fetch_optional(pinned.conn());
+    let outcome = match req.deadline.instant() {
+        Some(at) => match tokio::time::timeout_at(at + Duration::from_millis(20), wait).await {
+            Ok(outcome) => outcome,
+            // The guard cancels the server-side wait; the connection is not reused.
+            Err(_) => return Ok(false),
+        },
+        None => wait.await,
+    };
+    guard.armed = false;
+    match outcome {
+        Ok(_) => Ok(true),
+        Err(e) if classify(&e) == Class::LockNotAvailable => Ok(false),
+        Err(e) => Err(db.err(e)),
+    }
+}
+
+async fn bump_fence(db: &Db, key: &KeyId) -> std::result::Result<i64, sqlx::Error> {
+    let bump = q(&db.sql.fence_bump)
+        .bind(key.hash.clone())
+        .bind(key.namespace.clone())
+        .bind(key.name.clone());
+    if db.dialect == Dialect::MySql {
+        let mut tx = db.pool.begin().await?;
+        bump.execute(&mut *tx).await?;
+        let fence: i64 = q(&db.sql.key_fence)
+            .bind(key.hash.clone())
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get(0)?;
+        tx.commit().await?;
+        Ok(fence)
+    } else {
+        bump.fetch_one(&db.pool).await?.try_get(0)
+    }
+}
+
+/// Ends the transaction; true if the connection is fit to go back to the pool.
+async fn rollback(pinned: &mut PinnedConn) -> bool {
+    let done = sqlx::raw_sql("ROLLBACK").execute(pinned.conn());
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), done).await,
+        Ok(Ok(_))
+    )
+}
+
+/// Ends the lock transaction: [`Error::NotOwner`] if its connection died first (the
+/// lock was lost then).
+pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>, pinned: &Pinned) -> Result<()> {
+    let taken = pinned.conn.lock().await.take();
+    let Some(mut conn) = taken else {
+        return Err(Error::NotOwner {
+            name: lease.key.name().to_string(),
+        });
+    };
+    conn.clean = rollback(&mut conn).await;
+    let ok = conn.clean;
+    drop(conn);
+    let forget = q(&db.sql.delete_holder)
+        .bind(lease.data.key.hash.clone())
+        .bind(kind_code(lease.kind))
+        .bind(lease.owner.as_str().to_owned())
+        .bind(lease.fence as i64)
+        .execute(&db.pool);
+    // Only a record for operators; a leftover one is harmless.
+    let _ = db
+        .timed("forgetting the lock holder", async {
+            forget.await.map_err(|e| db.err(e))
+        })
+        .await;
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::NotOwner {
+            name: lease.key.name().to_string(),
+        })
+    }
+}
+
+/// Checks each lease's connection is alive (the lock lives exactly as long as its
+/// transaction); one ping per held lock, all at once.
+pub(crate) async fn renew(db: &Db, leases: &[&HeldLease<SqlLease>]) -> Result<Vec<Renewal>> {
+    let pings = leases.iter().map(|lease| async move {
+        let Some(pinned) = &lease.data.pinned else {
+            return Renewal::Lost;
+        };
+        let mut slot = pinned.conn.lock().await;
+        let Some(conn) = slot.as_mut() else {
+            return Renewal::Lost;
+        };
+        let ping = sqlx::raw_sql("SELECT 1").execute(conn.conn());
+        match tokio::time::timeout(db.request_timeout, ping).await {
+            Ok(Ok(_)) => Renewal::Renewed,
+            _ => {
+                tracing::debug!(
+                    connection = pinned.connection_id,
+                    "lock connection is gone; the row lock went with it"
+                );
+                // Dropped dirty: closed, never reused.
+                *slot = None;
+                Renewal::Lost
+            }
+        }
+    });
+    Ok(join_all(pings).await)
+}
+
+/// Whether the row is locked, by trying it with `SKIP LOCKED` in a transaction that
+/// is rolled back at once.
+pub(crate) async fn is_locked(db: &Db, key: &KeyId, family: LockFamily) -> Result<bool> {
+    if family != LockFamily::Exclusive {
+        return Ok(false);
+    }
+    let kind = kind_code(LockKind::Exclusive);
+    let probe = async {
+        let mut tx = db.pool.begin().await?;
+        let free = q(&db.sql.probe_row)
+            .bind(key.hash.clone())
+            .bind(kind)
+            .fetch_optional(&mut *tx)
+            .await?;
+        tx.rollback().await?;
+        if free.is_some() {
+            return Ok(false);
+        }
+        // No row came back: locked, or never created.
+        let exists = q(&db.sql.row_exists)
+            .bind(key.hash.clone())
+            .bind(kind)
+            .fetch_optional(&db.pool)
+            .await?;
+        Ok::<_, sqlx::Error>(exists.is_some())
+    };
+    db.timed("checking a lock", async {
+        probe.await.map_err(|e| db.err(e))
+    })
+    .await
+}
+
+/// Kills the connection of the recorded holder if the row is locked, and waits
+/// (briefly) for the database to free it.
+pub(crate) async fn force_unlock(db: &Db, key: &KeyId, family: LockFamily) -> Result<bool> {
+    if !is_locked(db, key, family).await? {
+        return Ok(false);
+    }
+    let kind = kind_code(LockKind::Exclusive);
+    let holder = q(&db.sql.get_holder)
+        .bind(key.hash.clone())
+        .bind(kind)
+        .fetch_optional(&db.pool);
+    let holder = db
+        .timed("finding the lock holder", async {
+            holder.await.map_err(|e| db.err(e))
+        })
+        .await?;
+    let Some(row) = holder else {
+        return Ok(false);
+    };
+    let id: i64 = row.try_get(2).map_err(|e| db.err(e))?;
+    db.timed("killing the holder's connection", async {
+        kill_connection(db, id).await.map_err(|e| db.err(e))
+    })
+    .await?;
+    // The server frees the row when the killed session ends, a moment later.
+    let until = Instant::now() + db.request_timeout;
+    while Instant::now() < until && is_locked(db, key, family).await? {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(true)
+}
