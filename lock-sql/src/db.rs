@@ -13,7 +13,7 @@ use sqlx::{Any, AnyPool, AssertSqlSafe, Row};
 
 use crate::dialect::Dialect;
 use crate::error::{classify, convert, timed_out, Class};
-use crate::options::SqlOptions;
+use crate::options::{SqlOptions, Strategy};
 use crate::sql::{Statements, Stmt, SCHEMA_VERSION};
 use crate::url::DbUrl;
 
@@ -21,6 +21,8 @@ use crate::url::DbUrl;
 #[derive(Debug)]
 pub(crate) struct Db {
     pub(crate) pool: AnyPool,
+    /// FOR UPDATE: the connections pinned to held locks, one each.
+    pub(crate) held_pool: AnyPool,
     pub(crate) sql: Statements,
     pub(crate) dialect: Dialect,
     pub(crate) url: DbUrl,
@@ -76,20 +78,30 @@ impl Db {
         sqlx::any::install_default_drivers();
         let dialect = url.dialect;
         let session_sql = Arc::new(options.session_sql.clone());
-        let setup_sql = session_sql.clone();
-        let pool = AnyPoolOptions::new()
-            .max_connections(options.max_connections)
-            .min_connections(0)
-            .acquire_timeout(options.connect_timeout)
-            .idle_timeout(Some(Duration::from_secs(60)))
-            .after_connect(move |conn, _meta| {
-                let extra = setup_sql.clone();
-                Box::pin(async move { setup_connection(conn, dialect, &extra).await })
-            })
+        let pool_options = |max: u32| {
+            let setup_sql = session_sql.clone();
+            AnyPoolOptions::new()
+                .max_connections(max)
+                .min_connections(0)
+                .acquire_timeout(options.connect_timeout)
+                .idle_timeout(Some(Duration::from_secs(60)))
+                .after_connect(move |conn, _meta| {
+                    let extra = setup_sql.clone();
+                    Box::pin(async move { setup_connection(conn, dialect, &extra).await })
+                })
+        };
+        let pool = pool_options(options.max_connections)
             .connect_lazy(&url.driver_url)
             .map_err(|e| convert(dialect.name(), e))?;
+        let held_pool = match options.strategy {
+            Strategy::ForUpdate => pool_options(options.max_held_locks)
+                .connect_lazy(&url.driver_url)
+                .map_err(|e| convert(dialect.name(), e))?,
+            Strategy::Lease => pool.clone(),
+        };
         let db = Db {
             pool,
+            held_pool,
             sql: Statements::new(dialect, &options.table_prefix),
             dialect,
             url,

@@ -20,7 +20,7 @@ pub enum Strategy {
     Lease,
     /// **Pessimistic `SELECT ... FOR UPDATE`**. The lock is a row lock held by an open
     /// transaction on a connection pinned to the guard: it costs **one database
-    /// connection per held lock** (outside the pool's limit). If that connection dies
+    /// connection per held lock** (from a second pool, see `max_held_locks`). If that connection dies
     /// (process killed, network cut, `pg_terminate_backend`, `KILL`) the database ends
     /// the transaction and the lock is free at once; the guard learns it at the next
     /// watchdog tick. Waiters wait inside the database, which wakes them on release.
@@ -49,6 +49,7 @@ pub struct SqlOptions {
     pub(crate) strategy: Strategy,
     pub(crate) table_prefix: String,
     pub(crate) max_connections: u32,
+    pub(crate) max_held_locks: u32,
     pub(crate) connect_timeout: Duration,
     pub(crate) request_timeout: Duration,
     pub(crate) poll_min: Duration,
@@ -64,6 +65,7 @@ impl std::fmt::Debug for SqlOptions {
             .field("strategy", &self.strategy)
             .field("table_prefix", &self.table_prefix)
             .field("max_connections", &self.max_connections)
+            .field("max_held_locks", &self.max_held_locks)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("poll_min", &self.poll_min)
@@ -87,6 +89,7 @@ impl SqlOptions {
             strategy: Strategy::Lease,
             table_prefix: DEFAULT_TABLE_PREFIX.to_owned(),
             max_connections: 10,
+            max_held_locks: 100,
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
             poll_min: Duration::from_millis(5),
@@ -116,10 +119,19 @@ impl SqlOptions {
         &self.table_prefix
     }
 
-    /// The most pooled connections (default 10). The FOR UPDATE strategy opens one
-    /// more connection per held lock, outside this limit.
+    /// The most pooled connections (default 10). The FOR UPDATE strategy pins
+    /// connections of a separate pool, see [`max_held_locks`](Self::max_held_locks).
     pub fn max_connections(mut self, max: u32) -> Self {
         self.max_connections = max;
+        self
+    }
+
+    /// [`Strategy::ForUpdate`] only: the most locks held at once through this backend
+    /// (default 100). Each pins a connection of a second pool of this size; an acquire
+    /// beyond it waits for a connection up to the connect timeout, then fails with
+    /// `Error::Unavailable`.
+    pub fn max_held_locks(mut self, max: u32) -> Self {
+        self.max_held_locks = max;
         self
     }
 

@@ -121,7 +121,7 @@ pub(crate) async fn acquire(
             .execute(&db.pool)
             .await?;
         let mut pinned = PinnedConn {
-            conn: Some(db.pool.acquire().await?),
+            conn: Some(db.held_pool.acquire().await?),
             clean: false,
         };
         let id: i64 = q(&db.sql.connection_id)

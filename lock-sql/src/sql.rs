@@ -107,25 +107,25 @@ impl Statements {
                 "CREATE TABLE IF NOT EXISTS {meta} (name VARCHAR(64) NOT NULL PRIMARY KEY, value {int} NOT NULL){suffix}"
             )),
             st(format!(
-                "CREATE TABLE IF NOT EXISTS {keys} (khash CHAR(64) NOT NULL PRIMARY KEY, fence {int} NOT NULL, \
+                "CREATE TABLE IF NOT EXISTS {keys} (khash VARCHAR(64) NOT NULL PRIMARY KEY, fence {int} NOT NULL, \
                  ticket {int} NOT NULL, namespace {text} NOT NULL, name {text} NOT NULL){suffix}"
             )),
             st(format!(
-                "CREATE TABLE IF NOT EXISTS {leases} (khash CHAR(64) NOT NULL, kind {int} NOT NULL, \
+                "CREATE TABLE IF NOT EXISTS {leases} (khash VARCHAR(64) NOT NULL, kind {int} NOT NULL, \
                  holder VARCHAR(128) NOT NULL, owner VARCHAR(128) NOT NULL, fence {int} NOT NULL, \
                  expires_ms {int} NOT NULL, PRIMARY KEY (khash, kind, holder)){suffix}"
             )),
             st(format!(
-                "CREATE TABLE IF NOT EXISTS {queue} (khash CHAR(64) NOT NULL, kind {int} NOT NULL, \
+                "CREATE TABLE IF NOT EXISTS {queue} (khash VARCHAR(64) NOT NULL, kind {int} NOT NULL, \
                  ticket {int} NOT NULL, owner VARCHAR(128) NOT NULL, expires_ms {int} NOT NULL, \
                  PRIMARY KEY (khash, kind, ticket)){suffix}"
             )),
             st(format!(
-                "CREATE TABLE IF NOT EXISTS {rows} (khash CHAR(64) NOT NULL, kind {int} NOT NULL, \
+                "CREATE TABLE IF NOT EXISTS {rows} (khash VARCHAR(64) NOT NULL, kind {int} NOT NULL, \
                  PRIMARY KEY (khash, kind)){suffix}"
             )),
             st(format!(
-                "CREATE TABLE IF NOT EXISTS {holders} (khash CHAR(64) NOT NULL, kind {int} NOT NULL, \
+                "CREATE TABLE IF NOT EXISTS {holders} (khash VARCHAR(64) NOT NULL, kind {int} NOT NULL, \
                  owner VARCHAR(128) NOT NULL, fence {int} NOT NULL, connection_id {int} NOT NULL, \
                  PRIMARY KEY (khash, kind)){suffix}"
             )),
