@@ -115,11 +115,19 @@ pub(crate) async fn acquire(
     let key = KeyId::of(req.key);
     let kind = kind_code(req.kind);
     let setup = async {
-        q(&db.sql.ensure_row)
+        // A plain read first: on MySQL, inserting a row that exists waits for its lock.
+        let exists = q(&db.sql.row_exists)
             .bind(key.hash.clone())
             .bind(kind)
-            .execute(&db.pool)
+            .fetch_optional(&db.pool)
             .await?;
+        if exists.is_none() {
+            q(&db.sql.ensure_row)
+                .bind(key.hash.clone())
+                .bind(kind)
+                .execute(&db.pool)
+                .await?;
+        }
         let mut pinned = PinnedConn {
             conn: Some(db.held_pool.acquire().await?),
             clean: false,
