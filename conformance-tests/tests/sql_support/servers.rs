@@ -9,7 +9,7 @@ use conformance_tests::server::ServerSpec;
 use lock_sql::sqlx;
 
 fn running_as_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
+    // The effective uid, without a libc dependency.
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
