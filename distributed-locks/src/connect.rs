@@ -12,6 +12,8 @@ pub fn schemes() -> Vec<&'static str> {
     schemes.extend(["redis", "rediss"]);
     #[cfg(feature = "zookeeper")]
     schemes.push("zk");
+    #[cfg(feature = "sql")]
+    schemes.extend(["postgres", "postgresql", "mysql", "mariadb", "sqlite"]);
     schemes
 }
 
@@ -60,6 +62,7 @@ impl ConnectOptions {
 /// | `memory://` | a new in-memory backend (this process only) | always |
 /// | `redis://`, `rediss://` | one Redis server (`lock_redis::RedisBackend`) | `redis` |
 /// | `zk://` | a ZooKeeper ensemble (`lock_zookeeper::ZkBackend`, URL as `ZkConfig::from_url`) | `zookeeper` |
+/// | `postgres://`, `mysql://`, `sqlite://` | a database (`lock_sql::SqlBackend`, URL as `SqlOptions::from_url`: `?lock_strategy=for-update` picks row locks) | `sql` |
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for a malformed URL or a scheme this build lacks (the
@@ -86,6 +89,11 @@ pub async fn connect(url: &str, options: ConnectOptions) -> Result<Arc<dyn LockP
         "zk" => {
             let config = lock_zookeeper::ZkConfig::from_url(url)?;
             options.client(lock_zookeeper::ZkBackend::connect(config).await?)
+        }
+        #[cfg(feature = "sql")]
+        "postgres" | "postgresql" | "mysql" | "mariadb" | "sqlite" => {
+            let options_sql = lock_sql::SqlOptions::from_url(url)?;
+            options.client(lock_sql::SqlBackend::connect(options_sql).await?)
         }
         other => Err(Error::invalid_argument(format!(
             "unknown or disabled lock backend {other:?}: this build supports {:?} (enable the crate feature of the backend)", schemes()

@@ -29,7 +29,11 @@ pub use lock_redis as redis;
 #[cfg(feature = "zookeeper")]
 pub use lock_zookeeper as zookeeper;
 
+/// The SQL backend crate, [`lock_sql`]: `SqlBackend`, `SqlOptions`, `Strategy`.
+#[cfg(feature = "sql")]
+pub use lock_sql as sql;
+
 /// The README's examples compile as doctests (they need every backend feature).
-#[cfg(all(doctest, feature = "redis", feature = "zookeeper"))]
+#[cfg(all(doctest, feature = "redis", feature = "zookeeper", feature = "sql"))]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;

@@ -99,6 +99,62 @@ impl SqlOptions {
         }
     }
 
+    /// Options from a URL that may carry this crate's own settings as query
+    /// parameters, which are removed before the URL reaches the driver:
+    /// `lock_strategy=lease|for-update` and `lock_table_prefix=NAME`. This is how
+    /// `distributed_locks::connect` and the `lock-holder` tool pick them.
+    ///
+    /// ```
+    /// use lock_sql::{SqlOptions, Strategy};
+    /// let o = SqlOptions::from_url("postgres://h/db?sslmode=disable&lock_strategy=for-update&lock_table_prefix=app")?;
+    /// assert_eq!(o.get_table_prefix(), "app");
+    /// assert_eq!(o.get_strategy(), Strategy::ForUpdate);
+    /// assert_eq!(o.get_url(), "postgres://h/db?sslmode=disable");
+    /// # Ok::<(), lock_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an unknown strategy.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let Some((base, query)) = url.split_once('?') else {
+            return Ok(SqlOptions::new(url));
+        };
+        let (mut strategy, mut prefix, mut rest) = (Strategy::Lease, None, Vec::new());
+        for param in query.split('&').filter(|p| !p.is_empty()) {
+            match param.split_once('=') {
+                Some(("lock_strategy", "lease")) => strategy = Strategy::Lease,
+                Some(("lock_strategy", "for-update")) => strategy = Strategy::ForUpdate,
+                Some(("lock_strategy", other)) => {
+                    return Err(Error::invalid_argument(format!(
+                        "unknown lock_strategy {other:?}: use lease or for-update"
+                    )))
+                }
+                Some(("lock_table_prefix", p)) => prefix = Some(p.to_owned()),
+                _ => rest.push(param),
+            }
+        }
+        let url = if rest.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", rest.join("&"))
+        };
+        let mut options = SqlOptions::new(url).strategy(strategy);
+        if let Some(prefix) = prefix {
+            options = options.table_prefix(prefix);
+        }
+        Ok(options)
+    }
+
+    /// The URL the driver gets.
+    pub fn get_url(&self) -> &str {
+        &self.url
+    }
+
+    /// The strategy.
+    pub fn get_strategy(&self) -> Strategy {
+        self.strategy
+    }
+
     /// How locks are held (default [`Strategy::Lease`]).
     pub fn strategy(mut self, strategy: Strategy) -> Self {
         self.strategy = strategy;

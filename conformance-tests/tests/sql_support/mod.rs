@@ -98,19 +98,18 @@ impl Backend for Sql {
             Strategy::ForUpdate => "for-update",
             _ => "lease",
         };
-        cmd.args([
-            "--backend",
-            self.label.split('/').next().unwrap_or_default(),
-        ])
-        .args(["--url", &self.url])
-        .args(["--sql-strategy", strategy])
-        .args(["--sql-table-prefix", &self.prefix])
-        .args(["--namespace", &spec.namespace])
-        .args(["--name", &spec.name])
-        .args([
-            "--watchdog-lease-ms",
-            &spec.watchdog_lease.as_millis().to_string(),
-        ]);
+        let sep = if self.url.contains('?') { '&' } else { '?' };
+        let url = format!(
+            "{}{sep}lock_strategy={strategy}&lock_table_prefix={}",
+            self.url, self.prefix
+        );
+        cmd.args(["--url", &url])
+            .args(["--namespace", &spec.namespace])
+            .args(["--name", &spec.name])
+            .args([
+                "--watchdog-lease-ms",
+                &spec.watchdog_lease.as_millis().to_string(),
+            ]);
         Some(cmd)
     }
 
