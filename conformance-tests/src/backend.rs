@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{LockFamily, LockKey, LockProvider};
+use lock_core::{LockBackend, LockClient, LockFamily, LockKey, LockProvider};
 
 /// The settings of one client made for a test.
 #[derive(Clone, Debug)]
@@ -13,6 +13,20 @@ pub struct ClientOptions {
     pub namespace: String,
     /// The watchdog lease.
     pub watchdog_lease: Duration,
+}
+
+impl ClientOptions {
+    /// A client over `backend` with these options, as [`Backend::client`] returns it.
+    ///
+    /// # Errors
+    /// [`lock_core::Error::InvalidArgument`] for a bad namespace or watchdog lease.
+    pub fn client<B: LockBackend>(self, backend: B) -> lock_core::Result<Arc<dyn LockProvider>> {
+        let client = LockClient::builder(backend)
+            .namespace(self.namespace)
+            .watchdog_lease(self.watchdog_lease)
+            .build()?;
+        Ok(Arc::new(client))
+    }
 }
 
 /// What to start in another process: a holder of one lock.

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use conformance_tests::holder::HolderProcess;
 use conformance_tests::{run_suite, Backend, ClientOptions};
 use lock_core::memory::MemoryBackend;
-use lock_core::{LockClient, LockFamily, LockKey, LockProvider};
+use lock_core::{LockFamily, LockKey, LockProvider};
 
 struct Memory {
     backend: MemoryBackend,
@@ -20,11 +20,7 @@ impl Backend for Memory {
     }
 
     async fn client(&self, options: ClientOptions) -> lock_core::Result<Arc<dyn LockProvider>> {
-        let client = LockClient::builder(self.backend.clone())
-            .namespace(options.namespace)
-            .watchdog_lease(options.watchdog_lease)
-            .build()?;
-        Ok(Arc::new(client))
+        options.client(self.backend.clone())
     }
 
     async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {

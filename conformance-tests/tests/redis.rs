@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use conformance_tests::server::{ServerSpec, TestServer};
 use conformance_tests::{run_suite, Backend, ClientOptions, HolderSpec};
-use lock_core::{LockBackend, LockClient, LockFamily, LockKey, LockProvider};
+use lock_core::{LockBackend, LockFamily, LockKey, LockProvider};
 use lock_redis::{RedLockBackend, RedisBackend, RedisConfig};
 
 const REDIS: ServerSpec = ServerSpec {
@@ -51,11 +51,7 @@ impl Backend for Redis {
     }
 
     async fn client(&self, options: ClientOptions) -> lock_core::Result<Arc<dyn LockProvider>> {
-        let client = LockClient::builder(RedisBackend::new(self.config())?)
-            .namespace(options.namespace)
-            .watchdog_lease(options.watchdog_lease)
-            .build()?;
-        Ok(Arc::new(client))
+        options.client(RedisBackend::new(self.config())?)
     }
 
     async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
@@ -121,11 +117,7 @@ impl Backend for RedLock {
     }
 
     async fn client(&self, options: ClientOptions) -> lock_core::Result<Arc<dyn LockProvider>> {
-        let client = LockClient::builder(self.backend()?)
-            .namespace(options.namespace)
-            .watchdog_lease(options.watchdog_lease)
-            .build()?;
-        Ok(Arc::new(client))
+        options.client(self.backend()?)
     }
 
     async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {

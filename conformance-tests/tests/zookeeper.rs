@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use conformance_tests::server::TestServer;
 use conformance_tests::{run_suite, Backend, ClientOptions, HolderSpec};
 use futures::FutureExt;
-use lock_core::{LockBackend, LockClient, LockFamily, LockKey, LockProvider};
+use lock_core::{LockBackend, LockFamily, LockKey, LockProvider};
 use lock_zookeeper::{ZkBackend, ZkConfig};
 use tokio::time::Instant;
 
@@ -54,11 +54,7 @@ impl Backend for Zk {
 
     async fn client(&self, options: ClientOptions) -> lock_core::Result<Arc<dyn LockProvider>> {
         // Each client is a session of its own, as another process's would be.
-        let client = LockClient::builder(ZkBackend::new(self.config(SESSION_TIMEOUT)))
-            .namespace(options.namespace)
-            .watchdog_lease(options.watchdog_lease)
-            .build()?;
-        Ok(Arc::new(client))
+        options.client(ZkBackend::new(self.config(SESSION_TIMEOUT)))
     }
 
     async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
