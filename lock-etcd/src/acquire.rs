@@ -100,12 +100,22 @@ impl Job {
         };
         match self.contend(&prefix, &mut reply).await {
             Ok(contender) => self.grant(contender, gate, reply).await,
-            Err(Stop::Abandoned) => {}
-            Err(Stop::Deadline) => {
-                let _ = reply.send(Ok(None));
-            }
-            Err(Stop::Failed(err)) => {
-                let _ = reply.send(Err(err));
+            Err((stop, contender)) => {
+                // Answer first: removing the key may take retries while etcd is down.
+                match stop {
+                    Stop::Abandoned => {}
+                    Stop::Deadline => {
+                        let _ = reply.send(Ok(None));
+                    }
+                    Stop::Failed(err) => {
+                        let _ = reply.send(Err(err));
+                    }
+                }
+                if let Some(contender) = contender {
+                    self.clean_up(&contender).await;
+                }
+                // Only now may the next owner of this client write the same key.
+                drop(gate);
             }
         }
     }
@@ -151,9 +161,17 @@ impl Job {
     /// Places a key and waits until it is first, the deadline passes or the caller
     /// leaves. A key that vanishes while waiting (its lease ended, or the lock was
     /// force-unlocked) is replaced by a new one at the back of the queue.
-    async fn contend(&self, prefix: &Prefix, reply: &mut Reply) -> Result<Contender, Stop> {
+    /// On failure, returns what is left to clean up.
+    async fn contend(
+        &self,
+        prefix: &Prefix,
+        reply: &mut Reply,
+    ) -> Result<Contender, (Stop, Option<Contender>)> {
         loop {
-            let (contender, position) = self.place(prefix).await?;
+            let (contender, position) = self
+                .place(prefix)
+                .await
+                .map_err(|(err, left)| (Stop::Failed(err), left))?;
             match self.wait(prefix, &contender, position, reply).await {
                 Ok(true) => return Ok(contender),
                 Ok(false) => {
@@ -162,27 +180,26 @@ impl Job {
                         self.clean_up(&contender).await;
                     }
                 }
-                Err(stop) => {
-                    self.clean_up(&contender).await;
-                    return Err(stop);
-                }
+                Err(stop) => return Err((stop, Some(contender))),
             }
         }
     }
 
     /// Takes a lease and writes the key: one transaction when the session is fresh.
-    async fn place(&self, prefix: &Prefix) -> Result<(Contender, Position)> {
+    /// On failure, returns what may need cleaning up.
+    async fn place(
+        &self,
+        prefix: &Prefix,
+    ) -> Result<(Contender, Position), (lock_core::Error, Option<Contender>)> {
         let inner = &self.inner;
         let timeout = inner.config.request_timeout();
         loop {
             let lease = if self.watchdog {
-                inner
-                    .leases
-                    .session(&inner.client, timeout, self.ttl)
-                    .await?
+                inner.leases.session(&inner.client, timeout, self.ttl).await
             } else {
-                inner.leases.fixed(&inner.client, timeout, self.ttl).await?
+                inner.leases.fixed(&inner.client, timeout, self.ttl).await
             };
+            let lease = lease.map_err(|err| (err, None))?;
             let seq = inner.seq.fetch_add(1, Ordering::Relaxed);
             let key = prefix.own_key(self.kind, lease.id(), seq);
             let value = self.value();
@@ -209,7 +226,8 @@ impl Job {
                             "remove leftover",
                             queries::delete_if(key.as_bytes(), revision),
                         )
-                        .await?;
+                        .await
+                        .map_err(|err| (err, None))?;
                 }
                 Err(err) if error::is_lease_gone(&err) => lease.lost(),
                 Err(err) => {
@@ -219,8 +237,7 @@ impl Job {
                         revision: 0,
                         lease,
                     };
-                    self.clean_up(&contender).await;
-                    return Err(err);
+                    return Err((err, Some(contender)));
                 }
             }
         }
