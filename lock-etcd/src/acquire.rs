@@ -16,6 +16,7 @@ use lock_core::{
     AcquireRequest, Deadline, Grant, LockKey, LockKind, LossNotifier, OwnerToken, Result,
 };
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::backend::{EtcdLease, Inner};
 use crate::error::{self, within};
@@ -23,6 +24,12 @@ use crate::gate::GatePermit;
 use crate::keys::Prefix;
 use crate::lease::Lease;
 use crate::queries::{self, Placed, Position};
+
+/// How long etcd may take to catch up a watch that missed being registered as
+/// current: its catch-up loop runs every 100 ms.
+const CATCH_UP: Duration = Duration::from_millis(120);
+/// How often a waiter looks for itself meanwhile.
+const RECHECK: Duration = Duration::from_millis(8);
 
 type Reply = oneshot::Sender<Result<Option<Grant<EtcdLease>>>>;
 
@@ -268,17 +275,32 @@ impl Job {
             // Watch from now (a watcher from a past revision is caught up only every
             // 100 ms: the handoff tail of etcd's own lock service), then check the
             // predecessor is still there: it may have gone before the watch existed.
-            let mut watch = tokio::select! {
+            let (mut watch, watch_revision) = tokio::select! {
                 watch = self.inner.watch_delete(&predecessor) => watch?,
                 () = reply.closed() => return Err(Stop::Abandoned),
                 () = self.deadline.sleep() => return Err(Stop::Deadline),
             };
-            position = self.locate(prefix, contender).await?;
-            if position != Position::Behind(predecessor) {
+            let watched_at = Instant::now();
+            let (now, revision) = self.locate_at(prefix, contender).await?;
+            position = now;
+            if position != Position::Behind(predecessor.clone()) {
                 continue;
             }
+            // etcd registers a watch "from now" as caught up only if no write lands
+            // between its reading the revision and registering the watch; otherwise the
+            // watch waits for etcd's 100 ms catch-up loop. A write seen after the
+            // watch's revision makes that possible, so look again every few
+            // milliseconds until etcd has surely caught the watch up.
+            let unsure = revision > watch_revision;
             loop {
                 let refresh = tokio::time::sleep(contender.lease.refresh_interval());
+                let recheck = async {
+                    if unsure && watched_at.elapsed() < CATCH_UP {
+                        tokio::time::sleep(RECHECK).await;
+                    } else {
+                        std::future::pending::<()>().await;
+                    }
+                };
                 tokio::select! {
                     () = reply.closed() => return Err(Stop::Abandoned),
                     () = self.deadline.sleep() => return Err(Stop::Deadline),
@@ -292,6 +314,11 @@ impl Job {
                         // Cancelled, closed or failed: look again (an outage shows as an error there).
                         _ => break,
                     },
+                    () = recheck => {
+                        if self.locate(prefix, contender).await? != Position::Behind(predecessor.clone()) {
+                            break;
+                        }
+                    }
                     () = refresh => {
                         // Nobody may be renewing the lease while this client only waits.
                         let timeout = self.inner.config.request_timeout();
@@ -306,11 +333,16 @@ impl Job {
         }
     }
 
-    /// Where the contender stands now; one transaction (two if keys of a nested lock
-    /// name are in the way).
     async fn locate(&self, prefix: &Prefix, contender: &Contender) -> Result<Position> {
+        Ok(self.locate_at(prefix, contender).await?.0)
+    }
+
+    /// Where the contender stands now, and at which revision; one transaction (two if
+    /// keys of a nested lock name are in the way).
+    async fn locate_at(&self, prefix: &Prefix, contender: &Contender) -> Result<(Position, i64)> {
         let txn = queries::locate(prefix, self.kind, &contender.key, contender.revision);
         let reply = self.inner.txn("check position", txn).await?;
+        let revision = reply.header().map_or(i64::MAX, |h| h.revision());
         let position = queries::located(
             &reply,
             prefix,
@@ -319,13 +351,13 @@ impl Job {
             self.owner.as_str(),
         );
         if position != Position::Unknown {
-            return Ok(position);
+            return Ok((position, revision));
         }
         let (range, options) = queries::scan(prefix, contender.revision);
         let mut kv = self.inner.client.kv_client();
         let timeout = self.inner.config.request_timeout();
         let found = within("scan contenders", timeout, kv.get(range, Some(options))).await?;
-        Ok(queries::scanned(found.kvs(), prefix))
+        Ok((queries::scanned(found.kvs(), prefix), revision))
     }
 
     /// Removes what an acquisition wrote: revokes a fixed lease (etcd deletes its one

@@ -44,13 +44,17 @@ impl Inner {
         within(what, self.config.request_timeout(), kv.txn(txn)).await
     }
 
-    /// A watch for the deletion of `key`, from now on, once etcd confirmed it.
-    pub(crate) async fn watch_delete(&self, key: &[u8]) -> Result<WatchStream> {
+    /// A watch for the deletion of `key`, from now on, once etcd confirmed it; with
+    /// the revision etcd read just before registering it.
+    pub(crate) async fn watch_delete(&self, key: &[u8]) -> Result<(WatchStream, i64)> {
         let mut watches = self.client.watch_client();
         within("watch", self.config.request_timeout(), async {
             let mut stream = watches.watch(key, None).await?;
             match stream.message().await? {
-                Some(reply) if reply.created() && !reply.canceled() => Ok(stream),
+                Some(reply) if reply.created() && !reply.canceled() => {
+                    let revision = reply.header().map_or(0, |h| h.revision());
+                    Ok((stream, revision))
+                }
                 other => Err(etcd_client::Error::WatchError(format!(
                     "watch not created: {other:?}"
                 ))),

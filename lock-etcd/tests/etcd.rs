@@ -217,7 +217,7 @@ async fn fifty_waiters_each_release_wakes_one() {
         wakeups <= WAITERS as u64,
         "{wakeups} wake-ups for {WAITERS} handoffs"
     );
-    let order = order.lock().unwrap();
+    let order = order.lock().unwrap().clone();
     assert!(
         order.windows(2).all(|w| w[0].1 < w[1].1),
         "tokens not increasing in grant order: {order:?}"
