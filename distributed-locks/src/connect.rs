@@ -7,6 +7,8 @@ use lock_core::{Error, LockClient, LockProvider, Result, DEFAULT_WATCHDOG_LEASE}
 
 /// The URL schemes [`connect`] understands with the features this build has.
 pub fn schemes() -> Vec<&'static str> {
+    // Without backend features nothing is added.
+    #[allow(unused_mut)]
     let mut schemes = vec!["memory"];
     #[cfg(feature = "redis")]
     schemes.extend(["redis", "rediss"]);
@@ -14,6 +16,8 @@ pub fn schemes() -> Vec<&'static str> {
     schemes.push("zk");
     #[cfg(feature = "sql")]
     schemes.extend(["postgres", "postgresql", "mysql", "mariadb", "sqlite"]);
+    #[cfg(feature = "etcd")]
+    schemes.extend(["etcd", "etcd+https"]);
     schemes
 }
 
@@ -63,6 +67,7 @@ impl ConnectOptions {
 /// | `redis://`, `rediss://` | one Redis server (`lock_redis::RedisBackend`) | `redis` |
 /// | `zk://` | a ZooKeeper ensemble (`lock_zookeeper::ZkBackend`, URL as `ZkConfig::from_url`) | `zookeeper` |
 /// | `postgres://`, `mysql://`, `sqlite://` | a database (`lock_sql::SqlBackend`, URL as `SqlOptions::from_url`: `?lock_strategy=for-update` picks row locks) | `sql` |
+/// | `etcd://host:port[,host:port...]`, `etcd+https://...` | an etcd v3 cluster (`lock_etcd::EtcdBackend`) | `etcd` |
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for a malformed URL or a scheme this build lacks (the
@@ -94,6 +99,11 @@ pub async fn connect(url: &str, options: ConnectOptions) -> Result<Arc<dyn LockP
         "postgres" | "postgresql" | "mysql" | "mariadb" | "sqlite" => {
             let options_sql = lock_sql::SqlOptions::from_url(url)?;
             options.client(lock_sql::SqlBackend::connect(options_sql).await?)
+        }
+        #[cfg(feature = "etcd")]
+        "etcd" | "etcd+https" => {
+            let config = lock_etcd::EtcdConfig::from_url(url)?;
+            options.client(lock_etcd::EtcdBackend::connect(config).await?)
         }
         other => Err(Error::invalid_argument(format!(
             "unknown or disabled lock backend {other:?}: this build supports {:?} (enable the crate feature of the backend)", schemes()

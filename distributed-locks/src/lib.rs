@@ -33,7 +33,17 @@ pub use lock_zookeeper as zookeeper;
 #[cfg(feature = "sql")]
 pub use lock_sql as sql;
 
+/// The etcd backend crate, [`lock_etcd`]: `EtcdBackend`, `EtcdConfig`.
+#[cfg(feature = "etcd")]
+pub use lock_etcd as etcd;
+
 /// The README's examples compile as doctests (they need every backend feature).
-#[cfg(all(doctest, feature = "redis", feature = "zookeeper", feature = "sql"))]
+#[cfg(all(
+    doctest,
+    feature = "redis",
+    feature = "zookeeper",
+    feature = "sql",
+    feature = "etcd"
+))]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;

@@ -147,6 +147,12 @@ pub struct AcquireRequest<'a> {
     pub ttl: Duration,
     /// When to give up waiting; a passed deadline means "try once".
     pub deadline: Deadline,
+    /// Whether the client's watchdog keeps this lease alive ([`Lease::Watchdog`](crate::Lease::Watchdog)):
+    /// it calls `renew` with this same `ttl` every third of it until the release. False
+    /// for a fixed lease, which only [`LockGuard::extend`](crate::LockGuard::extend)
+    /// renews. Backends whose leases are shared objects (an etcd lease, a session) use
+    /// it to put watchdog leases on one kept-alive lease and give a fixed lease its own.
+    pub watchdog: bool,
     /// For backends that learn of loss outside renewals (sessions, streams).
     pub loss: &'a LossNotifier,
 }

@@ -154,6 +154,7 @@ impl<B: LockBackend> Owner<B> {
             owner: &self.token,
             ttl,
             deadline,
+            watchdog: watched,
             loss: &loss,
         };
         let span =

@@ -1,0 +1,139 @@
+//! The whole conformance suite against a real etcd started for the test.
+#![cfg(feature = "etcd")]
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use conformance_tests::server::{free_port, ServerSpec, TestServer};
+use conformance_tests::{run_suite, Backend, ClientOptions, HolderSpec};
+use lock_core::{LockBackend, LockClient, LockFamily, LockKey, LockProvider};
+use lock_etcd::{EtcdBackend, EtcdConfig};
+
+const ETCD: ServerSpec = ServerSpec {
+    name: "etcd",
+    env_url: "LOCK_TEST_ETCD_URL",
+    command: etcd_command,
+    url: |port| format!("etcd://127.0.0.1:{port}"),
+};
+
+/// etcd 3.4 with every URL moved to loopback: moving only the client port would leave
+/// the peer port on its default 2380, shared with any other etcd on the machine.
+fn etcd_command(port: u16, dir: &Path) -> Command {
+    let peer = free_port().expect("a free peer port");
+    let client_url = format!("http://127.0.0.1:{port}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let mut cmd = Command::new("etcd");
+    cmd.arg("--data-dir").arg(dir.join("data"));
+    cmd.args([
+        "--name",
+        "conformance",
+        "--logger",
+        "zap",
+        "--log-level",
+        "warn",
+    ]);
+    cmd.args(["--listen-client-urls", &client_url]);
+    cmd.args(["--advertise-client-urls", &client_url]);
+    cmd.args(["--listen-peer-urls", &peer_url]);
+    cmd.args(["--initial-advertise-peer-urls", &peer_url]);
+    cmd.args(["--initial-cluster", &format!("conformance={peer_url}")]);
+    cmd
+}
+
+struct Etcd {
+    url: String,
+    /// For the fault hooks: a backend of its own, like an operator's.
+    admin: EtcdBackend,
+}
+
+impl Etcd {
+    fn config(&self) -> EtcdConfig {
+        EtcdConfig::builder(&self.url)
+            .connect_timeout(Duration::from_secs(2))
+            .request_timeout(Duration::from_secs(2))
+            .build()
+            .expect("valid URL")
+    }
+}
+
+#[async_trait]
+impl Backend for Etcd {
+    fn name(&self) -> &str {
+        "etcd"
+    }
+
+    async fn client(&self, options: ClientOptions) -> lock_core::Result<Arc<dyn LockProvider>> {
+        let client = LockClient::builder(EtcdBackend::connect(self.config()).await?)
+            .namespace(options.namespace)
+            .watchdog_lease(options.watchdog_lease)
+            .build()?;
+        Ok(Arc::new(client))
+    }
+
+    async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
+        self.admin
+            .force_unlock(key, family)
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    fn holder_command(&self, spec: &HolderSpec) -> Option<tokio::process::Command> {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_lock-holder"));
+        cmd.args(["--url", &self.url, "--namespace", &spec.namespace]);
+        cmd.args(["--name", &spec.name]);
+        cmd.args([
+            "--watchdog-lease-ms",
+            &spec.watchdog_lease.as_millis().to_string(),
+        ]);
+        Some(cmd)
+    }
+
+    /// etcd's TTLs are whole seconds and at least its minimum (about 2 s with the
+    /// default election settings): a 600 ms lease would live 2 s on the server.
+    fn short_lease(&self) -> Duration {
+        Duration::from_secs(2)
+    }
+
+    /// etcd sweeps expired leases every 500 ms and the session lease outlives the
+    /// watchdog lease by a third (rounded up to a second): a lock of a vanished holder
+    /// comes free up to about 1.5 s after the lease the client asked for.
+    fn slack(&self) -> Duration {
+        Duration::from_secs(3)
+    }
+}
+
+/// Waits until the fresh server has elected itself and serves requests.
+async fn ready(url: &str) -> EtcdBackend {
+    let started = tokio::time::Instant::now();
+    loop {
+        match EtcdBackend::connect_url(url).await {
+            Ok(backend) => {
+                let key = LockKey::new(
+                    lock_core::Namespace::new("probe").unwrap(),
+                    lock_core::LockName::new("probe").unwrap(),
+                );
+                if backend.is_locked(&key, LockFamily::Exclusive).await.is_ok() {
+                    return backend;
+                }
+            }
+            Err(err) if started.elapsed() > Duration::from_secs(30) => {
+                panic!("etcd at {url} did not serve within 30 s: {err}")
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_conformance() {
+    let server = TestServer::start(&ETCD).await.expect("etcd starts");
+    let url = server.url();
+    let admin = ready(&url).await;
+    let report = run_suite(Arc::new(Etcd { url, admin })).await;
+    assert!(report.failed.is_empty(), "{}", report.summary());
+}

@@ -1,0 +1,400 @@
+//! One acquisition: place the key, wait behind the predecessor, re-check, and clean up
+//! however it ends.
+//!
+//! The whole acquisition runs in a task of its own and answers through a oneshot
+//! channel. When the caller's future is dropped, the channel closes; the task notices
+//! at its next wait, deletes its key (or revokes its fixed lease) and only then lets
+//! the next owner of this client through the gate. A grant that arrives after the
+//! caller left is released the same way. So a dropped acquire leaves nothing behind.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::EventType;
+use lock_core::{
+    AcquireRequest, Deadline, Grant, LockKey, LockKind, LossNotifier, OwnerToken, Result,
+};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::backend::{EtcdLease, Inner};
+use crate::error::{self, within};
+use crate::gate::GatePermit;
+use crate::keys::Prefix;
+use crate::lease::Lease;
+use crate::queries::{self, Placed, Position};
+
+/// How long etcd may take to catch up a watch that missed being registered as
+/// current: its catch-up loop runs every 100 ms.
+const CATCH_UP: Duration = Duration::from_millis(120);
+/// How often a waiter looks for itself meanwhile.
+const RECHECK: Duration = Duration::from_millis(8);
+
+type Reply = oneshot::Sender<Result<Option<Grant<EtcdLease>>>>;
+
+/// A key this acquisition wrote.
+struct Contender {
+    key: String,
+    revision: i64,
+    lease: Arc<Lease>,
+}
+
+/// How waiting ended, short of a grant.
+enum Stop {
+    Deadline,
+    /// The caller dropped the acquire future.
+    Abandoned,
+    Failed(lock_core::Error),
+}
+
+impl From<lock_core::Error> for Stop {
+    fn from(err: lock_core::Error) -> Self {
+        Stop::Failed(err)
+    }
+}
+
+/// Everything the task needs, owned.
+struct Job {
+    inner: Arc<Inner>,
+    key: LockKey,
+    kind: LockKind,
+    owner: OwnerToken,
+    ttl: Duration,
+    deadline: Deadline,
+    watchdog: bool,
+    loss: LossNotifier,
+}
+
+/// Runs one acquisition in its own task; see the module docs.
+pub(crate) async fn acquire(
+    inner: &Arc<Inner>,
+    req: AcquireRequest<'_>,
+) -> Result<Option<Grant<EtcdLease>>> {
+    let job = Job {
+        inner: inner.clone(),
+        key: req.key.clone(),
+        kind: req.kind,
+        owner: req.owner.clone(),
+        ttl: req.ttl,
+        deadline: req.deadline,
+        watchdog: req.watchdog,
+        loss: req.loss.clone(),
+    };
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(job.run(tx));
+    rx.await
+        .map_err(|_| error::unexpected("the acquire task ended without an answer"))?
+}
+
+impl Job {
+    async fn run(self, mut reply: Reply) {
+        let prefix = Prefix::new(&self.key, self.kind.family());
+        // Owners sharing the session lease would share the exclusive key: one at a time.
+        let gate = if self.kind == LockKind::Exclusive && self.watchdog {
+            tokio::select! {
+                permit = self.inner.gates.enter(prefix.range(), self.deadline) => match permit {
+                    Some(permit) => Some(permit),
+                    None => {
+                        let _ = reply.send(Ok(None));
+                        return;
+                    }
+                },
+                () = reply.closed() => return,
+            }
+        } else {
+            None
+        };
+        match self.contend(&prefix, &mut reply).await {
+            Ok(contender) => self.grant(contender, gate, reply).await,
+            Err((stop, contender)) => {
+                // Answer first: removing the key may take retries while etcd is down.
+                match stop {
+                    Stop::Abandoned => {}
+                    Stop::Deadline => {
+                        let _ = reply.send(Ok(None));
+                    }
+                    Stop::Failed(err) => {
+                        let _ = reply.send(Err(err));
+                    }
+                }
+                if let Some(contender) = contender {
+                    self.clean_up(&contender).await;
+                }
+                // Only now may the next owner of this client write the same key.
+                drop(gate);
+            }
+        }
+    }
+
+    /// Hands the grant over, or takes it back if the caller has gone.
+    async fn grant(self, contender: Contender, gate: Option<GatePermit>, reply: Reply) {
+        contender.lease.watch(self.loss.clone());
+        let Contender {
+            key,
+            revision,
+            lease,
+        } = contender;
+        let value = self.value();
+        let grant = Grant {
+            fence: revision.unsigned_abs(),
+            data: EtcdLease::new(key, value, lease, gate, self.loss.clone()),
+        };
+        if let Err(Ok(Some(grant))) = reply.send(Ok(Some(grant))) {
+            tracing::debug!(key = %grant.data.key(), "acquire abandoned after it was granted; releasing");
+            let (key, lease, gate) = grant.data.into_parts();
+            let contender = Contender {
+                key,
+                revision,
+                lease,
+            };
+            self.clean_up(&contender).await;
+            drop(gate);
+        }
+    }
+
+    fn value(&self) -> Vec<u8> {
+        match self.kind {
+            // etcd's layout: the exclusive key's value is empty.
+            LockKind::Exclusive => Vec::new(),
+            // Read-write keys carry the owner, so a reader can tell its own write lock
+            // (downgrade) from another owner's.
+            LockKind::Fair | LockKind::Read | LockKind::Write => {
+                self.owner.as_str().as_bytes().to_vec()
+            }
+        }
+    }
+
+    /// Places a key and waits until it is first, the deadline passes or the caller
+    /// leaves. A key that vanishes while waiting (its lease ended, or the lock was
+    /// force-unlocked) is replaced by a new one at the back of the queue.
+    /// On failure, returns what is left to clean up.
+    async fn contend(
+        &self,
+        prefix: &Prefix,
+        reply: &mut Reply,
+    ) -> Result<Contender, (Stop, Option<Contender>)> {
+        loop {
+            let (contender, position) = self
+                .place(prefix)
+                .await
+                .map_err(|(err, left)| (Stop::Failed(err), left))?;
+            match self.wait(prefix, &contender, position, reply).await {
+                Ok(true) => return Ok(contender),
+                Ok(false) => {
+                    tracing::debug!(key = %contender.key, "own key vanished while waiting; queueing again");
+                    if !contender.lease.is_session() {
+                        self.clean_up(&contender).await;
+                    }
+                }
+                Err(stop) => return Err((stop, Some(contender))),
+            }
+        }
+    }
+
+    /// Takes a lease and writes the key: one transaction when the session is fresh.
+    /// On failure, returns what may need cleaning up.
+    async fn place(
+        &self,
+        prefix: &Prefix,
+    ) -> Result<(Contender, Position), (lock_core::Error, Option<Contender>)> {
+        let inner = &self.inner;
+        let timeout = inner.config.request_timeout();
+        loop {
+            let lease = if self.watchdog {
+                inner.leases.session(&inner.client, timeout, self.ttl).await
+            } else {
+                inner.leases.fixed(&inner.client, timeout, self.ttl).await
+            };
+            let lease = lease.map_err(|err| (err, None))?;
+            let seq = inner.seq.fetch_add(1, Ordering::Relaxed);
+            let key = prefix.own_key(self.kind, lease.id(), seq);
+            let value = self.value();
+            let txn = queries::place(prefix, self.kind, &key, &value, lease.id());
+            let answer = match inner.txn("acquire", txn).await {
+                Ok(reply) => queries::placed(&reply, prefix, self.kind, &key, self.owner.as_str()),
+                Err(err) => Err(err),
+            };
+            match answer {
+                Ok(Placed::At { revision, position }) => {
+                    return Ok((
+                        Contender {
+                            key,
+                            revision,
+                            lease,
+                        },
+                        position,
+                    ))
+                }
+                Ok(Placed::Exists { revision }) => {
+                    tracing::debug!(%key, revision, "removing a leftover key of this lease");
+                    inner
+                        .txn(
+                            "remove leftover",
+                            queries::delete_if(key.as_bytes(), revision),
+                        )
+                        .await
+                        .map_err(|err| (err, None))?;
+                }
+                Err(err) if error::is_lease_gone(&err) => lease.lost(),
+                Err(err) => {
+                    // The write may have landed: remove whatever this attempt wrote.
+                    let contender = Contender {
+                        key,
+                        revision: 0,
+                        lease,
+                    };
+                    return Err((err, Some(contender)));
+                }
+            }
+        }
+    }
+
+    /// Waits until `contender` holds the lock (`Ok(true)`) or its key vanished
+    /// (`Ok(false)`).
+    async fn wait(
+        &self,
+        prefix: &Prefix,
+        contender: &Contender,
+        mut position: Position,
+        reply: &mut Reply,
+    ) -> Result<bool, Stop> {
+        loop {
+            let predecessor = match position {
+                Position::Granted => return Ok(true),
+                Position::Vanished => return Ok(false),
+                Position::Unknown => {
+                    position = self.locate(prefix, contender).await?;
+                    continue;
+                }
+                Position::Behind(key) => key,
+            };
+            if self.deadline.has_passed() {
+                return Err(Stop::Deadline);
+            }
+            // Watch from now (a watcher from a past revision is caught up only every
+            // 100 ms: the handoff tail of etcd's own lock service), then check the
+            // predecessor is still there: it may have gone before the watch existed.
+            let (mut watch, watch_revision) = tokio::select! {
+                watch = self.inner.watch_delete(&predecessor) => watch?,
+                () = reply.closed() => return Err(Stop::Abandoned),
+                () = self.deadline.sleep() => return Err(Stop::Deadline),
+            };
+            let watched_at = Instant::now();
+            let (now, revision) = self.locate_at(prefix, contender).await?;
+            position = now;
+            if position != Position::Behind(predecessor.clone()) {
+                continue;
+            }
+            // etcd registers a watch "from now" as caught up only if no write lands
+            // between its reading the revision and registering the watch; otherwise the
+            // watch waits for etcd's 100 ms catch-up loop. A write seen after the
+            // watch's revision makes that possible, so look again every few
+            // milliseconds until etcd has surely caught the watch up.
+            let unsure = revision > watch_revision;
+            loop {
+                let refresh = tokio::time::sleep(contender.lease.refresh_interval());
+                let recheck = async {
+                    if unsure && watched_at.elapsed() < CATCH_UP {
+                        tokio::time::sleep(RECHECK).await;
+                    } else {
+                        std::future::pending::<()>().await;
+                    }
+                };
+                tokio::select! {
+                    () = reply.closed() => return Err(Stop::Abandoned),
+                    () = self.deadline.sleep() => return Err(Stop::Deadline),
+                    message = watch.message() => match message {
+                        Ok(Some(event)) if !event.canceled() => {
+                            if event.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                                self.inner.wakeups.fetch_add(1, Ordering::Relaxed);
+                                break;
+                            }
+                        }
+                        // Cancelled, closed or failed: look again (an outage shows as an error there).
+                        _ => break,
+                    },
+                    () = recheck => {
+                        if self.locate(prefix, contender).await? != Position::Behind(predecessor.clone()) {
+                            break;
+                        }
+                    }
+                    () = refresh => {
+                        // Nobody may be renewing the lease while this client only waits.
+                        let timeout = self.inner.config.request_timeout();
+                        if !contender.lease.keep_fresh(&self.inner.client, timeout).await? {
+                            return Ok(false);
+                        }
+                    }
+                }
+            }
+            drop(watch);
+            position = self.locate(prefix, contender).await?;
+        }
+    }
+
+    async fn locate(&self, prefix: &Prefix, contender: &Contender) -> Result<Position> {
+        Ok(self.locate_at(prefix, contender).await?.0)
+    }
+
+    /// Where the contender stands now, and at which revision; one transaction (two if
+    /// keys of a nested lock name are in the way).
+    async fn locate_at(&self, prefix: &Prefix, contender: &Contender) -> Result<(Position, i64)> {
+        let txn = queries::locate(prefix, self.kind, &contender.key, contender.revision);
+        let reply = self.inner.txn("check position", txn).await?;
+        let revision = reply.header().map_or(i64::MAX, |h| h.revision());
+        let position = queries::located(
+            &reply,
+            prefix,
+            self.kind,
+            contender.revision,
+            self.owner.as_str(),
+        );
+        if position != Position::Unknown {
+            return Ok((position, revision));
+        }
+        let (range, options) = queries::scan(prefix, contender.revision);
+        let mut kv = self.inner.client.kv_client();
+        let timeout = self.inner.config.request_timeout();
+        let found = within("scan contenders", timeout, kv.get(range, Some(options))).await?;
+        Ok((queries::scanned(found.kvs(), prefix), revision))
+    }
+
+    /// Removes what an acquisition wrote: revokes a fixed lease (etcd deletes its one
+    /// key), or deletes the key from the session lease, guarded by its revision when
+    /// known. Retried for a while: a key left on the session lease would block others
+    /// for as long as this client lives.
+    async fn clean_up(&self, contender: &Contender) {
+        let inner = &self.inner;
+        let timeout = inner.config.request_timeout();
+        for attempt in 0..8u32 {
+            let done = if !contender.lease.is_session() {
+                contender.lease.revoke(&inner.client, timeout).await
+            } else if contender.revision > 0 {
+                inner
+                    .txn(
+                        "clean up",
+                        queries::delete_if(contender.key.as_bytes(), contender.revision),
+                    )
+                    .await
+                    .map(drop)
+            } else {
+                // The write's outcome is unknown. The key is this acquisition's alone:
+                // fair and read-write keys are unique, and the gate keeps other owners
+                // of this client off the exclusive key meanwhile.
+                let mut kv = inner.client.kv_client();
+                within("clean up", timeout, kv.delete(contender.key.as_str(), None))
+                    .await
+                    .map(drop)
+            };
+            match done {
+                Ok(()) => return,
+                Err(err) => {
+                    tracing::debug!(key = %contender.key, error = %err, attempt, "could not remove an abandoned key; retrying");
+                    tokio::time::sleep(Duration::from_millis(100) * 2u32.pow(attempt.min(5))).await;
+                }
+            }
+        }
+        tracing::warn!(key = %contender.key, "gave up removing an abandoned key; it goes with its lease");
+    }
+}

@@ -1,0 +1,539 @@
+//! [`EtcdBackend`]: the lock-core primitive on etcd.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp, TxnResponse,
+    WatchStream,
+};
+use lock_core::{
+    AcquireRequest, Capabilities, Error, Grant, HeldLease, LockBackend, LockFamily, LockKey,
+    LossNotifier, Renewal, Result,
+};
+
+use crate::config::EtcdConfig;
+use crate::error::{within, BACKEND};
+use crate::gate::{GatePermit, Gates};
+use crate::keys::Prefix;
+use crate::lease::{Lease, Leases};
+use crate::queries;
+
+/// Compares (and reads) per transaction when the watchdog checks its keys; etcd
+/// refuses transactions of more than 128 operations by default.
+const CHECK_CHUNK: usize = 100;
+
+/// What every clone of a backend shares.
+pub(crate) struct Inner {
+    pub(crate) client: Client,
+    pub(crate) config: EtcdConfig,
+    pub(crate) leases: Leases,
+    pub(crate) gates: Gates,
+    /// Makes fair and read-write keys unique per acquisition.
+    pub(crate) seq: AtomicU64,
+    /// Delete events that woke a waiter (diagnostics: no herd).
+    pub(crate) wakeups: AtomicU64,
+}
+
+impl Inner {
+    pub(crate) async fn txn(&self, what: &'static str, txn: Txn) -> Result<TxnResponse> {
+        let mut kv = self.client.kv_client();
+        within(what, self.config.request_timeout(), kv.txn(txn)).await
+    }
+
+    /// A watch for the deletion of `key`, from now on, once etcd confirmed it; with
+    /// the revision etcd read just before registering it.
+    pub(crate) async fn watch_delete(&self, key: &[u8]) -> Result<(WatchStream, i64)> {
+        let mut watches = self.client.watch_client();
+        within("watch", self.config.request_timeout(), async {
+            let mut stream = watches.watch(key, None).await?;
+            match stream.message().await? {
+                Some(reply) if reply.created() && !reply.canceled() => {
+                    let revision = reply.header().map_or(0, |h| h.revision());
+                    Ok((stream, revision))
+                }
+                other => Err(etcd_client::Error::WatchError(format!(
+                    "watch not created: {other:?}"
+                ))),
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Nothing is held any more (guards keep their backend alive): revoke the
+        // session so waiters elsewhere need not wait for its TTL.
+        let sessions = self.leases.sessions_now();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if sessions.is_empty() {
+            return;
+        }
+        let client = self.client.clone();
+        let timeout = self.config.request_timeout();
+        runtime.spawn(async move {
+            for lease in sessions {
+                let _ = lease.revoke(&client, timeout).await;
+            }
+        });
+    }
+}
+
+/// What the backend keeps with each granted lock: its key, the etcd lease it hangs
+/// on, and (exclusive locks on the session lease) this owner's turn on the key.
+pub struct EtcdLease {
+    key: String,
+    value: Vec<u8>,
+    lease: StdMutex<Arc<Lease>>,
+    gate: StdMutex<Option<GatePermit>>,
+    loss: LossNotifier,
+}
+
+fn lock<T>(m: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Single assignments only.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl fmt::Debug for EtcdLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdLease")
+            .field("key", &self.key)
+            .field("lease", &format_args!("{:x}", self.lease_id()))
+            .finish()
+    }
+}
+
+impl EtcdLease {
+    pub(crate) fn new(
+        key: String,
+        value: Vec<u8>,
+        lease: Arc<Lease>,
+        gate: Option<GatePermit>,
+        loss: LossNotifier,
+    ) -> Self {
+        EtcdLease {
+            key,
+            value,
+            lease: StdMutex::new(lease),
+            gate: StdMutex::new(gate),
+            loss,
+        }
+    }
+
+    pub(crate) fn into_parts(self) -> (String, Arc<Lease>, Option<GatePermit>) {
+        let lease = self.lease.into_inner().unwrap_or_else(|p| p.into_inner());
+        let gate = self.gate.into_inner().unwrap_or_else(|p| p.into_inner());
+        (self.key, lease, gate)
+    }
+
+    /// The lock's key in etcd (`<prefix>/<lease id hex>` for an exclusive lock).
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The id of the etcd lease the key is attached to.
+    pub fn lease_id(&self) -> i64 {
+        lock(&self.lease).id()
+    }
+
+    fn lease(&self) -> Arc<Lease> {
+        lock(&self.lease).clone()
+    }
+
+    /// Ends this owner's turn on the key, letting the next owner of this client in.
+    fn end_turn(&self) {
+        lock(&self.gate).take();
+    }
+}
+
+/// Locks on an etcd v3 cluster, in the layout of etcd's own `concurrency.Mutex`.
+///
+/// Cloning is cheap and shares the connection, the session lease and the gates. See
+/// the [crate docs](crate) for the recipe, the key layout and the round trips.
+///
+/// ```no_run
+/// use lock_core::{DistributedLockExt, LockClient};
+/// use lock_etcd::{EtcdBackend, EtcdConfig};
+///
+/// # #[tokio::main] async fn main() -> lock_core::Result<()> {
+/// let backend = EtcdBackend::connect(EtcdConfig::from_url("etcd://127.0.0.1:2379")?).await?;
+/// let client = LockClient::new(backend);
+/// let guard = client.lock("orders/42")?.acquire().await?;
+/// println!("fencing token {}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct EtcdBackend {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for EtcdBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+impl EtcdBackend {
+    /// Connects to the cluster and checks that it answers.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for settings etcd-client refuses;
+    /// [`Error::Unavailable`] if no endpoint answers within the connect and request
+    /// timeouts; [`Error::Backend`] if etcd refuses the credentials.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is held yet.
+    pub async fn connect(config: EtcdConfig) -> Result<Self> {
+        let options = config.client_options()?;
+        let limit = config.connect_timeout() + config.request_timeout();
+        let client = within(
+            "connect",
+            limit,
+            Client::connect(config.endpoints(), Some(options)),
+        )
+        .await?;
+        let backend = EtcdBackend {
+            inner: Arc::new(Inner {
+                client,
+                config,
+                leases: Leases::default(),
+                gates: Gates::default(),
+                seq: AtomicU64::new(1),
+                wakeups: AtomicU64::new(0),
+            }),
+        };
+        backend.ping().await?;
+        Ok(backend)
+    }
+
+    /// [`EtcdBackend::connect`] with [`EtcdConfig::from_url`].
+    ///
+    /// # Errors
+    /// As [`EtcdBackend::connect`], and [`Error::InvalidArgument`] for a bad URL.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is held yet.
+    pub async fn connect_url(url: &str) -> Result<Self> {
+        EtcdBackend::connect(EtcdConfig::from_url(url)?).await
+    }
+
+    /// Asks the cluster for its status (one request).
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] if it does not answer in time.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn ping(&self) -> Result<()> {
+        let mut maintenance = self.inner.client.maintenance_client();
+        let limit = self.inner.config.connect_timeout() + self.inner.config.request_timeout();
+        within("status", limit, maintenance.status())
+            .await
+            .map(drop)
+    }
+
+    /// The settings this backend was made with.
+    pub fn config(&self) -> &EtcdConfig {
+        &self.inner.config
+    }
+
+    /// The etcd-client handle, sharing this backend's connection.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// How many times a waiter of this backend was woken by the deletion of the key it
+    /// waited behind. Each release wakes at most the waiters directly behind the
+    /// released key (one, for exclusive and fair locks): no thundering herd.
+    pub fn waiter_wakeups(&self) -> u64 {
+        self.inner.wakeups.load(Ordering::Relaxed)
+    }
+
+    /// The id of the session lease that watchdog-kept locks of `watchdog_lease` hang
+    /// on, if one is live (for operators and tests).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads local state.
+    pub async fn session_lease_id(&self, watchdog_lease: Duration) -> Option<i64> {
+        self.inner.leases.session_id(watchdog_lease).await
+    }
+
+    fn not_owner(key: &LockKey) -> Error {
+        Error::NotOwner {
+            name: key.name().to_string(),
+        }
+    }
+
+    /// Moves a lock's key to a new lease of `ttl` (its create revision, and so its
+    /// place and fencing token, stay): how a lease is extended, since an etcd lease
+    /// keeps its TTL and may carry other locks.
+    async fn move_to_new_lease(
+        &self,
+        held: &HeldLease<EtcdLease>,
+        ttl: Duration,
+    ) -> Result<Renewal> {
+        let inner = &self.inner;
+        let timeout = inner.config.request_timeout();
+        let new = inner.leases.fixed(&inner.client, timeout, ttl).await?;
+        let data = &held.data;
+        let fence = i64::try_from(held.fence).unwrap_or(i64::MAX);
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                data.key.as_str(),
+                CompareOp::Equal,
+                fence,
+            )])
+            .and_then([TxnOp::put(
+                data.key.as_str(),
+                data.value.clone(),
+                Some(PutOptions::new().with_lease(new.id())),
+            )]);
+        let outcome = inner.txn("extend", txn).await;
+        match outcome {
+            Ok(reply) if reply.succeeded() => {
+                new.watch(data.loss.clone());
+                let old = std::mem::replace(&mut *lock(&data.lease), new);
+                if !old.is_session() {
+                    spawn_revoke(inner, old);
+                }
+                Ok(Renewal::Renewed)
+            }
+            other => {
+                spawn_revoke(inner, new);
+                let reply = other?;
+                debug_assert!(!reply.succeeded());
+                data.end_turn();
+                Ok(Renewal::Lost)
+            }
+        }
+    }
+
+    /// Which of `leases` still have their key with their create revision: one
+    /// transaction per [`CHECK_CHUNK`] leases, all compares in the common case.
+    async fn keys_present(&self, leases: &[&HeldLease<EtcdLease>]) -> Result<Vec<bool>> {
+        let mut present = Vec::with_capacity(leases.len());
+        for chunk in leases.chunks(CHECK_CHUNK) {
+            let compares: Vec<Compare> = chunk
+                .iter()
+                .map(|l| {
+                    let fence = i64::try_from(l.fence).unwrap_or(i64::MAX);
+                    Compare::create_revision(l.data.key.as_str(), CompareOp::Equal, fence)
+                })
+                .collect();
+            let reads: Vec<TxnOp> = chunk
+                .iter()
+                .map(|l| {
+                    TxnOp::get(
+                        l.data.key.as_str(),
+                        Some(GetOptions::new().with_keys_only()),
+                    )
+                })
+                .collect();
+            let reply = self
+                .inner
+                .txn("check keys", Txn::new().when(compares).or_else(reads))
+                .await?;
+            if reply.succeeded() {
+                present.extend(std::iter::repeat_n(true, chunk.len()));
+                continue;
+            }
+            let ops = reply.op_responses();
+            let found = queries::gets(&ops);
+            for (i, l) in chunk.iter().enumerate() {
+                let there = found
+                    .get(i)
+                    .and_then(|kvs| kvs.first())
+                    .is_some_and(|kv| kv.create_revision().unsigned_abs() == l.fence);
+                present.push(there);
+            }
+        }
+        Ok(present)
+    }
+}
+
+fn spawn_revoke(inner: &Inner, lease: Arc<Lease>) {
+    let client = inner.client.clone();
+    let timeout = inner.config.request_timeout();
+    tokio::spawn(async move {
+        if let Err(error) = lease.revoke(&client, timeout).await {
+            tracing::debug!(%error, "could not revoke an unused lease; it expires on its own");
+        }
+    });
+}
+
+impl LockBackend for EtcdBackend {
+    type Lease = EtcdLease;
+
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL
+    }
+
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<EtcdLease>>> {
+        crate::acquire::acquire(&self.inner, req).await
+    }
+
+    async fn release(&self, held: &HeldLease<EtcdLease>) -> Result<()> {
+        let data = &held.data;
+        let fence = i64::try_from(held.fence).unwrap_or(i64::MAX);
+        let outcome = self
+            .inner
+            .txn("release", queries::delete_if(data.key.as_bytes(), fence))
+            .await;
+        let lease = data.lease();
+        match outcome {
+            Ok(reply) => {
+                data.end_turn();
+                if !lease.is_session() {
+                    // It carried only this key.
+                    spawn_revoke(&self.inner, lease);
+                }
+                if reply.succeeded() {
+                    Ok(())
+                } else {
+                    Err(Self::not_owner(&held.key))
+                }
+            }
+            Err(err) => {
+                // Keep the key from blocking others for as long as the session lives:
+                // retry in the background, keeping this owner's turn until done.
+                let inner = self.inner.clone();
+                let key = data.key.clone();
+                let gate = lock(&data.gate).take();
+                tokio::spawn(async move {
+                    for attempt in 0..8u32 {
+                        tokio::time::sleep(Duration::from_millis(200) * 2u32.pow(attempt.min(4)))
+                            .await;
+                        if inner
+                            .txn("release retry", queries::delete_if(key.as_bytes(), fence))
+                            .await
+                            .is_ok()
+                        {
+                            break;
+                        }
+                    }
+                    drop(gate);
+                });
+                Err(err)
+            }
+        }
+    }
+
+    async fn renew(&self, leases: &[&HeldLease<EtcdLease>], ttl: Duration) -> Result<Vec<Renewal>> {
+        // A single lease with its own TTL, or a session lock asked for another length,
+        // is `LockGuard::extend`: the watchdog renews session locks with their own
+        // length. (An extend by exactly the watchdog lease renews like the watchdog.)
+        if let [held] = leases {
+            let lease = held.data.lease();
+            if !lease.is_session() || lease_session_for(&lease) != Some(ttl) {
+                return Ok(vec![self.move_to_new_lease(held, ttl).await?]);
+            }
+        }
+        // The watchdog's tick: one keep-alive per session lease (a client has one)
+        // and one check that the keys are still there, side by side.
+        let mut sessions: HashMap<i64, Arc<Lease>> = HashMap::new();
+        for held in leases {
+            let lease = held.data.lease();
+            if lease.is_session() {
+                sessions.entry(lease.id()).or_insert(lease);
+            }
+        }
+        let inner = &self.inner;
+        let timeout = inner.config.request_timeout();
+        let keep_alives =
+            futures::future::join_all(sessions.values().map(|lease| async {
+                (lease.id(), lease.keep_alive(&inner.client, timeout).await)
+            }));
+        let (alive, present) = futures::join!(keep_alives, self.keys_present(leases));
+        let mut live = HashMap::new();
+        for (id, outcome) in alive {
+            live.insert(id, outcome?);
+        }
+        let present = present?;
+        Ok(leases
+            .iter()
+            .zip(present)
+            .map(|(held, there)| {
+                let id = held.data.lease_id();
+                if there && live.get(&id).copied().unwrap_or(true) {
+                    Renewal::Renewed
+                } else {
+                    held.data.end_turn();
+                    Renewal::Lost
+                }
+            })
+            .collect())
+    }
+
+    async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        let prefix = Prefix::new(key, family);
+        let mut kv = self.inner.client.kv_client();
+        let timeout = self.inner.config.request_timeout();
+        // Whoever is first among the keys holds the lock, so any key means locked.
+        let options = GetOptions::new().with_prefix().with_keys_only();
+        let found = within("is_locked", timeout, kv.get(prefix.range(), Some(options))).await?;
+        Ok(found.kvs().iter().any(|kv| prefix.is_contender(kv.key())))
+    }
+
+    async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        let prefix = Prefix::new(key, family);
+        let mut kv = self.inner.client.kv_client();
+        let timeout = self.inner.config.request_timeout();
+        if family != LockFamily::Exclusive {
+            // No other lock's keys share these prefixes.
+            let options = DeleteOptions::new().with_prefix();
+            let deleted = within(
+                "force_unlock",
+                timeout,
+                kv.delete(prefix.range(), Some(options)),
+            )
+            .await?;
+            return Ok(deleted.deleted() > 0);
+        }
+        let options = GetOptions::new().with_prefix().with_keys_only();
+        let found = within(
+            "force_unlock",
+            timeout,
+            kv.get(prefix.range(), Some(options)),
+        )
+        .await?;
+        let keys: Vec<Vec<u8>> = found
+            .kvs()
+            .iter()
+            .filter(|kv| prefix.is_contender(kv.key()))
+            .map(|kv| kv.key().to_vec())
+            .collect();
+        let mut any = false;
+        for chunk in keys.chunks(CHECK_CHUNK) {
+            let deletes: Vec<TxnOp> = chunk
+                .iter()
+                .map(|k| TxnOp::delete(k.clone(), None))
+                .collect();
+            let reply = self
+                .inner
+                .txn("force_unlock", Txn::new().and_then(deletes))
+                .await?;
+            any |= reply
+                .op_responses()
+                .iter()
+                .any(|op| matches!(op, etcd_client::TxnOpResponse::Delete(d) if d.deleted() > 0));
+        }
+        Ok(any)
+    }
+}
+
+fn lease_session_for(lease: &Lease) -> Option<Duration> {
+    lease.session_for()
+}

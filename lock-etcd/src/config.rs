@@ -1,0 +1,374 @@
+//! Where the etcd cluster is, how to log in, and how long to wait for it.
+
+use std::fmt;
+use std::time::Duration;
+
+use lock_core::{Error, Result};
+
+/// How long connecting (and logging in) may take unless configured.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one request may take unless configured.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// The port used when an endpoint names none (etcd's client port).
+pub const DEFAULT_PORT: u16 = 2379;
+
+/// The connection settings of one etcd cluster: endpoints, credentials, TLS and
+/// timeouts.
+///
+/// URLs are `etcd://[user[:password]@]host[:port][,host[:port]...]`, and
+/// `etcd+https://...` for TLS (with the `tls` feature). Several endpoints of one
+/// cluster are separated by commas; the port defaults to 2379. User and password may be
+/// percent-encoded. An invalid URL or timeout is an [`Error::InvalidArgument`], never a
+/// panic, and the password never appears in `Debug` output or errors.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_etcd::EtcdConfig;
+///
+/// let config = EtcdConfig::builder("etcd://10.0.0.1:2379,10.0.0.2")
+///     .user("locks", "s3cret")
+///     .connect_timeout(Duration::from_millis(500))
+///     .request_timeout(Duration::from_secs(1))
+///     .build()?;
+/// assert_eq!(config.endpoints(), ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]);
+/// assert!(!format!("{config:?}").contains("s3cret"));
+///
+/// assert!(EtcdConfig::from_url("redis://127.0.0.1").is_err());
+/// assert!(EtcdConfig::from_url("etcd://host:notaport").is_err());
+/// # Ok::<(), lock_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct EtcdConfig {
+    endpoints: Vec<String>,
+    user: Option<(String, String)>,
+    tls: bool,
+    ca_pem: Option<Vec<u8>>,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+}
+
+impl EtcdConfig {
+    /// The settings of `url` with default timeouts.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the URL is not a valid `etcd://` or
+    /// `etcd+https://` URL.
+    pub fn from_url(url: &str) -> Result<Self> {
+        EtcdConfig::builder(url).build()
+    }
+
+    /// A builder starting from `url`; the URL is checked by [`EtcdConfigBuilder::build`].
+    pub fn builder(url: &str) -> EtcdConfigBuilder {
+        EtcdConfigBuilder {
+            url: url.to_owned(),
+            user: None,
+            ca_pem: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        }
+    }
+
+    /// The endpoints as etcd-client takes them (`http://host:port` or `https://...`).
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// The user name, if the cluster has authentication on.
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_ref().map(|(name, _)| name.as_str())
+    }
+
+    /// Whether connections use TLS.
+    pub fn tls(&self) -> bool {
+        self.tls
+    }
+
+    /// How long connecting and logging in may take before the call fails with
+    /// [`Error::Unavailable`].
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// How long one request may take before the call fails with [`Error::Unavailable`].
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// The etcd-client options these settings make.
+    pub(crate) fn client_options(&self) -> Result<etcd_client::ConnectOptions> {
+        let mut options = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(self.connect_timeout)
+            // Dead connections are noticed by HTTP/2 pings even while only a watch waits.
+            .with_keep_alive(Duration::from_secs(5), self.request_timeout)
+            .with_keep_alive_while_idle(true);
+        if let Some((name, password)) = &self.user {
+            options = options.with_user(name.clone(), password.clone());
+        }
+        self.with_tls(options)
+    }
+
+    #[cfg(feature = "tls")]
+    fn with_tls(
+        &self,
+        options: etcd_client::ConnectOptions,
+    ) -> Result<etcd_client::ConnectOptions> {
+        if !self.tls {
+            return Ok(options);
+        }
+        let mut tls = etcd_client::TlsOptions::new();
+        if let Some(pem) = &self.ca_pem {
+            tls = tls.ca_certificate(etcd_client::Certificate::from_pem(pem));
+        }
+        Ok(options.with_tls(tls))
+    }
+
+    #[cfg(not(feature = "tls"))]
+    fn with_tls(
+        &self,
+        options: etcd_client::ConnectOptions,
+    ) -> Result<etcd_client::ConnectOptions> {
+        debug_assert!(!self.tls && self.ca_pem.is_none(), "checked by build()");
+        Ok(options)
+    }
+}
+
+impl fmt::Debug for EtcdConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdConfig")
+            .field("endpoints", &self.endpoints)
+            .field("user", &self.user())
+            .field("password", &self.user.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+/// Builds an [`EtcdConfig`]; see there for an example.
+#[derive(Clone)]
+pub struct EtcdConfigBuilder {
+    url: String,
+    user: Option<(String, String)>,
+    ca_pem: Option<Vec<u8>>,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+}
+
+impl fmt::Debug for EtcdConfigBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The URL may carry a password.
+        f.debug_struct("EtcdConfigBuilder")
+            .field("url", &redact(&self.url))
+            .field("user", &self.user.as_ref().map(|(name, _)| name))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+impl EtcdConfigBuilder {
+    /// The user and password, overriding the URL's.
+    pub fn user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = Some((name.into(), password.into()));
+        self
+    }
+
+    /// The PEM certificate of the CA that signed the servers' certificates, for
+    /// `etcd+https://` URLs (needs the `tls` feature).
+    pub fn ca_certificate_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// How long connecting and logging in may take (default [`DEFAULT_CONNECT_TIMEOUT`]).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one request may take (default [`DEFAULT_REQUEST_TIMEOUT`]).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Checks the URL and the durations.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] saying what is wrong.
+    pub fn build(self) -> Result<EtcdConfig> {
+        let shown = redact(&self.url);
+        let (tls, rest) = match self.url.split_once("://") {
+            Some(("etcd", rest)) => (false, rest),
+            Some(("etcd+https", rest)) => (true, rest),
+            _ => {
+                return Err(Error::invalid_argument(format!(
+                    "etcd URL must start with etcd:// or etcd+https:// (got {shown:?})"
+                )))
+            }
+        };
+        if tls && !cfg!(feature = "tls") {
+            return Err(Error::invalid_argument(
+                "etcd+https:// URLs need lock-etcd's `tls` feature",
+            ));
+        }
+        if self.ca_pem.is_some() && !tls {
+            return Err(Error::invalid_argument(
+                "a CA certificate is only used with etcd+https:// URLs",
+            ));
+        }
+        let (userinfo, hosts) = match rest.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+            None => (None, rest),
+        };
+        let hosts = hosts.trim_end_matches('/');
+        let mut user = match userinfo {
+            Some(info) => {
+                let (name, password) = info.split_once(':').unwrap_or((info, ""));
+                let name = percent_decode(name)
+                    .ok_or_else(|| bad(&shown, "bad escape in the user name"))?;
+                let password = percent_decode(password)
+                    .ok_or_else(|| bad(&shown, "bad escape in the password"))?;
+                if name.is_empty() {
+                    return Err(bad(&shown, "empty user name"));
+                }
+                Some((name, password))
+            }
+            None => None,
+        };
+        if self.user.is_some() {
+            user = self.user;
+        }
+        let scheme = if tls { "https" } else { "http" };
+        let mut endpoints = Vec::new();
+        for host in hosts.split(',') {
+            endpoints.push(format!(
+                "{scheme}://{}",
+                endpoint(host).map_err(|why| bad(&shown, why))?
+            ));
+        }
+        for (what, value) in [
+            ("connect timeout", self.connect_timeout),
+            ("request timeout", self.request_timeout),
+        ] {
+            if value < Duration::from_millis(1) || value > lock_core::MAX_DURATION {
+                return Err(Error::invalid_argument(format!(
+                    "{what} {value:?} must be between 1ms and {:?}",
+                    lock_core::MAX_DURATION
+                )));
+            }
+        }
+        Ok(EtcdConfig {
+            endpoints,
+            user,
+            tls,
+            ca_pem: self.ca_pem,
+            connect_timeout: self.connect_timeout,
+            request_timeout: self.request_timeout,
+        })
+    }
+}
+
+fn bad(url: &str, why: &str) -> Error {
+    Error::invalid_argument(format!("invalid etcd URL {url:?}: {why}"))
+}
+
+/// `host[:port]` checked and completed with the default port.
+fn endpoint(host: &str) -> std::result::Result<String, &'static str> {
+    if host.is_empty() {
+        return Err("empty host");
+    }
+    if host.contains(['/', '?', '#', ' ', '@']) {
+        return Err("a host may not contain '/', '?', '#', '@' or spaces");
+    }
+    // `[v6]:port`, `[v6]`, `name:port` or `name`.
+    let (name, port) = match host.rsplit_once(':') {
+        Some((name, port)) if !port.contains(']') => (name, Some(port)),
+        _ => (host, None),
+    };
+    if name.is_empty() || name.starts_with('[') != name.ends_with(']') {
+        return Err("bad host name");
+    }
+    let port = match port {
+        Some(port) => port
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or("bad port")?,
+        None => DEFAULT_PORT,
+    };
+    Ok(format!("{name}:{port}"))
+}
+
+/// Decodes `%XX` escapes; `None` for a malformed escape or invalid UTF-8.
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(start), Some(at)) if at > start => {
+            let userinfo = &url[start + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}:<redacted>{}", &url[..start + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_checked_without_panics_or_leaked_passwords() {
+        let ok = EtcdConfig::from_url("etcd://me:p%40ss@127.0.0.1:23790,[::1],other").unwrap();
+        assert_eq!(
+            ok.endpoints(),
+            [
+                "http://127.0.0.1:23790",
+                "http://[::1]:2379",
+                "http://other:2379"
+            ]
+        );
+        assert_eq!(ok.user.as_ref().unwrap().1, "p@ss");
+        for bad in [
+            "",
+            "127.0.0.1:2379",
+            "http://127.0.0.1:2379",
+            "etcd://",
+            "etcd://host:notaport",
+            "etcd://:secret@host:99999",
+            "etcd://me:secret@host:0",
+            "etcd://a,,b",
+            "etcd://me:%zz@host",
+            "etcd://host/path",
+        ] {
+            let err = EtcdConfig::from_url(bad).unwrap_err();
+            assert!(matches!(err, Error::InvalidArgument { .. }), "{bad}: {err}");
+            assert!(!err.to_string().contains("secret"), "{err}");
+        }
+        let tls = EtcdConfig::from_url("etcd+https://127.0.0.1:2379");
+        assert_eq!(tls.is_ok(), cfg!(feature = "tls"));
+        let err = EtcdConfig::builder("etcd://127.0.0.1")
+            .request_timeout(Duration::ZERO)
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("request timeout"), "{err}");
+    }
+}

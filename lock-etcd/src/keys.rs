@@ -1,0 +1,121 @@
+//! Where each lock lives in etcd's key space.
+//!
+//! * Exclusive lock `name` in namespace `ns`: the prefix `ns/name`, one key per
+//!   contender `ns/name/<lease id in lowercase hex>` with an empty value: exactly the
+//!   layout of etcd's `concurrency.Mutex`, `etcdctl lock ns/name` and the v3lock
+//!   service, so they all exclude each other.
+//! * Fair lock: `ns/name<US>fair/<lease hex>-<n>`, value = owner token.
+//! * Read-write lock: writers `ns/name<US>rw/w/<lease hex>-<n>`, readers
+//!   `ns/name<US>rw/r/<lease hex>-<n>`, value = owner token.
+//!
+//! `<US>` is the control character U+001F, which no valid lock name or namespace
+//! contains: so no name can produce a fair or read-write prefix, and those prefixes
+//! never fall inside an exclusive lock's range `ns/name/`. Lock names may contain `/`:
+//! the exclusive lock `a` then sees the keys of lock `a/b` (`ns/a/b/<hex>`) in its range,
+//! and skips them because their rest after `ns/a/` contains a further `/`.
+
+use lock_core::{LockFamily, LockKey, LockKind};
+
+/// The separator between a lock's name and its family marker.
+const FAMILY_MARK: char = '\u{1f}';
+
+/// The key range of one lock: its prefix plus `/`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Prefix {
+    /// With the trailing `/`.
+    range: String,
+    family: LockFamily,
+}
+
+impl Prefix {
+    pub(crate) fn new(key: &LockKey, family: LockFamily) -> Self {
+        let base = key.joined('/');
+        let range = match family {
+            LockFamily::Exclusive => format!("{base}/"),
+            LockFamily::Fair => format!("{base}{FAMILY_MARK}fair/"),
+            LockFamily::ReadWrite => format!("{base}{FAMILY_MARK}rw/"),
+        };
+        Prefix { range, family }
+    }
+
+    /// Every contender's key starts with this.
+    pub(crate) fn range(&self) -> &str {
+        &self.range
+    }
+
+    /// The range of the writers of a read-write lock.
+    pub(crate) fn writers(&self) -> String {
+        format!("{}w/", self.range)
+    }
+
+    /// The key a contender of `kind` on `lease` writes. `seq` makes fair and
+    /// read-write keys unique per acquisition, so owners sharing the client's lease
+    /// are separate contenders; the exclusive key is the bare lease id (etcd's layout).
+    pub(crate) fn own_key(&self, kind: LockKind, lease: i64, seq: u64) -> String {
+        match kind {
+            LockKind::Exclusive => format!("{}{lease:x}", self.range),
+            LockKind::Fair => format!("{}{lease:x}-{seq}", self.range),
+            LockKind::Write => format!("{}w/{lease:x}-{seq}", self.range),
+            LockKind::Read => format!("{}r/{lease:x}-{seq}", self.range),
+        }
+    }
+
+    /// Whether `key` (from this prefix's range) is a contender for this lock, rather
+    /// than the key of a lock whose name extends this one's past a `/`.
+    pub(crate) fn is_contender(&self, key: &[u8]) -> bool {
+        match self.family {
+            LockFamily::Exclusive => key
+                .strip_prefix(self.range.as_bytes())
+                .is_some_and(|rest| !rest.is_empty() && !rest.contains(&b'/')),
+            LockFamily::Fair | LockFamily::ReadWrite => key.starts_with(self.range.as_bytes()),
+        }
+    }
+}
+
+/// Whether a read-write key is a writer's.
+pub(crate) fn is_writer(prefix: &Prefix, key: &[u8]) -> bool {
+    key.starts_with(prefix.writers().as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lock_core::{LockName, Namespace};
+
+    fn key(ns: &str, name: &str) -> LockKey {
+        LockKey::new(Namespace::new(ns).unwrap(), LockName::new(name).unwrap())
+    }
+
+    #[test]
+    fn exclusive_layout_is_etcds_and_families_do_not_overlap() {
+        let p = Prefix::new(&key("ns", "jobs"), LockFamily::Exclusive);
+        assert_eq!(
+            p.own_key(LockKind::Exclusive, 0x694d8a2b1c, 7),
+            "ns/jobs/694d8a2b1c"
+        );
+        assert!(p.is_contender(b"ns/jobs/694d8a2b1c"));
+        assert!(
+            !p.is_contender(b"ns/jobs/sub/694d8a2b1c"),
+            "a nested lock's key"
+        );
+        let fair = Prefix::new(&key("ns", "jobs"), LockFamily::Fair);
+        let rw = Prefix::new(&key("ns", "jobs"), LockFamily::ReadWrite);
+        for other in [&fair, &rw] {
+            let k = other.own_key(LockKind::Fair, 1, 2);
+            assert!(
+                !k.starts_with(p.range()),
+                "{k:?} inside the exclusive range"
+            );
+        }
+        let w = rw.own_key(LockKind::Write, 10, 1);
+        assert!(is_writer(&rw, w.as_bytes()));
+        assert!(!is_writer(
+            &rw,
+            rw.own_key(LockKind::Read, 10, 2).as_bytes()
+        ));
+        assert_eq!(
+            Prefix::new(&key("", "x"), LockFamily::Exclusive).range(),
+            "x/"
+        );
+    }
+}

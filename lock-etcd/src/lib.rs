@@ -1,0 +1,105 @@
+//! etcd backend for [lock-core](lock_core): exclusive, fair and read-write locks on an
+//! etcd v3 cluster, built on leases and create revisions the way etcd's own
+//! `concurrency.Mutex` is, so `etcdctl lock` and these locks exclude each other.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lock_core::{prelude::*, AcquireOptions, LockClient};
+//! use lock_etcd::{EtcdBackend, EtcdConfig};
+//!
+//! # #[tokio::main] async fn main() -> lock_core::Result<()> {
+//! let config = EtcdConfig::builder("etcd://127.0.0.1:2379")
+//!     .connect_timeout(Duration::from_millis(500))
+//!     .build()?;
+//! let client = LockClient::new(EtcdBackend::connect(config).await?);
+//!
+//! let lock = client.lock("reports/daily")?;
+//! let guard = lock.acquire_with(AcquireOptions::wait_for(Duration::from_secs(5))).await?;
+//! // ... pass guard.fencing_token() (the key's create revision) to the storage ...
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # The recipe
+//!
+//! * **Key**: the exclusive lock `name` of namespace `ns` is the prefix `ns/name`; a
+//!   contender writes `ns/name/<lease id in lowercase hex>` with an empty value,
+//!   attached to its lease. That is the layout of etcd's `concurrency.Mutex`, of
+//!   `etcdctl lock` and of etcd's v3lock service: `etcdctl lock ns/name` and this
+//!   crate's lock exclude each other, both ways. (A lock name containing `/` is fine
+//!   here, but `etcdctl lock ns/a` also counts the keys of our lock `a/b` as
+//!   contenders.)
+//! * **Holder**: the key with the lowest create revision. The **fencing token** is the
+//!   holder key's create revision: etcd's revisions only grow, across all keys.
+//! * **Uncontended acquire: one transaction** (create the key if absent, and read the
+//!   oldest key in the same revision). **Release: one** transaction, deleting the key
+//!   only if its create revision is still the granted one, so a stale release never
+//!   deletes a newer key of the same lease (etcd #22082).
+//! * **Waiting, no herd**: a waiter watches only the deletion of the newest key created
+//!   before its own, so a release wakes one waiter. The watch starts *now* (not from a
+//!   past revision, which etcd catches up only every 100 ms); then the waiter checks
+//!   the predecessor still exists. After every wake-up it re-checks, in one
+//!   transaction, that its own key still exists with its create revision (so its lease
+//!   is alive: the bug Jepsen found in etcd 3.4.3, #11456) and that nothing earlier
+//!   remains. A key that vanished while waiting is written again, at the back.
+//!
+//! # Leases
+//!
+//! * **One session lease per client** carries every watchdog-kept lock. Its TTL is the
+//!   watchdog lease plus a third, rounded up to whole seconds (etcd's TTLs are whole
+//!   seconds, at least about 2 s). The watchdog's tick is **one keep-alive** on one
+//!   stream plus **one transaction** comparing every held key's create revision (one
+//!   per 100 locks): its cost does not grow one round trip per lock. A lock of a
+//!   crashed client is freed when the session lease runs out.
+//! * A waiting client keeps its lease alive itself (nobody else may be renewing it).
+//! * A **fixed lease** is a lease of its own, never kept alive once granted.
+//!   [`extend`](lock_core::LockGuard::extend) moves the key to a new lease of the
+//!   requested length in one guarded transaction (its create revision, place and
+//!   token stay). Extending a watchdog lock by exactly the watchdog lease renews it
+//!   like the watchdog does.
+//! * When a keep-alive finds the session lease gone (expired or revoked), every guard
+//!   on it reports [`LeaseLoss::SessionLost`](lock_core::LeaseLoss::SessionLost) at
+//!   once; a key deleted behind a holder's back is reported at the next tick.
+//!
+//! # Owners sharing the session lease
+//!
+//! Two owners (lock handles) of one client share its lease, and so would share the
+//! exclusive key `<prefix>/<lease id>`, which etcd's recipe treats as "this lease holds
+//! the lock". So owners of one client take turns on each exclusive lock in a local
+//! FIFO queue, and only the front one contends at etcd: the key layout stays
+//! `etcdctl`'s, and waiters of one process cost etcd nothing. (Across clients the order
+//! is etcd's; within a client, the local queue's.) Fair and read-write keys carry a
+//! per-acquisition suffix (`<lease id>-<n>`) and the owner token as value, so each
+//! acquisition is its own contender at etcd, in strict FIFO order.
+//!
+//! # Read-write locks
+//!
+//! Writers and readers are keys under one prefix, ordered by create revision. A writer
+//! waits for every earlier key; a reader waits only for earlier writers of other
+//! owners. So a waiting writer holds back readers that come after it (no writer
+//! starvation) and never readers that came before (no reader starvation either). The
+//! owner of the write lock may take the read lock (downgrade).
+//!
+//! # Errors and cancel safety
+//!
+//! Every request has the [request timeout](EtcdConfig::request_timeout); etcd down or
+//! without a leader is [`Error::Unavailable`](lock_core::Error::Unavailable), which is
+//! retryable. An acquisition runs in a task of its own: dropping its future deletes the
+//! key it wrote (or revokes its fixed lease), also when the grant was already on its
+//! way.
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+
+mod acquire;
+mod backend;
+mod config;
+mod error;
+mod gate;
+mod keys;
+mod lease;
+mod queries;
+
+pub use backend::{EtcdBackend, EtcdLease};
+pub use config::{
+    EtcdConfig, EtcdConfigBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT,
+};
+pub use etcd_client;

@@ -1,0 +1,301 @@
+//! etcd-specific behaviour against a real etcd: interop with `etcdctl lock`, a lease
+//! revoked behind the holder's back, no herd with 50 waiters, and etcd going away.
+
+mod common;
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{backend, endpoint, key, start};
+use lock_core::prelude::*;
+use lock_core::{Error, LeaseLoss, LockBackend, LockClient, LockFamily};
+use lock_etcd::{EtcdBackend, EtcdConfig};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+const NS: &str = "interop";
+
+fn client(backend: EtcdBackend, watchdog: Duration) -> LockClient<EtcdBackend> {
+    LockClient::builder(backend)
+        .namespace(NS)
+        .watchdog_lease(watchdog)
+        .build()
+        .unwrap()
+}
+
+/// `etcdctl lock NAME`: prints the lock's key once it holds it, then holds it until
+/// SIGTERM (then it releases).
+struct Etcdctl {
+    child: Child,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Etcdctl {
+    fn lock(url: &str, name: &str) -> Self {
+        let mut child = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &endpoint(url), "lock", name])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("etcdctl must be installed (apt-get install etcd-client)");
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        Etcdctl { child, lines }
+    }
+
+    /// The key etcdctl printed on acquiring, if it did within `limit`.
+    async fn acquired(&mut self, limit: Duration) -> Option<String> {
+        tokio::time::timeout(limit, self.lines.next_line())
+            .await
+            .ok()
+            .and_then(|line| line.ok().flatten())
+    }
+
+    /// SIGTERM (etcdctl then releases), and reaps it.
+    async fn stop(mut self) {
+        let pid = self.child.id().expect("running").to_string();
+        let status = Command::new("kill").args(["-TERM", &pid]).status().await;
+        assert!(status.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_lock_excludes_ours_and_ours_excludes_etcdctl() {
+    let (server, _) = start().await;
+    let url = server.url();
+    let ours = client(backend(&url).await, Duration::from_secs(10));
+    let lock = ours.lock("shared").unwrap();
+
+    // etcdctl holds: ours cannot acquire, and gets it after etcdctl lets go.
+    let mut etcdctl = Etcdctl::lock(&url, &format!("{NS}/shared"));
+    let key = etcdctl.acquired(Duration::from_secs(10)).await;
+    let key = key.expect("etcdctl acquires a free lock");
+    assert!(key.starts_with(&format!("{NS}/shared/")), "{key}");
+    assert!(
+        lock.try_acquire().await.unwrap().is_none(),
+        "ours got in while etcdctl held"
+    );
+    let waiting = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire_timeout(Duration::from_secs(20)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "ours got in while etcdctl held");
+    etcdctl.stop().await;
+    let guard = waiting.await.unwrap().expect("ours after etcdctl released");
+
+    // Ours holds: etcdctl waits, and gets it after our release.
+    let mut etcdctl = Etcdctl::lock(&url, &format!("{NS}/shared"));
+    assert_eq!(
+        etcdctl.acquired(Duration::from_millis(1500)).await,
+        None,
+        "etcdctl got in while ours held"
+    );
+    guard.release().await.unwrap();
+    let key = etcdctl.acquired(Duration::from_secs(10)).await;
+    assert!(
+        key.is_some(),
+        "etcdctl did not get the lock after our release"
+    );
+    assert!(
+        lock.try_acquire().await.unwrap().is_none(),
+        "ours got in while etcdctl held"
+    );
+    etcdctl.stop().await;
+    let guard = lock.acquire_timeout(Duration::from_secs(10)).await.unwrap();
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_revoked_behind_the_holders_back_is_reported() {
+    let (server, admin) = start().await;
+    let watchdog = Duration::from_secs(2);
+    let holder = client(backend(&server.url()).await, watchdog);
+    let lock = holder.lock("revoked").unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let reentry = lock.acquire().await.unwrap();
+    let other_lock = holder.lock("revoked-too").unwrap().acquire().await.unwrap();
+    let lease = holder
+        .backend()
+        .session_lease_id(watchdog)
+        .await
+        .expect("a session lease");
+    assert_eq!(
+        guard.fencing_token(),
+        reentry.fencing_token(),
+        "one acquisition"
+    );
+    admin.client().clone().lease_revoke(lease).await.unwrap();
+    for g in [&guard, &other_lock] {
+        let loss = tokio::time::timeout(watchdog + Duration::from_secs(3), g.lost())
+            .await
+            .expect("loss reported within the watchdog lease");
+        assert_eq!(loss, LeaseLoss::SessionLost);
+        assert!(!g.is_held());
+    }
+    let lost_token = guard.fencing_token();
+    assert!(matches!(
+        guard.release().await,
+        Err(Error::LeaseLost { .. })
+    ));
+    // A new session is taken for the next acquisition.
+    let again = lock
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free after the loss");
+    assert!(again.fencing_token() > lost_token);
+    again.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_waiters_each_release_wakes_one() {
+    const WAITERS: usize = 50;
+    let (server, admin) = start().await;
+    let url = server.url();
+    let holder = client(backend(&url).await, Duration::from_secs(30));
+    let guard = holder.lock("herd").unwrap().acquire().await.unwrap();
+    let mut backends = Vec::new();
+    let mut tasks = Vec::new();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    for i in 0..WAITERS {
+        // A client each: each waiter has its own lease and key at etcd.
+        let b = backend(&url).await;
+        backends.push(b.clone());
+        let lock = client(b, Duration::from_secs(30)).lock("herd").unwrap();
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = lock
+                .acquire_timeout(Duration::from_secs(120))
+                .await
+                .unwrap();
+            order.lock().unwrap().push((i, g.fencing_token()));
+            g.release().await.unwrap();
+        }));
+    }
+    // Wait until every waiter's key is in place.
+    let started = Instant::now();
+    loop {
+        let mut kv = admin.client().kv_client();
+        let keys = kv
+            .get(
+                format!("{NS}/herd/"),
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_prefix()
+                        .with_count_only(),
+                ),
+            )
+            .await
+            .unwrap();
+        if keys.count() as usize == WAITERS + 1 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "waiters did not queue"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before: u64 = backends.iter().map(EtcdBackend::waiter_wakeups).sum();
+    assert_eq!(before, 0, "woken before any release");
+    guard.release().await.unwrap();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(120), task)
+            .await
+            .expect("waiters finish")
+            .unwrap();
+    }
+    let wakeups: u64 = backends.iter().map(EtcdBackend::waiter_wakeups).sum();
+    // 50 handoffs; a herd would wake every remaining waiter on each (about 1275).
+    assert!(
+        wakeups <= WAITERS as u64,
+        "{wakeups} wake-ups for {WAITERS} handoffs"
+    );
+    let order = order.lock().unwrap().clone();
+    assert!(
+        order.windows(2).all(|w| w[0].1 < w[1].1),
+        "tokens not increasing in grant order: {order:?}"
+    );
+    assert!(!admin
+        .is_locked(&key(NS, "herd"), LockFamily::Exclusive)
+        .await
+        .unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_down_is_unavailable_and_retryable() {
+    let (mut server, _) = start().await;
+    let url = server.url();
+    let config = EtcdConfig::builder(&url)
+        .connect_timeout(Duration::from_millis(500))
+        .request_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let holder = client(
+        EtcdBackend::connect(config.clone()).await.unwrap(),
+        Duration::from_secs(10),
+    );
+    let lock = holder.lock("outage").unwrap();
+    lock.acquire().await.unwrap().release().await.unwrap();
+    server.process().expect("spawned here").stop();
+    let started = Instant::now();
+    let err = lock.try_acquire().await.unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    assert!(err.is_retryable());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    let started = Instant::now();
+    let err = EtcdBackend::connect(config).await.unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_owners_of_one_client_take_turns_on_one_key() {
+    let (server, admin) = start().await;
+    let holder = client(backend(&server.url()).await, Duration::from_secs(10));
+    let a = holder.lock("turns").unwrap();
+    let b = holder.lock("turns").unwrap();
+    let first = a.acquire().await.unwrap();
+    assert!(
+        b.try_acquire().await.unwrap().is_none(),
+        "second owner got in"
+    );
+    let waiting = tokio::spawn(async move { b.acquire_timeout(Duration::from_secs(10)).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished());
+    let first_token = first.fencing_token();
+    first.release().await.unwrap();
+    let second = waiting.await.unwrap().unwrap();
+    assert!(second.fencing_token() > first_token);
+    // Still etcd's layout: one key, named by the session lease.
+    let mut kv = admin.client().kv_client();
+    let keys = kv
+        .get(
+            format!("{NS}/turns/"),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(keys.kvs().len(), 1);
+    let lease = keys.kvs()[0].lease();
+    assert_eq!(
+        keys.kvs()[0].key_str().unwrap(),
+        format!("{NS}/turns/{lease:x}")
+    );
+    assert!(keys.kvs()[0].value().is_empty());
+    second.release().await.unwrap();
+}
