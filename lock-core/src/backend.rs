@@ -165,6 +165,11 @@ pub struct Grant<L> {
     pub fence: u64,
     /// Whatever the backend needs later to renew or release this lease.
     pub data: L,
+    /// When the lease began, by this process's clock: no later than the moment the
+    /// request that won it was sent. The client counts the lease's `ttl` from here, so
+    /// a grant after a long wait is not taken for an expired one. Backends whose
+    /// lease is renewed or kept by a session may use the time of the grant.
+    pub started_at: tokio::time::Instant,
 }
 
 /// A lease the client holds, handed back to the backend to renew or release it.

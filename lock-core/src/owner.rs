@@ -169,6 +169,8 @@ impl<B: LockBackend> Owner<B> {
             tracing::debug!(key = %self.key, ?kind, "lock not acquired before the deadline");
             return Err(self.timeout(options.wait));
         };
+        // Count the lease from the attempt that won it, not from the start of the wait.
+        state.renewed(grant.started_at, ttl);
         let entry = Arc::new(LeaseEntry {
             id: self.client.next_lease_id(),
             held: HeldLease {

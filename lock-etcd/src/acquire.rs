@@ -138,6 +138,11 @@ impl Job {
         let value = self.value();
         let grant = Grant {
             fence: revision.unsigned_abs(),
+            // etcd keeps the lease until `kept_until`: count the ttl back from there.
+            started_at: lease
+                .kept_until()
+                .checked_sub(self.ttl)
+                .unwrap_or_else(tokio::time::Instant::now),
             data: EtcdLease::new(key, value, lease, gate, self.loss.clone()),
         };
         if let Err(Ok(Some(grant))) = reply.send(Ok(Some(grant))) {

@@ -291,6 +291,7 @@ impl LockBackend for RedisBackend {
                 None
             };
             let undo = request.clone();
+            let attempt_sent = Instant::now();
             let attempt = attempt(
                 &self.node,
                 request.acquire_with(registers),
@@ -301,7 +302,11 @@ impl LockBackend for RedisBackend {
             let wait_ms = match attempt {
                 Attempt::Granted(fence) => {
                     place.disarm();
-                    return Ok(Some(Grant { fence, data: () }));
+                    return Ok(Some(Grant {
+                        fence,
+                        data: (),
+                        started_at: attempt_sent,
+                    }));
                 }
                 Attempt::Blocked(ms) => ms,
             };

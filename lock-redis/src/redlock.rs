@@ -290,6 +290,7 @@ impl LockBackend for RedLockBackend {
                 join_all(registrations.iter().map(crate::pubsub::Registration::ready)).await;
             }
             let (tx, rx) = oneshot::channel();
+            let round_started = Instant::now();
             let nodes = self.nodes.clone();
             let attempt_request = request.clone();
             let attempt_timeouts = timeouts.clone();
@@ -305,7 +306,13 @@ impl LockBackend for RedLockBackend {
                 Error::backend(BACKEND, "the RedLock round ended without an answer")
             })??;
             let (holder_ms, answered) = match outcome {
-                Round::Granted(fence) => return Ok(Some(Grant { fence, data: () })),
+                Round::Granted(fence) => {
+                    return Ok(Some(Grant {
+                        fence,
+                        data: (),
+                        started_at: round_started,
+                    }))
+                }
                 Round::Failed {
                     holder_ms,
                     answered,

@@ -151,6 +151,8 @@ pub(crate) async fn acquire(
         // Subscribe before looking, so a release right after the look is not missed.
         let mut wake = listener.map(Listener::subscribe);
         let enqueue = waits && queued_kind;
+        // The lease's expiry is set by the database during this attempt.
+        let attempt_sent = Instant::now();
         let outcome = attempt(db, &ask, &mut ticket.id, enqueue).await?;
         let wake_in_ms = match outcome {
             Outcome::Granted(fence) => {
@@ -158,6 +160,7 @@ pub(crate) async fn acquire(
                 ticket.id = None;
                 return Ok(Some(Grant {
                     fence,
+                    started_at: attempt_sent,
                     data: SqlLease::lease(key),
                 }));
             }

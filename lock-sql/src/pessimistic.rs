@@ -171,6 +171,8 @@ pub(crate) async fn acquire(
         .await?;
     Ok(Some(Grant {
         fence: fence as u64,
+        // The pinned connection, not a clock, keeps this lock.
+        started_at: tokio::time::Instant::now(),
         data: SqlLease {
             key,
             pinned: Some(Pinned {

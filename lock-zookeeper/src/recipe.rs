@@ -166,6 +166,8 @@ async fn attempt(
             );
             return Ok(Attempt::Granted(Grant {
                 fence,
+                // The session, not this instant, keeps the lease; see `ZkBackend::renew`.
+                started_at: tokio::time::Instant::now(),
                 data: ZkLease {
                     path: node,
                     generation: session.generation,

@@ -127,6 +127,7 @@ pub fn all_cases() -> Vec<Case> {
         try_acquire_fails_fast: NOTHING,
         wait_limit_honoured: NOTHING,
         waiter_woken_on_release: NOTHING,
+        grant_after_long_wait_is_fresh: NOTHING,
         vanished_holder_expires: FIXED,
         stale_guard_of_other_owner_is_refused: FIXED,
         stale_guard_of_same_owner_is_refused: FIXED,

@@ -167,6 +167,34 @@ pub(crate) async fn waiter_woken_on_release(ctx: &Ctx, flavor: Flavor) {
     ok("release", next.release().await);
 }
 
+/// A waiter granted the lock after waiting longer than its own lease gets a live
+/// lease, counted from the grant rather than from the start of the wait, and the
+/// watchdog keeps it.
+pub(crate) async fn grant_after_long_wait_is_fresh(ctx: &Ctx, flavor: Flavor) {
+    let lease = ctx.short_lease();
+    let holder = flavor.lock(&*ctx.client().await, NAME);
+    let other = flavor.lock(&*ctx.client().await, NAME);
+    let waiter = flavor.lock(&*ctx.client_with(ctx.namespace(), lease).await, NAME);
+    let guard = ok("acquire", holder.acquire().await);
+    let limit = lease * 10 + ctx.slack() * 2;
+    let wait = tokio::spawn(async move { waiter.acquire_timeout(limit).await });
+    tokio::time::sleep(lease * 2).await;
+    ok("release", guard.release().await);
+    let (joined, _) = within("waiter", limit, wait).await;
+    let granted = ok("waiter acquire", joined.expect("waiter task"));
+    assert!(
+        granted.is_held(),
+        "a grant after a wait longer than the lease came back expired"
+    );
+    tokio::time::sleep(lease * 2).await;
+    assert!(
+        granted.is_held(),
+        "the watchdog let a lease granted after a long wait lapse"
+    );
+    refused("other while held", other.try_acquire().await);
+    ok("release", granted.release().await);
+}
+
 /// A holder that vanishes without releasing (its guard forgotten, nothing renews a
 /// fixed lease) blocks others only until its lease runs out.
 pub(crate) async fn vanished_holder_expires(ctx: &Ctx, flavor: Flavor) {

@@ -151,8 +151,15 @@ impl LockBackend for MemoryBackend {
                 ttl: req.ttl,
                 ticket: registration.ticket.as_ref().map(|(id, _)| *id),
             };
-            let wake_at = match self.table().try_grant(&attempt, Instant::now()) {
-                Outcome::Granted(fence) => return Ok(Some(Grant { fence, data: () })),
+            let now = Instant::now();
+            let wake_at = match self.table().try_grant(&attempt, now) {
+                Outcome::Granted(fence) => {
+                    return Ok(Some(Grant {
+                        fence,
+                        data: (),
+                        started_at: now,
+                    }))
+                }
                 Outcome::Blocked { wake_at } => wake_at,
             };
             if req.deadline.has_passed() {
