@@ -1,47 +1,14 @@
 //! The whole conformance suite against a real etcd started for the test.
 #![cfg(feature = "etcd")]
 
-use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use conformance_tests::server::{free_port, ServerSpec, TestServer};
+use conformance_tests::server::{specs::ETCD, TestServer};
 use conformance_tests::{run_suite, Backend, ClientOptions, HolderSpec};
 use lock_core::{LockBackend, LockClient, LockFamily, LockKey, LockProvider};
 use lock_etcd::{EtcdBackend, EtcdConfig};
-
-const ETCD: ServerSpec = ServerSpec {
-    name: "etcd",
-    env_url: "LOCK_TEST_ETCD_URL",
-    command: etcd_command,
-    url: |port| format!("etcd://127.0.0.1:{port}"),
-};
-
-/// etcd 3.4 with every URL moved to loopback: moving only the client port would leave
-/// the peer port on its default 2380, shared with any other etcd on the machine.
-fn etcd_command(port: u16, dir: &Path) -> Command {
-    let peer = free_port().expect("a free peer port");
-    let client_url = format!("http://127.0.0.1:{port}");
-    let peer_url = format!("http://127.0.0.1:{peer}");
-    let mut cmd = Command::new("etcd");
-    cmd.arg("--data-dir").arg(dir.join("data"));
-    cmd.args([
-        "--name",
-        "conformance",
-        "--logger",
-        "zap",
-        "--log-level",
-        "warn",
-    ]);
-    cmd.args(["--listen-client-urls", &client_url]);
-    cmd.args(["--advertise-client-urls", &client_url]);
-    cmd.args(["--listen-peer-urls", &peer_url]);
-    cmd.args(["--initial-advertise-peer-urls", &peer_url]);
-    cmd.args(["--initial-cluster", &format!("conformance={peer_url}")]);
-    cmd
-}
 
 struct Etcd {
     url: String,

@@ -9,7 +9,7 @@ use sql_support::{extra, run_suite, servers, Sql};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql() {
-    let mut server = TestServer::start(&servers::MARIADB)
+    let mut server = TestServer::start(&conformance_tests::server::specs::MARIADB)
         .await
         .expect("start mariadb");
     let url = server.url();

@@ -9,7 +9,7 @@ use sql_support::{extra, run_suite, servers, Sql};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres() {
-    let mut server = TestServer::start(&servers::POSTGRES)
+    let mut server = TestServer::start(&conformance_tests::server::specs::POSTGRES)
         .await
         .expect("start postgres");
     let url = server.url();

@@ -1,31 +1,14 @@
 //! The whole conformance suite against a real redis-server started for the test.
 #![cfg(feature = "redis")]
 
-use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use conformance_tests::server::{ServerSpec, TestServer};
+use conformance_tests::server::{specs::REDIS, TestServer};
 use conformance_tests::{run_suite, Backend, ClientOptions, HolderSpec};
 use lock_core::{LockBackend, LockFamily, LockKey, LockProvider};
 use lock_redis::{RedLockBackend, RedisBackend, RedisConfig};
-
-const REDIS: ServerSpec = ServerSpec {
-    name: "redis",
-    env_url: "LOCK_TEST_REDIS_URL",
-    command: redis_command,
-    url: |port| format!("redis://127.0.0.1:{port}"),
-};
-
-fn redis_command(port: u16, dir: &Path) -> Command {
-    let mut cmd = Command::new("redis-server");
-    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"]);
-    cmd.args(["--save", "", "--appendonly", "no", "--daemonize", "no"]);
-    cmd.arg("--dir").arg(dir);
-    cmd
-}
 
 struct Redis {
     url: String,

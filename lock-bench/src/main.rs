@@ -3,9 +3,11 @@
 //!
 //! ```text
 //! cargo run --release -p lock-bench --all-features -- --url memory://
+//! cargo run --release -p lock-bench --all-features -- --start redis --start etcd
 //! ```
 
 mod scenarios;
+mod servers;
 mod stats;
 
 use std::sync::Arc;
@@ -19,8 +21,12 @@ use stats::{Micros, Samples};
 #[derive(Debug, Parser)]
 struct Args {
     /// The backend's URL (`memory://`, or any scheme enabled by features).
-    #[arg(long, default_value = "memory://")]
-    url: String,
+    #[arg(long)]
+    url: Vec<String>,
+    /// Start a server for the run and bench it: redis, zookeeper, etcd, postgres,
+    /// mysql, sqlite (the packages the tests use), or `all`.
+    #[arg(long)]
+    start: Vec<String>,
     /// Uncontended acquire + release iterations.
     #[arg(long, default_value_t = 2000)]
     iterations: usize,
@@ -62,19 +68,49 @@ async fn client(url: &str, namespace: &str) -> Arc<dyn LockProvider> {
 #[tokio::main]
 async fn main() -> distributed_locks::Result<()> {
     let args = Args::parse();
+    let mut started = Vec::new();
+    for name in &args.start {
+        let names: Vec<&str> = match name.as_str() {
+            "all" => servers::NAMES.to_vec(),
+            one => vec![one],
+        };
+        for name in names {
+            eprintln!("lock-bench: starting {name}");
+            match servers::start(name).await {
+                Ok(server) => started.push(server),
+                Err(err) => {
+                    eprintln!("lock-bench: {err}");
+                    std::process::exit(1);
+                }
+            }
+        }
+    }
+    let mut urls = args.url.clone();
+    urls.extend(started.iter().map(|s| s.url.clone()));
+    if urls.is_empty() {
+        urls.push("memory://".into());
+    }
+    for url in &urls {
+        bench(&args, url).await?;
+        println!();
+    }
+    Ok(())
+}
+
+async fn bench(args: &Args, url: &str) -> distributed_locks::Result<()> {
     let namespace = format!("bench-{}", std::process::id());
     // In-memory backends are per connect() call: share one client there.
-    let shared = args.url.starts_with("memory:");
-    let first = client(&args.url, &namespace).await;
+    let shared = url.starts_with("memory:");
+    let first = client(url, &namespace).await;
     let mut clients = vec![first.clone()];
     for _ in 1..args.workers.max(2) {
         clients.push(if shared {
             first.clone()
         } else {
-            client(&args.url, &namespace).await
+            client(url, &namespace).await
         });
     }
-    println!("backend `{}` at {}", first.backend_name(), args.url);
+    println!("## backend `{}` at {url}", first.backend_name());
     println!();
     println!("| scenario | samples | p50 (us) | p90 (us) | p99 (us) | max (us) |");
     println!("|---|---|---|---|---|---|");

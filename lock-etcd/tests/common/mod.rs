@@ -3,43 +3,12 @@
 
 #![allow(dead_code)]
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use conformance_tests::server::{free_port, ServerSpec, TestServer};
+pub use conformance_tests::server::specs::ETCD;
+use conformance_tests::server::TestServer;
 use lock_core::{LockBackend, LockFamily, LockKey, LockName, Namespace};
 use lock_etcd::{EtcdBackend, EtcdConfig};
-
-pub const ETCD: ServerSpec = ServerSpec {
-    name: "etcd",
-    env_url: "LOCK_TEST_ETCD_URL",
-    command: etcd_command,
-    url: |port| format!("etcd://127.0.0.1:{port}"),
-};
-
-/// Every etcd URL on loopback; the peer port too, or it would default to 2380.
-fn etcd_command(port: u16, dir: &Path) -> Command {
-    let peer = free_port().expect("a free peer port");
-    let client_url = format!("http://127.0.0.1:{port}");
-    let peer_url = format!("http://127.0.0.1:{peer}");
-    let mut cmd = Command::new("etcd");
-    cmd.arg("--data-dir").arg(dir.join("data"));
-    cmd.args([
-        "--name",
-        "lock-etcd-test",
-        "--logger",
-        "zap",
-        "--log-level",
-        "warn",
-    ]);
-    cmd.args(["--listen-client-urls", &client_url]);
-    cmd.args(["--advertise-client-urls", &client_url]);
-    cmd.args(["--listen-peer-urls", &peer_url]);
-    cmd.args(["--initial-advertise-peer-urls", &peer_url]);
-    cmd.args(["--initial-cluster", &format!("lock-etcd-test={peer_url}")]);
-    cmd
-}
 
 pub fn key(namespace: &str, name: &str) -> LockKey {
     LockKey::new(

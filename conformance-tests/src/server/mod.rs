@@ -35,6 +35,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+pub mod specs;
+
 /// How to start one kind of server.
 #[derive(Clone, Copy, Debug)]
 pub struct ServerSpec {
