@@ -249,24 +249,11 @@ async fn lock_row(
     }
 }
 
+/// One autocommitted statement on a pooled connection (MySQL reports the fence in
+/// its OK packet, or on that same connection).
 async fn bump_fence(db: &Db, key: &KeyId) -> std::result::Result<i64, sqlx::Error> {
-    let bump = q(&db.sql.fence_bump)
-        .bind(key.hash.clone())
-        .bind(key.namespace.clone())
-        .bind(key.name.clone());
-    if db.dialect == Dialect::MySql {
-        let mut tx = db.pool.begin().await?;
-        bump.execute(&mut *tx).await?;
-        let fence: i64 = q(&db.sql.key_fence)
-            .bind(key.hash.clone())
-            .fetch_one(&mut *tx)
-            .await?
-            .try_get(0)?;
-        tx.commit().await?;
-        Ok(fence)
-    } else {
-        bump.fetch_one(&db.pool).await?.try_get(0)
-    }
+    let mut conn = db.pool.acquire().await?;
+    crate::lease::bump_key(&mut conn, db, key).await
 }
 
 /// Ends the transaction; true if the connection is fit to go back to the pool.
