@@ -373,21 +373,20 @@ fn fast_grant_of(db: &Db, kind: LockKind) -> &FastGrant {
 }
 
 /// `grant`'s statement with the request's values bound in its order.
-fn bind_args(
-    grant: &FastGrant,
-    ask: &Ask<'_>,
-    fence: i64,
-) -> Query<'static, Any, AnyArguments> {
-    grant.args.iter().fold(q(&grant.stmt), |query, arg| match arg {
-        Arg::Key => query.bind(ask.key.hash.clone()),
-        Arg::Namespace => query.bind(ask.key.namespace.clone()),
-        Arg::Name => query.bind(ask.key.name.clone()),
-        Arg::Kind => query.bind(kind_code(ask.kind)),
-        Arg::Holder => query.bind(holder_of(ask.kind, ask.owner).to_owned()),
-        Arg::Owner => query.bind(ask.owner.to_owned()),
-        Arg::Fence => query.bind(fence),
-        Arg::Ttl => query.bind(ask.ttl_ms),
-    })
+fn bind_args(grant: &FastGrant, ask: &Ask<'_>, fence: i64) -> Query<'static, Any, AnyArguments> {
+    grant
+        .args
+        .iter()
+        .fold(q(&grant.stmt), |query, arg| match arg {
+            Arg::Key => query.bind(ask.key.hash.clone()),
+            Arg::Namespace => query.bind(ask.key.namespace.clone()),
+            Arg::Name => query.bind(ask.key.name.clone()),
+            Arg::Kind => query.bind(kind_code(ask.kind)),
+            Arg::Holder => query.bind(holder_of(ask.kind, ask.owner).to_owned()),
+            Arg::Owner => query.bind(ask.owner.to_owned()),
+            Arg::Fence => query.bind(fence),
+            Arg::Ttl => query.bind(ask.ttl_ms),
+        })
 }
 
 /// PostgreSQL: the whole uncontended acquisition in one statement (see

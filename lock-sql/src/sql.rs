@@ -86,6 +86,11 @@ pub(crate) struct Statements {
     pub(crate) get_holder: Stmt,
     pub(crate) delete_holder: Stmt,
     pub(crate) connection_id: Stmt,
+    /// PostgreSQL: terminates the backend whose transaction holds the row lock (the
+    /// row's `xmax`); returns how many it signalled.
+    pub(crate) kill_row_holder: Stmt,
+    /// MySQL: whether a thread has an open InnoDB transaction.
+    pub(crate) in_transaction: Stmt,
     pub(crate) notify: Stmt,
 }
 
@@ -258,6 +263,15 @@ impl Statements {
             Dialect::MySql => "SELECT CAST(CONNECTION_ID() AS SIGNED)".to_owned(),
             Dialect::Sqlite => "SELECT 0".to_owned(),
         });
+        let kill_row_holder = st(format!(
+            "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a \
+             JOIN {rows} r ON a.backend_xid = r.xmax WHERE r.khash = ? AND r.kind = ? \
+             AND a.pid <> pg_backend_pid()) AS t"
+        ));
+        let in_transaction = st(
+            "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ?"
+                .to_owned(),
+        );
         let notify = st(match dialect {
             Dialect::Postgres => "SELECT pg_notify(?, ?) IS NULL".to_owned(),
             _ => "SELECT 1".to_owned(),
@@ -292,6 +306,8 @@ impl Statements {
             get_holder,
             delete_holder,
             connection_id,
+            kill_row_holder,
+            in_transaction,
             notify,
         }
     }
@@ -430,7 +446,9 @@ fn fast_grant(dialect: Dialect, t: &Tables, kind: LockKind) -> FastGrant {
             let looks_around = kind != LockKind::Exclusive;
             let mut sql = String::from("WITH ");
             if looks_around {
-                sql.push_str(&format!("s AS (SELECT fence FROM {keys} WHERE khash = ?), "));
+                sql.push_str(&format!(
+                    "s AS (SELECT fence FROM {keys} WHERE khash = ?), "
+                ));
                 args.push(Arg::Key);
             }
             sql.push_str(&format!(
