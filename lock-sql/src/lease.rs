@@ -1,11 +1,17 @@
 //! The lease strategy: lock rows with owner, fencing token and a server-clock expiry.
 //!
-//! Every change to a key's locks is one short transaction that first writes the
-//! key's row in the keys table: that creates it or bumps its fence, and locks it, so
-//! transactions on one key run one after another and each sees what the previous
-//! committed (read-committed isolation; SQLite has one writer at a time anyway). The
-//! rest of the transaction reads the key's live leases and queue, applies the rules
-//! in [`crate::decide`], and writes the grant. Renewals and releases are single
+//! Every grant first writes the key's row in the keys table: that creates it or bumps
+//! its fence, and locks it, so acquisitions of one key run one after another and each
+//! sees what the previous committed (read-committed isolation; SQLite has one writer
+//! at a time anyway).
+//!
+//! An uncontended request is granted by one conditional upsert
+//! ([`crate::sql::FastGrant`]): on PostgreSQL the bump and the upsert are one
+//! autocommitted statement; on MySQL and SQLite the upsert follows the bump in a short
+//! transaction. If it does not grant, the general path applies the rules in
+//! [`crate::decide`] to the key's live leases and queue, read under the key row lock:
+//! it learns how long to wait, queues fair and write requests, and grants what the
+//! upsert could not judge (requests holding a ticket). Renewals and releases are single
 //! statements guarded by owner and fence (the lease's version).
 
 use std::sync::Arc;
