@@ -24,6 +24,7 @@ async fn mysql() {
     extra::clock_skew_never_steals(&lease).await;
     extra::hostile_names_stored_safely(&lease).await;
     extra::killed_connection(&for_update).await;
+    extra::force_unlock_spares_a_reused_connection_id(&for_update).await;
     extra::killed_connection(&lease).await;
     extra::sigkilled_for_update_holder_frees_at_once(&for_update).await;
     let closed = format!(

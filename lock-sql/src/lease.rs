@@ -1,18 +1,27 @@
 //! The lease strategy: lock rows with owner, fencing token and a server-clock expiry.
 //!
-//! Every change to a key's locks is one short transaction that first writes the
-//! key's row in the keys table: that creates it or bumps its fence, and locks it, so
-//! transactions on one key run one after another and each sees what the previous
-//! committed (read-committed isolation; SQLite has one writer at a time anyway). The
-//! rest of the transaction reads the key's live leases and queue, applies the rules
-//! in [`crate::decide`], and writes the grant. Renewals and releases are single
+//! Every grant first writes the key's row in the keys table: that creates it or bumps
+//! its fence, and locks it, so acquisitions of one key run one after another and each
+//! sees what the previous committed (read-committed isolation; SQLite has one writer
+//! at a time anyway).
+//!
+//! An uncontended request is granted by one conditional upsert
+//! ([`crate::sql::FastGrant`]): on PostgreSQL the bump and the upsert are one
+//! autocommitted statement; on MySQL and SQLite the upsert follows the bump in a short
+//! transaction. If it does not grant, the general path applies the rules in
+//! [`crate::decide`] to the key's live leases and queue, read under the key row lock:
+//! it learns how long to wait, queues fair and write requests, and grants what the
+//! upsert could not judge (requests holding a ticket). Renewals and releases are single
 //! statements guarded by owner and fence (the lease's version).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{AcquireRequest, Error, Grant, HeldLease, LockFamily, LockKind, Renewal, Result};
-use sqlx::{AnyConnection, Row};
+use sqlx::any::AnyArguments;
+use sqlx::query::Query;
+use sqlx::{Any, AnyConnection, Row};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::db::{q, Db};
@@ -21,6 +30,7 @@ use crate::dialect::Dialect;
 use crate::error::{classify, timed_out, Class};
 use crate::key::{family_range, holder_of, kind_code, kind_of, KeyId};
 use crate::listen::Listener;
+use crate::sql::{Arg, FastGrant};
 use crate::wait::{until_released, Backoff};
 use crate::SqlLease;
 
@@ -205,7 +215,15 @@ async fn attempt(
     let mut tries = 0;
     loop {
         let mut next = *ticket;
-        let run = attempt_tx(db, ask, &mut next, enqueue, &mut pending);
+        let run = async {
+            if db.dialect == Dialect::Postgres && next.is_none() {
+                if let Some(fence) = fast_grant_postgres(db, ask).await? {
+                    return Ok(Outcome::Granted(fence as u64));
+                }
+                // Blocked: the general transaction learns how long, and queues.
+            }
+            attempt_tx(db, ask, &mut next, enqueue, &mut pending).await
+        };
         match tokio::time::timeout(db.request_timeout, run).await {
             Ok(Ok(outcome)) => {
                 *ticket = next;
@@ -238,6 +256,25 @@ async fn attempt_tx(
     let khash = &ask.key.hash;
     let mut tx = db.pool.begin().await?;
     let fence = bump_key(&mut tx, db, ask.key).await?;
+    if db.dialect != Dialect::Postgres && ticket.is_none() {
+        // The key row is locked: the grant statement sees the key's current rows, so
+        // when it grants, the reads below are not needed.
+        if matches!(ask.kind, LockKind::Read | LockKind::Write) {
+            q(&sql.clean_expired)
+                .bind(khash.clone())
+                .execute(&mut *tx)
+                .await?;
+        }
+        let row = bind_args(fast_grant_of(db, ask.kind), ask, fence)
+            .fetch_optional(&mut *tx)
+            .await?;
+        // MySQL returns the row it kept, ours or not: ours has the fence just bumped.
+        if row.map(|r| r.try_get::<i64, _>(0)).transpose()? == Some(fence) {
+            pending.fence = Some(fence);
+            tx.commit().await?;
+            return Ok(Outcome::Granted(fence as u64));
+        }
+    }
     let leases: Vec<LiveLease> = q(&sql.live_leases)
         .bind(khash.clone())
         .fetch_all(&mut *tx)
@@ -337,9 +374,64 @@ async fn attempt_tx(
     }
 }
 
+fn fast_grant_of(db: &Db, kind: LockKind) -> &FastGrant {
+    &db.sql.fast_grant[kind_code(kind) as usize]
+}
+
+/// `grant`'s statement with the request's values bound in its order.
+fn bind_args(grant: &FastGrant, ask: &Ask<'_>, fence: i64) -> Query<'static, Any, AnyArguments> {
+    grant
+        .args
+        .iter()
+        .fold(q(&grant.stmt), |query, arg| match arg {
+            Arg::Key => query.bind(ask.key.hash.clone()),
+            Arg::Namespace => query.bind(ask.key.namespace.clone()),
+            Arg::Name => query.bind(ask.key.name.clone()),
+            Arg::Kind => query.bind(kind_code(ask.kind)),
+            Arg::Holder => query.bind(holder_of(ask.kind, ask.owner).to_owned()),
+            Arg::Owner => query.bind(ask.owner.to_owned()),
+            Arg::Fence => query.bind(fence),
+            Arg::Ttl => query.bind(ask.ttl_ms),
+        })
+}
+
+/// PostgreSQL: the whole uncontended acquisition in one statement (see
+/// [`FastGrant`]); `None` if it did not grant.
+///
+/// The fence is only known from the reply, so nothing could clean up a grant whose
+/// reply is lost to a dropped future. The statement therefore runs in a task of its
+/// own that always sees the reply: it hands the grant over armed for release, and
+/// the grant releases itself if nobody takes it (the acquire was dropped or timed out).
+async fn fast_grant_postgres(
+    db: &Arc<Db>,
+    ask: &Ask<'_>,
+) -> std::result::Result<Option<i64>, sqlx::Error> {
+    let query = bind_args(fast_grant_of(db, ask.kind), ask, 0);
+    let mut pending = PendingGrant {
+        db: db.clone(),
+        key: ask.key.hash.clone(),
+        kind: ask.kind,
+        owner: ask.owner.to_owned(),
+        fence: None,
+    };
+    let (reply, answer) = oneshot::channel();
+    tokio::spawn(async move {
+        let outcome = match query.fetch_optional(&pending.db.pool).await {
+            Ok(row) => row.map(|r| r.try_get::<i64, _>(0)).transpose(),
+            Err(e) => Err(e),
+        };
+        pending.fence = outcome.as_ref().ok().copied().flatten();
+        // If the acquire is gone, dropping `pending` releases the lease.
+        let _ = reply.send((outcome, pending));
+    });
+    let (outcome, mut pending) = answer.await.map_err(|_| sqlx::Error::WorkerCrashed)?;
+    pending.fence = None;
+    outcome
+}
+
 /// Creates the key's row or bumps its fence; returns the new fence. The row stays
 /// locked until the transaction ends.
-async fn bump_key(
+pub(crate) async fn bump_key(
     conn: &mut AnyConnection,
     db: &Db,
     key: &KeyId,
@@ -349,14 +441,26 @@ async fn bump_key(
         .bind(key.namespace.clone())
         .bind(key.name.clone());
     if db.dialect == Dialect::MySql {
-        bump.execute(&mut *conn).await?;
-        let row = q(&db.sql.key_fence)
-            .bind(key.hash.clone())
-            .fetch_one(&mut *conn)
-            .await?;
-        row.try_get(0)
+        let done = bump.execute(&mut *conn).await?;
+        last_insert_id(conn, db, done.last_insert_id()).await
     } else {
         bump.fetch_one(&mut *conn).await?.try_get(0)
+    }
+}
+
+/// MySQL: the counter value a `LAST_INSERT_ID(expr)` bump left, from its OK packet or,
+/// if the server did not put it there, from the same connection.
+async fn last_insert_id(
+    conn: &mut AnyConnection,
+    db: &Db,
+    reported: Option<i64>,
+) -> std::result::Result<i64, sqlx::Error> {
+    match reported {
+        Some(id) if id > 0 => Ok(id),
+        _ => q(&db.sql.last_insert_id)
+            .fetch_one(&mut *conn)
+            .await?
+            .try_get(0),
     }
 }
 
@@ -367,12 +471,8 @@ async fn next_ticket(
 ) -> std::result::Result<i64, sqlx::Error> {
     let bump = q(&db.sql.ticket_bump).bind(khash.to_owned());
     if db.dialect == Dialect::MySql {
-        bump.execute(&mut *conn).await?;
-        q(&db.sql.key_ticket)
-            .bind(khash.to_owned())
-            .fetch_one(&mut *conn)
-            .await?
-            .try_get(0)
+        let done = bump.execute(&mut *conn).await?;
+        last_insert_id(conn, db, done.last_insert_id()).await
     } else {
         bump.fetch_one(&mut *conn).await?.try_get(0)
     }

@@ -5,8 +5,9 @@
 //! starts a transaction and runs `SELECT ... FOR UPDATE` on the row (`NOWAIT` for a
 //! single try; otherwise the database queues the waiter and wakes it on release, with
 //! a lock timeout at the caller's deadline). Then it bumps the key's fence in its own
-//! committed statement, and records the holder (owner, fence, connection id) so an
-//! operator can force the lock free by killing that connection. Release rolls the
+//! committed statement, and records the holder (owner, fence, connection id) for
+//! operators. [`force_unlock`] frees the lock by killing the holder's connection,
+//! guarded against ids that now name another connection. Release rolls the
 //! transaction back and returns the connection to the pool; if the connection died,
 //! the database already rolled back and the lock was lost.
 
@@ -88,11 +89,9 @@ async fn cancel_query(db: &Db, id: i64) -> std::result::Result<(), sqlx::Error> 
         .map(drop)
 }
 
+/// MySQL: kills thread `id` (PostgreSQL kills by the row's `xmax` instead).
 async fn kill_connection(db: &Db, id: i64) -> std::result::Result<(), sqlx::Error> {
-    let sql = match db.dialect {
-        Dialect::Postgres => format!("SELECT pg_terminate_backend({id})"),
-        _ => format!("KILL CONNECTION {id}"),
-    };
+    let sql = format!("KILL CONNECTION {id}");
     match sqlx::raw_sql(AssertSqlSafe(sql)).execute(&db.pool).await {
         Ok(_) => Ok(()),
         // MySQL: "Unknown thread id": it is gone already.
@@ -249,24 +248,11 @@ async fn lock_row(
     }
 }
 
+/// One autocommitted statement on a pooled connection (MySQL reports the fence in
+/// its OK packet, or on that same connection).
 async fn bump_fence(db: &Db, key: &KeyId) -> std::result::Result<i64, sqlx::Error> {
-    let bump = q(&db.sql.fence_bump)
-        .bind(key.hash.clone())
-        .bind(key.namespace.clone())
-        .bind(key.name.clone());
-    if db.dialect == Dialect::MySql {
-        let mut tx = db.pool.begin().await?;
-        bump.execute(&mut *tx).await?;
-        let fence: i64 = q(&db.sql.key_fence)
-            .bind(key.hash.clone())
-            .fetch_one(&mut *tx)
-            .await?
-            .try_get(0)?;
-        tx.commit().await?;
-        Ok(fence)
-    } else {
-        bump.fetch_one(&db.pool).await?.try_get(0)
-    }
+    let mut conn = db.pool.acquire().await?;
+    crate::lease::bump_key(&mut conn, db, key).await
 }
 
 /// Ends the transaction; true if the connection is fit to go back to the pool.
@@ -371,30 +357,73 @@ pub(crate) async fn is_locked(db: &Db, key: &KeyId, family: LockFamily) -> Resul
     .await
 }
 
-/// Kills the connection of the recorded holder if the row is locked, and waits
-/// (briefly) for the database to free it.
+/// Kills the connection that holds the row lock, and waits (briefly) for the
+/// database to free it.
+///
+/// A recorded connection id may name another connection by the time it is used: a
+/// holder that died leaves its record behind until the next holder overwrites it,
+/// and ids are reused (PostgreSQL pids soon, MariaDB thread ids after a restart). So
+/// PostgreSQL does not use the record at all: it kills the backend whose transaction
+/// id is the row's `xmax`, which `SELECT ... FOR UPDATE` sets to the locking
+/// transaction. MariaDB has no such link in 10.11, so it kills the recorded thread only
+/// if that thread has an open InnoDB transaction (every holder does; an idle
+/// connection that inherited the id does not) and refuses otherwise.
 pub(crate) async fn force_unlock(db: &Db, key: &KeyId, family: LockFamily) -> Result<bool> {
     if !is_locked(db, key, family).await? {
         return Ok(false);
     }
     let kind = kind_code(LockKind::Exclusive);
-    let holder = q(&db.sql.get_holder)
-        .bind(key.hash.clone())
-        .bind(kind)
-        .fetch_optional(&db.pool);
-    let holder = db
-        .timed("finding the lock holder", async {
-            holder.await.map_err(|e| db.err(e))
+    if db.dialect == Dialect::Postgres {
+        let kill = q(&db.sql.kill_row_holder)
+            .bind(key.hash.clone())
+            .bind(kind)
+            .fetch_one(&db.pool);
+        let killed: i64 = db
+            .timed("killing the holder's connection", async {
+                let row = kill.await.map_err(|e| db.err(e))?;
+                row.try_get(0).map_err(|e| db.err(e))
+            })
+            .await?;
+        if killed == 0 {
+            // Released between the check and the kill.
+            return Ok(false);
+        }
+    } else {
+        let holder = q(&db.sql.get_holder)
+            .bind(key.hash.clone())
+            .bind(kind)
+            .fetch_optional(&db.pool);
+        let holder = db
+            .timed("finding the lock holder", async {
+                holder.await.map_err(|e| db.err(e))
+            })
+            .await?;
+        let Some(row) = holder else {
+            return Ok(false);
+        };
+        let id: i64 = row.try_get(2).map_err(|e| db.err(e))?;
+        let open = q(&db.sql.in_transaction).bind(id).fetch_one(&db.pool);
+        let open: i64 = db
+            .timed("checking the lock holder", async {
+                let row = open.await.map_err(|e| db.err(e))?;
+                row.try_get(0).map_err(|e| db.err(e))
+            })
+            .await?;
+        if open == 0 {
+            return Err(Error::backend(
+                db.name(),
+                format!(
+                    "lock {:?} is held, but its recorded holder connection {id} has no open transaction \
+                     (the record is stale or not written yet); not killing it: try again",
+                    key.name
+                ),
+            ));
+        }
+        db.timed("killing the holder's connection", async {
+            kill_connection(db, id).await.map_err(|e| db.err(e))
         })
         .await?;
-    let Some(row) = holder else {
-        return Ok(false);
-    };
-    let id: i64 = row.try_get(2).map_err(|e| db.err(e))?;
-    db.timed("killing the holder's connection", async {
-        kill_connection(db, id).await.map_err(|e| db.err(e))
-    })
-    .await?;
+    }
     // The server frees the row when the killed session ends, a moment later.
     let until = Instant::now() + db.request_timeout;
     while Instant::now() < until && is_locked(db, key, family).await? {

@@ -6,7 +6,10 @@
 
 use std::sync::Arc;
 
+use lock_core::LockKind;
+
 use crate::dialect::Dialect;
+use crate::key::kind_code;
 
 /// A statement ready to hand to the driver.
 pub(crate) type Stmt = Arc<str>;
@@ -51,15 +54,20 @@ pub(crate) struct Statements {
     pub(crate) read_version: Stmt,
     pub(crate) write_version: Stmt,
     /// Creates the key's row or bumps its fence, locking it for the transaction.
-    /// PostgreSQL and SQLite return the fence; MySQL needs [`Self::key_fence`].
+    /// PostgreSQL and SQLite return the fence; MySQL reports it as the last insert id
+    /// ([`Self::last_insert_id`] reads it if a server does not).
     pub(crate) key_bump: Stmt,
-    pub(crate) key_fence: Stmt,
+    /// MySQL: the connection's `LAST_INSERT_ID()`, where the key and ticket bumps
+    /// leave the new counter value.
+    pub(crate) last_insert_id: Stmt,
     pub(crate) live_leases: Stmt,
     pub(crate) live_queue: Stmt,
     pub(crate) put_lease: Stmt,
     pub(crate) clean_expired: Stmt,
+    /// The uncontended grant of each kind (indexed by [`kind_code`]): see
+    /// [`FastGrant`].
+    pub(crate) fast_grant: [FastGrant; 4],
     pub(crate) ticket_bump: Stmt,
-    pub(crate) key_ticket: Stmt,
     pub(crate) enqueue: Stmt,
     pub(crate) refresh_ticket: Stmt,
     pub(crate) dequeue: Stmt,
@@ -77,8 +85,12 @@ pub(crate) struct Statements {
     pub(crate) put_holder: Stmt,
     pub(crate) get_holder: Stmt,
     pub(crate) delete_holder: Stmt,
-    pub(crate) fence_bump: Stmt,
     pub(crate) connection_id: Stmt,
+    /// PostgreSQL: terminates the backend whose transaction holds the row lock (the
+    /// row's `xmax`); returns how many it signalled.
+    pub(crate) kill_row_holder: Stmt,
+    /// MySQL: whether a thread has an open InnoDB transaction.
+    pub(crate) in_transaction: Stmt,
     pub(crate) notify: Stmt,
 }
 
@@ -152,9 +164,14 @@ impl Statements {
             Dialect::Sqlite => format!(
                 "{key_insert} ON CONFLICT (khash) DO UPDATE SET fence = fence + 1 RETURNING fence"
             ),
-            Dialect::MySql => format!("{key_insert} ON DUPLICATE KEY UPDATE fence = fence + 1"),
+            // LAST_INSERT_ID(expr) puts the new fence in the statement's OK packet, so
+            // no SELECT is needed to read it back.
+            Dialect::MySql => format!(
+                "INSERT INTO {keys} (khash, fence, ticket, namespace, name) VALUES (?, LAST_INSERT_ID(1), 0, ?, ?) \
+                 ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)"
+            ),
         });
-        let key_fence = st(format!("SELECT fence FROM {keys} WHERE khash = ?"));
+        let last_insert_id = st("SELECT CAST(LAST_INSERT_ID() AS SIGNED)".to_owned());
         let live_leases = st(format!(
             "SELECT kind, owner, expires_ms - {now} AS remaining FROM {leases} \
              WHERE khash = ? AND expires_ms > {now}"
@@ -179,10 +196,11 @@ impl Statements {
             "DELETE FROM {leases} WHERE khash = ? AND expires_ms <= {now}"
         ));
         let ticket_bump = st(match dialect {
-            Dialect::MySql => format!("UPDATE {keys} SET ticket = ticket + 1 WHERE khash = ?"),
+            Dialect::MySql => {
+                format!("UPDATE {keys} SET ticket = LAST_INSERT_ID(ticket + 1) WHERE khash = ?")
+            }
             _ => format!("UPDATE {keys} SET ticket = ticket + 1 WHERE khash = ? RETURNING ticket"),
         });
-        let key_ticket = st(format!("SELECT ticket FROM {keys} WHERE khash = ?"));
         let enqueue = st(format!(
             "INSERT INTO {queue} (khash, kind, ticket, owner, expires_ms) VALUES (?, ?, ?, ?, {now} + ?)"
         ));
@@ -240,16 +258,25 @@ impl Statements {
         let delete_holder = st(format!(
             "DELETE FROM {holders} WHERE khash = ? AND kind = ? AND owner = ? AND fence = ?"
         ));
-        let fence_bump = key_bump.clone();
         let connection_id = st(match dialect {
             Dialect::Postgres => "SELECT CAST(pg_backend_pid() AS BIGINT)".to_owned(),
             Dialect::MySql => "SELECT CAST(CONNECTION_ID() AS SIGNED)".to_owned(),
             Dialect::Sqlite => "SELECT 0".to_owned(),
         });
+        let kill_row_holder = st(format!(
+            "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a \
+             JOIN {rows} r ON a.backend_xid = r.xmax WHERE r.khash = ? AND r.kind = ? \
+             AND a.pid <> pg_backend_pid()) AS t"
+        ));
+        let in_transaction = st(
+            "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ?"
+                .to_owned(),
+        );
         let notify = st(match dialect {
             Dialect::Postgres => "SELECT pg_notify(?, ?) IS NULL".to_owned(),
             _ => "SELECT 1".to_owned(),
         });
+        let fast_grant = fast_grants(dialect, &t);
         Statements {
             dialect,
             tables: t,
@@ -257,13 +284,13 @@ impl Statements {
             read_version,
             write_version,
             key_bump,
-            key_fence,
+            last_insert_id,
             live_leases,
             live_queue,
             put_lease,
+            fast_grant,
             clean_expired,
             ticket_bump,
-            key_ticket,
             enqueue,
             refresh_ticket,
             dequeue,
@@ -278,8 +305,9 @@ impl Statements {
             put_holder,
             get_holder,
             delete_holder,
-            fence_bump,
             connection_id,
+            kill_row_holder,
+            in_transaction,
             notify,
         }
     }
@@ -319,4 +347,188 @@ impl Statements {
 
 fn lease_matches(n: usize) -> String {
     vec!["(khash = ? AND kind = ? AND holder = ? AND owner = ? AND fence = ?)"; n].join(" OR ")
+}
+
+/// What a statement's bind markers stand for, in order: the caller binds the values
+/// of one request in this order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Arg {
+    Key,
+    Namespace,
+    Name,
+    Kind,
+    Holder,
+    Owner,
+    /// The fence the transaction's key bump returned (MySQL and SQLite).
+    Fence,
+    Ttl,
+}
+
+/// The grant of an uncontended request: one statement that writes the lease only if
+/// the request may have it, and returns the row's fence if it did.
+///
+/// * PostgreSQL: the whole acquisition in one autocommitted statement. A
+///   data-modifying CTE bumps the key's fence (and so locks the key row, like the
+///   general transaction), then inserts the lease row or takes over an expired one
+///   (`ON CONFLICT ... DO UPDATE ... WHERE` expired, judged on the newest row version).
+///   Kinds whose rule looks at other rows (fair: the queue; read and write: the other
+///   side) read them in the statement's snapshot, which is only current if no other
+///   acquisition committed on the key between the snapshot and the key row lock:
+///   every acquisition bumps the fence under that lock, so the grant also requires
+///   the bumped fence to be exactly one above the snapshot's. Otherwise nothing is
+///   written but the fence (gaps are allowed) and the caller takes the general path.
+/// * MySQL and SQLite: run after the key bump in the acquiring transaction (the key
+///   row lock makes every statement after it current), in place of reading the live
+///   leases and queue. MySQL has no `WHERE` on `ON DUPLICATE KEY UPDATE`, so the
+///   assignments keep the row unless it expired; `RETURNING` gives the row's fence
+///   either way, and the lease is ours if it is the fence this transaction bumped.
+#[derive(Debug)]
+pub(crate) struct FastGrant {
+    pub(crate) stmt: Stmt,
+    pub(crate) args: Vec<Arg>,
+}
+
+/// The rule of [`crate::decide::decide`] for a request without a queue ticket, as an
+/// SQL condition over the key's other rows (the lease row of the request itself is
+/// judged by the upsert).
+fn fast_condition(kind: LockKind, t: &Tables, now: &str) -> (String, Vec<Arg>) {
+    let (leases, queue) = (&t.leases, &t.queue);
+    let (fair, read, write) = (
+        kind_code(LockKind::Fair),
+        kind_code(LockKind::Read),
+        kind_code(LockKind::Write),
+    );
+    match kind {
+        LockKind::Exclusive => ("1 = 1".to_owned(), vec![]),
+        // A fair request never overtakes a live ticket.
+        LockKind::Fair => (
+            format!(
+                "NOT EXISTS (SELECT 1 FROM {queue} x WHERE x.khash = ? AND x.kind = {fair} AND x.expires_ms > {now})"
+            ),
+            vec![Arg::Key],
+        ),
+        // No live reader (the write row itself is the upsert's business).
+        LockKind::Write => (
+            format!(
+                "NOT EXISTS (SELECT 1 FROM {leases} x WHERE x.khash = ? AND x.kind = {read} AND x.expires_ms > {now})"
+            ),
+            vec![Arg::Key],
+        ),
+        // No live writer and no waiting writer but the requester itself (downgrade).
+        LockKind::Read => (
+            format!(
+                "NOT EXISTS (SELECT 1 FROM {leases} x WHERE x.khash = ? AND x.kind = {write} AND x.owner <> ? AND x.expires_ms > {now}) \
+                 AND NOT EXISTS (SELECT 1 FROM {queue} x WHERE x.khash = ? AND x.kind = {write} AND x.owner <> ? AND x.expires_ms > {now})"
+            ),
+            vec![Arg::Key, Arg::Owner, Arg::Key, Arg::Owner],
+        ),
+    }
+}
+
+fn fast_grants(dialect: Dialect, t: &Tables) -> [FastGrant; 4] {
+    [
+        LockKind::Exclusive,
+        LockKind::Fair,
+        LockKind::Read,
+        LockKind::Write,
+    ]
+    .map(|kind| fast_grant(dialect, t, kind))
+}
+
+fn fast_grant(dialect: Dialect, t: &Tables, kind: LockKind) -> FastGrant {
+    let now = dialect.now_ms();
+    let (keys, leases) = (&t.keys, &t.leases);
+    let cols = "(khash, kind, holder, owner, fence, expires_ms)";
+    let (cond, cond_args) = fast_condition(kind, t, now);
+    let mut args = Vec::new();
+    let sql = match dialect {
+        Dialect::Postgres => {
+            let looks_around = kind != LockKind::Exclusive;
+            let mut sql = String::from("WITH ");
+            if looks_around {
+                sql.push_str(&format!(
+                    "s AS (SELECT fence FROM {keys} WHERE khash = ?), "
+                ));
+                args.push(Arg::Key);
+            }
+            sql.push_str(&format!(
+                "k AS (INSERT INTO {keys} AS kr (khash, fence, ticket, namespace, name) VALUES (?, 1, 0, ?, ?) \
+                 ON CONFLICT (khash) DO UPDATE SET fence = kr.fence + 1 RETURNING kr.fence), \
+                 g AS (INSERT INTO {leases} AS l {cols} SELECT ?, ?, ?, ?, k.fence, {now} + ? FROM k WHERE "
+            ));
+            args.extend([
+                Arg::Key,
+                Arg::Namespace,
+                Arg::Name,
+                Arg::Key,
+                Arg::Kind,
+                Arg::Holder,
+                Arg::Owner,
+                Arg::Ttl,
+            ]);
+            if looks_around {
+                sql.push_str("k.fence = COALESCE((SELECT fence FROM s), 0) + 1 AND ");
+            }
+            sql.push_str(&cond);
+            args.extend(cond_args);
+            sql.push_str(&format!(
+                " ON CONFLICT (khash, kind, holder) DO UPDATE SET owner = excluded.owner, \
+                 fence = excluded.fence, expires_ms = excluded.expires_ms WHERE l.expires_ms <= {now} \
+                 RETURNING l.fence)"
+            ));
+            if matches!(kind, LockKind::Read | LockKind::Write) {
+                // Dead readers' rows would otherwise pile up (the general path cleans
+                // them too). Never the row the upsert may take over: one statement
+                // must not change a row twice.
+                sql.push_str(&format!(
+                    ", c AS (DELETE FROM {leases} WHERE khash = ? AND kind = {} AND holder <> ? \
+                     AND expires_ms <= {now})",
+                    kind_code(LockKind::Read)
+                ));
+                args.extend([Arg::Key, Arg::Holder]);
+            }
+            sql.push_str(" SELECT fence FROM g");
+            sql
+        }
+        Dialect::MySql => {
+            args.extend([
+                Arg::Key,
+                Arg::Kind,
+                Arg::Holder,
+                Arg::Owner,
+                Arg::Fence,
+                Arg::Ttl,
+            ]);
+            args.extend(cond_args);
+            // Assignments run left to right on the updated values: the fence decides
+            // once (the server clock is read anew at every call), the rest follow it.
+            format!(
+                "INSERT INTO {leases} {cols} SELECT ?, ?, ?, ?, ?, {now} + ? FROM DUAL WHERE {cond} \
+                 ON DUPLICATE KEY UPDATE fence = IF(expires_ms <= {now}, VALUES(fence), fence), \
+                 owner = IF(fence = VALUES(fence), VALUES(owner), owner), \
+                 expires_ms = IF(fence = VALUES(fence), VALUES(expires_ms), expires_ms) RETURNING fence"
+            )
+        }
+        Dialect::Sqlite => {
+            args.extend([
+                Arg::Key,
+                Arg::Kind,
+                Arg::Holder,
+                Arg::Owner,
+                Arg::Fence,
+                Arg::Ttl,
+            ]);
+            args.extend(cond_args);
+            format!(
+                "INSERT INTO {leases} AS l {cols} SELECT ?, ?, ?, ?, ?, {now} + ? WHERE {cond} \
+                 ON CONFLICT (khash, kind, holder) DO UPDATE SET owner = excluded.owner, \
+                 fence = excluded.fence, expires_ms = excluded.expires_ms WHERE l.expires_ms <= {now} \
+                 RETURNING fence"
+            )
+        }
+    };
+    FastGrant {
+        stmt: s(dialect, sql),
+        args,
+    }
 }

@@ -211,6 +211,68 @@ pub async fn killed_connection(sql: &Sql) {
     println!("sql-extra[{}] PASS killed_connection", sql.label);
 }
 
+/// FOR UPDATE: the holder record names a connection that is not the holder (a dead
+/// holder's record, its id now reused by an idle connection). `force_unlock` must
+/// not kill that connection. PostgreSQL finds the real holder by the row's `xmax`
+/// and frees the lock; MariaDB refuses and leaves both alone.
+pub async fn force_unlock_spares_a_reused_connection_id(sql: &Sql) {
+    use lock_core::{LockBackend as _, LockFamily};
+    use sqlx::Connection as _;
+    let ns = ns();
+    let holder = client(sql, &ns, sql.options()).await;
+    let guard = holder.lock("reused-id").unwrap().acquire().await.unwrap();
+    let backend = sql.backend().await.unwrap();
+    let dialect = backend.dialect();
+    let mut innocent = sqlx::AnyConnection::connect(&sql.url).await.unwrap();
+    let id_sql = match dialect {
+        Dialect::Postgres => "SELECT CAST(pg_backend_pid() AS BIGINT)",
+        _ => "SELECT CAST(CONNECTION_ID() AS SIGNED)",
+    };
+    let id: i64 = sqlx::query(id_sql)
+        .fetch_one(&mut innocent)
+        .await
+        .unwrap()
+        .get(0);
+    let key = LockKey::new(
+        Namespace::new(&ns).unwrap(),
+        LockName::new("reused-id").unwrap(),
+    );
+    let table = format!("{}_holders", backend.table_prefix());
+    let forge = match dialect {
+        Dialect::Postgres => {
+            format!("UPDATE \"{table}\" SET connection_id = $1 WHERE khash = $2")
+        }
+        _ => format!("UPDATE `{table}` SET connection_id = ? WHERE khash = ?"),
+    };
+    let forged = sqlx::query(sqlx::AssertSqlSafe(forge))
+        .bind(id)
+        .bind(lock_sql::stored_key(&key))
+        .execute(backend.pool())
+        .await
+        .unwrap();
+    assert_eq!(forged.rows_affected(), 1, "holder record");
+    let outcome = backend.force_unlock(&key, LockFamily::Exclusive).await;
+    if dialect == Dialect::Postgres {
+        assert!(outcome.expect("force_unlock"), "there was a holder");
+        let loss = tokio::time::timeout(Duration::from_secs(3), guard.lost())
+            .await
+            .expect("the real holder lost the lock");
+        assert_ne!(loss, lock_core::LeaseLoss::Released);
+    } else {
+        assert!(matches!(outcome, Err(Error::Backend { .. })), "{outcome:?}");
+        assert!(guard.is_held(), "the holder was killed anyway");
+        guard.release().await.unwrap();
+    }
+    sqlx::raw_sql("SELECT 1")
+        .execute(&mut innocent)
+        .await
+        .expect("the connection that inherited the id was killed");
+    println!(
+        "sql-extra[{}] PASS force_unlock_spares_a_reused_connection_id",
+        sql.label
+    );
+}
+
 /// A FOR UPDATE holder process killed with SIGKILL frees the lock at once (its
 /// connection drops), far sooner than its 30 s watchdog lease.
 pub async fn sigkilled_for_update_holder_frees_at_once(sql: &Sql) {
