@@ -1,5 +1,6 @@
 //! The measured scenarios, each over any backend through `LockProvider`.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -42,28 +43,51 @@ pub async fn handoff(
     contended(&[a, b], handoffs.div_ceil(2)).await
 }
 
+/// Who held the lock last, and when they let go.
+#[derive(Default)]
+struct Baton {
+    last_holder: Option<usize>,
+    released_at: Option<Instant>,
+}
+
 /// `clients.len()` workers, each on its own client, take turns on one lock for
-/// `cycles` acquisitions each. Every acquisition after the first is a handoff, timed
-/// from the previous holder's release call.
+/// `cycles` acquisitions each. A worker that just released does not ask again until
+/// someone else has had the lock, so every sample is a real handoff to a waiter: the
+/// time from the previous holder's release call to the next holder's grant.
 pub async fn contended(clients: &[&dyn LockProvider], cycles: usize) -> Result<Samples> {
-    let released_at: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let baton = Arc::new(Mutex::new(Baton::default()));
     let samples = Arc::new(Mutex::new(Samples::default()));
+    let done = Arc::new(AtomicUsize::new(0));
+    let workers = clients.len();
     let mut tasks = Vec::new();
-    for client in clients {
+    for (me, client) in clients.iter().enumerate() {
         let lock = client.lock("bench-contended")?;
-        let (released_at, samples) = (released_at.clone(), samples.clone());
+        let (baton, samples, done) = (baton.clone(), samples.clone(), done.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..cycles {
+                // Not our own lock again while others still want it (no barging).
+                while baton.lock().unwrap().last_holder == Some(me)
+                    && done.load(Ordering::SeqCst) < workers - 1
+                {
+                    tokio::time::sleep(Duration::from_micros(100)).await;
+                }
                 let guard = lock.acquire_timeout(Duration::from_secs(60)).await?;
                 let now = Instant::now();
-                if let Some(at) = released_at.lock().unwrap().take() {
-                    samples.lock().unwrap().push(now - at);
+                {
+                    let mut baton = baton.lock().unwrap();
+                    if let (Some(at), true) =
+                        (baton.released_at.take(), baton.last_holder != Some(me))
+                    {
+                        samples.lock().unwrap().push(now - at);
+                    }
+                    baton.last_holder = Some(me);
                 }
                 // Hold briefly so the others are queued when it is released.
                 tokio::time::sleep(Duration::from_millis(1)).await;
-                *released_at.lock().unwrap() = Some(Instant::now());
+                baton.lock().unwrap().released_at = Some(Instant::now());
                 guard.release().await?;
             }
+            done.fetch_add(1, Ordering::SeqCst);
             Ok::<(), distributed_locks::Error>(())
         }));
     }

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use crate::api::{DistributedLock, FairLock, ReadWriteLock};
 use crate::backend::{Capabilities, LockBackend, OwnerToken};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::locks::{FairMutex, Mutex, RwLock};
 use crate::name::{LockKey, LockName, Namespace};
-use crate::options::{DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_WATCHDOG_LEASE};
+use crate::options::{check_duration, DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_WATCHDOG_LEASE};
 use crate::watchdog::Watchdog;
 
 /// What every lock handle of a client shares.
@@ -120,7 +120,7 @@ impl<B: LockBackend> LockClient<B> {
     /// A new owner of the exclusive lock `name`.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an invalid name.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an invalid name.
     pub fn lock(&self, name: &str) -> Result<Mutex<B>> {
         Ok(Mutex::new(self.inner.clone(), self.key(name)?))
     }
@@ -128,7 +128,7 @@ impl<B: LockBackend> LockClient<B> {
     /// A new owner of the fair lock `name`.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an invalid name.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an invalid name.
     pub fn fair_lock(&self, name: &str) -> Result<FairMutex<B>> {
         Ok(FairMutex::new(self.inner.clone(), self.key(name)?))
     }
@@ -136,7 +136,7 @@ impl<B: LockBackend> LockClient<B> {
     /// A new owner of the read-write lock `name`.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an invalid name.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an invalid name.
     pub fn rw_lock(&self, name: &str) -> Result<RwLock<B>> {
         Ok(RwLock::new(self.inner.clone(), self.key(name)?))
     }
@@ -192,18 +192,18 @@ impl<B: LockBackend> LockClientBuilder<B> {
     /// Checks the settings and makes the client.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad namespace or watchdog lease.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad namespace or watchdog lease.
     pub fn build(self) -> Result<LockClient<B>> {
         let namespace = match &self.namespace {
             Some(ns) => Namespace::new(ns)?,
             None => Namespace::default(),
         };
-        let lease = self.watchdog_lease;
-        if !(MIN_WATCHDOG_LEASE..=MAX_DURATION).contains(&lease) {
-            return Err(Error::invalid_argument(format!(
-                "watchdog lease {lease:?} must be between {MIN_WATCHDOG_LEASE:?} and {MAX_DURATION:?}"
-            )));
-        }
+        let lease = check_duration(
+            "watchdog lease",
+            self.watchdog_lease,
+            MIN_WATCHDOG_LEASE,
+            MAX_DURATION,
+        )?;
         Ok(LockClient::from_parts(self.backend, namespace, lease))
     }
 }
@@ -230,17 +230,17 @@ pub trait LockProvider: Send + Sync + fmt::Debug {
     /// A new owner of the exclusive lock `name`.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an invalid name.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an invalid name.
     fn lock(&self, name: &str) -> Result<Arc<dyn DistributedLock>>;
     /// A new owner of the fair lock `name`.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an invalid name.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an invalid name.
     fn fair_lock(&self, name: &str) -> Result<Arc<dyn FairLock>>;
     /// A new owner of the read-write lock `name`.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an invalid name.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an invalid name.
     fn rw_lock(&self, name: &str) -> Result<Arc<dyn ReadWriteLock>>;
 }
 

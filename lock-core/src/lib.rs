@@ -96,6 +96,6 @@ pub use lease::{LeaseLoss, LossNotifier};
 pub use locks::{FairMutex, Mutex, RwLock};
 pub use name::{LockKey, LockName, Namespace, DEFAULT_NAMESPACE, MAX_NAME_BYTES};
 pub use options::{
-    AcquireOptions, Deadline, Lease, Wait, DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_LEASE,
-    MIN_WATCHDOG_LEASE,
+    check_duration, AcquireOptions, Deadline, Lease, Wait, DEFAULT_WATCHDOG_LEASE, MAX_DURATION,
+    MIN_LEASE, MIN_WATCHDOG_LEASE,
 };

@@ -108,17 +108,40 @@ impl AcquireOptions {
 
 /// Checks a fixed lease: between [`MIN_LEASE`] and [`MAX_DURATION`].
 pub(crate) fn validate_lease(lease: Duration) -> Result<()> {
-    if lease < MIN_LEASE {
+    check_duration("lease", lease, MIN_LEASE, MAX_DURATION).map(drop)
+}
+
+/// Checks a setting's duration (a timeout, a lease) against `min..=max`, for backends
+/// validating their options the way lock-core validates its own.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::{check_duration, MAX_DURATION};
+/// let ms = Duration::from_millis(1);
+/// assert!(check_duration("connect timeout", Duration::from_secs(2), ms, MAX_DURATION).is_ok());
+/// let err = check_duration("connect timeout", Duration::ZERO, ms, MAX_DURATION).unwrap_err();
+/// assert_eq!(err.to_string(), "invalid argument: connect timeout 0ns is shorter than the minimum 1ms");
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming `what`, the value and the bound it breaks.
+pub fn check_duration(
+    what: &str,
+    value: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<Duration> {
+    if value < min {
         return Err(Error::invalid_argument(format!(
-            "lease {lease:?} is shorter than the minimum {MIN_LEASE:?}"
+            "{what} {value:?} is shorter than the minimum {min:?}"
         )));
     }
-    if lease > MAX_DURATION {
+    if value > max {
         return Err(Error::invalid_argument(format!(
-            "lease {lease:?} is longer than the maximum {MAX_DURATION:?}"
+            "{what} {value:?} is longer than the maximum {max:?}"
         )));
     }
-    Ok(())
+    Ok(value)
 }
 
 /// When a wait ends: at an instant, or never. Backends receive one with every acquire

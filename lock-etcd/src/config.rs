@@ -252,12 +252,12 @@ impl EtcdConfigBuilder {
             ("connect timeout", self.connect_timeout),
             ("request timeout", self.request_timeout),
         ] {
-            if value < Duration::from_millis(1) || value > lock_core::MAX_DURATION {
-                return Err(Error::invalid_argument(format!(
-                    "{what} {value:?} must be between 1ms and {:?}",
-                    lock_core::MAX_DURATION
-                )));
-            }
+            lock_core::check_duration(
+                what,
+                value,
+                Duration::from_millis(1),
+                lock_core::MAX_DURATION,
+            )?;
         }
         Ok(EtcdConfig {
             endpoints,

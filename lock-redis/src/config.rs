@@ -225,12 +225,7 @@ impl RedisConfigBuilder {
             ),
             ("waiter lease", self.waiter_lease, Duration::from_millis(30)),
         ] {
-            if value < min || value > lock_core::MAX_DURATION {
-                return Err(Error::invalid_argument(format!(
-                    "{what} {value:?} must be between {min:?} and {:?}",
-                    lock_core::MAX_DURATION
-                )));
-            }
+            lock_core::check_duration(what, value, min, lock_core::MAX_DURATION)?;
         }
         Ok(RedisConfig {
             info,

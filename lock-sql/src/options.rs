@@ -245,11 +245,7 @@ impl SqlOptions {
             ("request_timeout", self.request_timeout),
             ("queue_ttl", self.queue_ttl),
         ] {
-            if d < Duration::from_millis(1) || d > limit {
-                return Err(Error::invalid_argument(format!(
-                    "{what} {d:?} must be between 1 ms and {limit:?}"
-                )));
-            }
+            lock_core::check_duration(what, d, Duration::from_millis(1), limit)?;
         }
         if self.queue_ttl < Duration::from_millis(30) {
             return Err(Error::invalid_argument(format!(

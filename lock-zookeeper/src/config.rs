@@ -252,12 +252,12 @@ fn parse_host(host: &str) -> Result<String> {
 }
 
 fn check_timeout(what: &str, timeout: Duration) -> Result<Duration> {
-    if timeout < Duration::from_millis(1) || timeout > MAX_TIMEOUT {
-        return Err(Error::invalid_argument(format!(
-            "zookeeper {what} {timeout:?} must be between 1 ms and {MAX_TIMEOUT:?}"
-        )));
-    }
-    Ok(timeout)
+    lock_core::check_duration(
+        &format!("zookeeper {what}"),
+        timeout,
+        Duration::from_millis(1),
+        MAX_TIMEOUT,
+    )
 }
 
 #[cfg(test)]

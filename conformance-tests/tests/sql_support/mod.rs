@@ -157,3 +157,37 @@ pub async fn run_suite(sql: Sql, min_passed: usize) {
         );
     }
 }
+
+/// The suite with both strategies and every SQL fault test, against a server of
+/// `spec` (PostgreSQL or MariaDB) started for the test.
+pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
+    use conformance_tests::server::{free_port, TestServer};
+    use lock_sql::Strategy;
+
+    let mut server = TestServer::start(spec)
+        .await
+        .unwrap_or_else(|err| panic!("start {}: {err}", spec.name));
+    let url = server.url();
+    servers::wait_until_ready(&url).await;
+    let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+
+    run_suite(Sql::new(&url, Strategy::Lease, &prefix), 60).await;
+    run_suite(Sql::new(&url, Strategy::ForUpdate, &prefix), 20).await;
+
+    let lease = Sql::new(&url, Strategy::Lease, &prefix);
+    let for_update = Sql::new(&url, Strategy::ForUpdate, &prefix);
+    extra::clock_skew_never_steals(&lease).await;
+    extra::hostile_names_stored_safely(&lease).await;
+    extra::killed_connection(&for_update).await;
+    extra::force_unlock_spares_a_reused_connection_id(&for_update).await;
+    extra::killed_connection(&lease).await;
+    extra::sigkilled_for_update_holder_frees_at_once(&for_update).await;
+    // A port nobody listens on: the same URL shape, no server behind it.
+    let closed = (spec.url)(free_port().expect("a free port"));
+    let stop = async {
+        if let Some(p) = server.process() {
+            p.stop();
+        }
+    };
+    extra::unreachable_is_unavailable_quickly(&closed, stop, &lease).await;
+}
