@@ -12,7 +12,8 @@
 //!   and waits to be killed ([`holder`] drives it).
 //!
 //! Set `LOCK_TEST_CASES=fair::,rw::downgrade` to run only the cases whose names contain
-//! one of the comma-separated parts.
+//! one of the comma-separated parts, and `RUST_LOG=lock_core=debug` to see the locks'
+//! trace events.
 //!
 //! Each backend's test target calls [`run_suite`] from one `#[tokio::test]`; see
 //! `tests/memory.rs`.
