@@ -36,6 +36,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let release = redis::Script::new(
         "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0",
     );
+    // lock-redis's own scripts called directly: what the server costs, without the
+    // client-side machinery.
+    let our_acquire = redis::Script::new(include_str!("../src/lua/exclusive_acquire.lua"));
+    let our_release = redis::Script::new(include_str!("../src/lua/exclusive_release.lua"));
     let client = LockClient::builder(RedisBackend::from_url(&url)?)
         .namespace("latency")
         .build()?;
@@ -49,6 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let (mut ping, mut two_pings, mut raw_pair, mut ours) = (vec![], vec![], vec![], vec![]);
+    let mut our_scripts = vec![];
     for _ in 0..n {
         let t = Instant::now();
         let _: String = redis::cmd("PING").query_async(&mut raw).await?;
@@ -74,6 +79,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .invoke_async(&mut raw)
             .await?;
         raw_pair.push(t.elapsed());
+
+        let t = Instant::now();
+        let (_, fence): (i64, i64) = our_acquire
+            .key("latency:scripts")
+            .key("{latency:scripts}:fence")
+            .arg("owner")
+            .arg(10_000)
+            .invoke_async(&mut raw)
+            .await?;
+        let _: i64 = our_release
+            .key("latency:scripts")
+            .arg("latency:scripts:released")
+            .arg(format!("owner:{fence}"))
+            .invoke_async(&mut raw)
+            .await?;
+        our_scripts.push(t.elapsed());
 
         let t = Instant::now();
         let guard = lock.acquire_with(fixed).await?;
@@ -113,6 +134,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     stats("PING", ping);
     stats("2 x PING (the floor)", two_pings);
     stats("raw SET NX PX + EVALSHA release", raw_pair);
+    stats("lock-redis's two scripts, called raw", our_scripts);
     stats("lock-redis acquire + release", ours);
     stats("handoff: release -> waiter granted", handoff);
     Ok(())
