@@ -330,6 +330,19 @@ async fn attempt_tx(
                 .bind(ask.ttl_ms)
                 .execute(&mut *tx)
                 .await?;
+            let written: Option<i64> = q(&sql.lease_fence)
+                .bind(khash.clone())
+                .bind(kind_code(ask.kind))
+                .bind(holder_of(ask.kind, ask.owner).to_owned())
+                .fetch_optional(&mut *tx)
+                .await?
+                .map(|row| row.try_get(0))
+                .transpose()?;
+            if written != Some(fence) {
+                // The row was renewed after the leases were read: it is live after all.
+                tx.rollback().await?;
+                return Ok(Outcome::Blocked { wake_in_ms: None });
+            }
             if let Some(id) = ticket.take() {
                 q(&sql.dequeue)
                     .bind(khash.clone())

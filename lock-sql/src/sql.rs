@@ -63,6 +63,8 @@ pub(crate) struct Statements {
     pub(crate) live_leases: Stmt,
     pub(crate) live_queue: Stmt,
     pub(crate) put_lease: Stmt,
+    /// The fence of one lease row: tells whether `put_lease` wrote it.
+    pub(crate) lease_fence: Stmt,
     pub(crate) clean_expired: Stmt,
     /// The uncontended grant of each kind (indexed by [`kind_code`]): see
     /// [`FastGrant`].
@@ -183,15 +185,24 @@ impl Statements {
         let lease_insert = format!(
             "INSERT INTO {leases} (khash, kind, holder, owner, fence, expires_ms) VALUES (?, ?, ?, ?, ?, {now} + ?)"
         );
+        // Takes over an existing row only if it has expired by now: a renewal that
+        // committed after this transaction read the leases must win. (MySQL assigns
+        // left to right, so `expires_ms` goes last: the tests read its old value.)
         let put_lease = st(match dialect {
             Dialect::MySql => format!(
-                "{lease_insert} ON DUPLICATE KEY UPDATE owner = VALUES(owner), fence = VALUES(fence), expires_ms = VALUES(expires_ms)"
+                "{lease_insert} ON DUPLICATE KEY UPDATE \
+                 owner = IF(expires_ms <= {now}, VALUES(owner), owner), \
+                 fence = IF(expires_ms <= {now}, VALUES(fence), fence), \
+                 expires_ms = IF(expires_ms <= {now}, VALUES(expires_ms), expires_ms)"
             ),
             _ => format!(
                 "{lease_insert} ON CONFLICT (khash, kind, holder) DO UPDATE SET owner = excluded.owner, \
-                 fence = excluded.fence, expires_ms = excluded.expires_ms"
+                 fence = excluded.fence, expires_ms = excluded.expires_ms WHERE {leases}.expires_ms <= {now}"
             ),
         });
+        let lease_fence = st(format!(
+            "SELECT fence FROM {leases} WHERE khash = ? AND kind = ? AND holder = ?"
+        ));
         let clean_expired = st(format!(
             "DELETE FROM {leases} WHERE khash = ? AND expires_ms <= {now}"
         ));
@@ -288,6 +299,7 @@ impl Statements {
             live_leases,
             live_queue,
             put_lease,
+            lease_fence,
             fast_grant,
             clean_expired,
             ticket_bump,
