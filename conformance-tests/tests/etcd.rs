@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use conformance_tests::server::{specs::ETCD, TestServer};
 use conformance_tests::{run_suite, Backend, ClientOptions, HolderSpec};
-use lock_core::{LockBackend, LockClient, LockFamily, LockKey, LockProvider};
+use lock_core::{LockBackend, LockFamily, LockKey, LockProvider};
 use lock_etcd::{EtcdBackend, EtcdConfig};
 
 struct Etcd {
@@ -33,11 +33,7 @@ impl Backend for Etcd {
     }
 
     async fn client(&self, options: ClientOptions) -> lock_core::Result<Arc<dyn LockProvider>> {
-        let client = LockClient::builder(EtcdBackend::connect(self.config()).await?)
-            .namespace(options.namespace)
-            .watchdog_lease(options.watchdog_lease)
-            .build()?;
-        Ok(Arc::new(client))
+        options.client(EtcdBackend::connect(self.config()).await?)
     }
 
     async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
