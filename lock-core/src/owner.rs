@@ -68,6 +68,16 @@ enum Decrement {
     Stale,
 }
 
+/// What an owner already has of the lock it asks for.
+enum Reentry<B: LockBackend> {
+    /// A live lease: a further guard on it.
+    Reentered(LockGuard),
+    /// A lease that was lost; cleared from its slot.
+    Lost(Arc<LeaseEntry<B>>),
+    /// Nothing.
+    Free,
+}
+
 /// One owner of one lock. Shared by a lock handle's clones and its guards.
 #[derive(Debug)]
 pub(crate) struct Owner<B: LockBackend> {
@@ -127,9 +137,11 @@ impl<B: LockBackend> Owner<B> {
     ) -> Result<LockGuard> {
         let deadline = options.validate(Instant::now())?;
         self.check_supported(kind, options.lease)?;
-        if let Some(guard) = self.reenter(kind)? {
-            return Ok(guard);
-        }
+        let mut lost = match self.reenter(kind)? {
+            Reentry::Reentered(guard) => return Ok(guard),
+            Reentry::Lost(lease) => Some(lease),
+            Reentry::Free => None,
+        };
         let _gate = match deadline.instant() {
             None => self.gate.lock().await,
             Some(at) => match tokio::time::timeout_at(at, self.gate.lock()).await {
@@ -138,8 +150,19 @@ impl<B: LockBackend> Owner<B> {
             },
         };
         // Another task of this owner may have taken the lease while we waited.
-        if let Some(guard) = self.reenter(kind)? {
-            return Ok(guard);
+        match self.reenter(kind)? {
+            Reentry::Reentered(guard) => return Ok(guard),
+            Reentry::Lost(lease) => lost = Some(lease),
+            Reentry::Free => {}
+        }
+        if let Some(lease) = lost {
+            // A lost lease can leave state behind at the backend (a node, a queue place,
+            // this client's turn on a key) while stale guards keep it alive here: give
+            // it back before asking anew. Owner and fence keep this from touching
+            // anything newer.
+            if let Err(err) = self.client.backend.release(&lease.held).await {
+                tracing::debug!(key = %self.key, error = %err, "released a lost lease");
+            }
         }
         let (ttl, watched) = match options.lease {
             Lease::Watchdog => (self.client.watchdog_lease, true),
@@ -210,8 +233,8 @@ impl<B: LockBackend> Owner<B> {
     }
 
     /// Adds a hold to a live lease of this owner, if there is one. A lost lease is
-    /// cleared from its slot so the caller acquires anew.
-    fn reenter(self: &Arc<Self>, kind: LockKind) -> Result<Option<LockGuard>> {
+    /// cleared from its slot (and returned) so the caller acquires anew.
+    fn reenter(self: &Arc<Self>, kind: LockKind) -> Result<Reentry<B>> {
         let mut holds = self.holds();
         if kind == LockKind::Write && holds.primary.is_none() {
             if let Some(read) = &holds.read {
@@ -230,17 +253,17 @@ impl<B: LockBackend> Owner<B> {
                 let lease = hold.lease.clone();
                 drop(holds);
                 tracing::trace!(key = %self.key, ?kind, "lock re-entered");
-                Ok(Some(self.guard(lease)))
+                Ok(Reentry::Reentered(self.guard(lease)))
             }
-            Some(_) => {
-                let stale = slot.take().map(|hold| hold.lease);
-                drop(holds);
-                if let Some(lease) = stale {
-                    self.client.watchdog.unwatch(&lease);
+            Some(_) => match slot.take() {
+                Some(hold) => {
+                    drop(holds);
+                    self.client.watchdog.unwatch(&hold.lease);
+                    Ok(Reentry::Lost(hold.lease))
                 }
-                Ok(None)
-            }
-            None => Ok(None),
+                None => Ok(Reentry::Free),
+            },
+            None => Ok(Reentry::Free),
         }
     }
 
