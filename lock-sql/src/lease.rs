@@ -453,6 +453,16 @@ pub(crate) async fn bump_key(
         .bind(key.hash.clone())
         .bind(key.namespace.clone())
         .bind(key.name.clone());
+    bump_counter(conn, db, bump).await
+}
+
+/// Runs a counter bump and returns the new value: from the statement's row, or on
+/// MySQL from its `LAST_INSERT_ID(expr)`.
+async fn bump_counter(
+    conn: &mut AnyConnection,
+    db: &Db,
+    bump: Query<'static, Any, AnyArguments>,
+) -> std::result::Result<i64, sqlx::Error> {
     if db.dialect == Dialect::MySql {
         let done = bump.execute(&mut *conn).await?;
         last_insert_id(conn, db, done.last_insert_id()).await
@@ -482,13 +492,7 @@ async fn next_ticket(
     db: &Db,
     khash: &str,
 ) -> std::result::Result<i64, sqlx::Error> {
-    let bump = q(&db.sql.ticket_bump).bind(khash.to_owned());
-    if db.dialect == Dialect::MySql {
-        let done = bump.execute(&mut *conn).await?;
-        last_insert_id(conn, db, done.last_insert_id()).await
-    } else {
-        bump.fetch_one(&mut *conn).await?.try_get(0)
-    }
+    bump_counter(conn, db, q(&db.sql.ticket_bump).bind(khash.to_owned())).await
 }
 
 /// Deletes one live lease if key, kind, owner and fence match; tells waiters.

@@ -201,12 +201,7 @@ pub(crate) async fn vanished_holder_expires(ctx: &Ctx, flavor: Flavor) {
     let lease = ctx.short_lease();
     let holder = flavor.lock(&*ctx.client().await, NAME);
     let other = flavor.lock(&*ctx.client().await, NAME);
-    let guard = ok(
-        "acquire",
-        holder
-            .acquire_with(AcquireOptions::wait_forever().lease(lease))
-            .await,
-    );
+    let guard = with_fixed_lease("acquire", &holder, lease).await;
     let first = guard.fencing_token();
     let acquired_at = Instant::now();
     std::mem::forget(guard);
@@ -223,6 +218,19 @@ pub(crate) async fn vanished_holder_expires(ctx: &Ctx, flavor: Flavor) {
     ok("release", next.release().await);
 }
 
+/// Acquires `lock` with a fixed lease of `lease` (waiting as long as it takes).
+async fn with_fixed_lease(
+    what: &str,
+    lock: &Arc<dyn DistributedLock>,
+    lease: Duration,
+) -> lock_core::LockGuard {
+    ok(
+        what,
+        lock.acquire_with(AcquireOptions::wait_forever().lease(lease))
+            .await,
+    )
+}
+
 /// Waits until `guard`'s fixed lease has run out as the client sees it.
 async fn wait_out(ctx: &Ctx, guard: &lock_core::LockGuard) {
     let (loss, _) = within("lease end", ctx.short_lease() + ctx.slack(), guard.lost()).await;
@@ -237,11 +245,7 @@ pub(crate) async fn stale_guard_of_other_owner_is_refused(ctx: &Ctx, flavor: Fla
     let a = flavor.lock(&*ctx.client().await, NAME);
     let b = flavor.lock(&*ctx.client().await, NAME);
     let c = flavor.lock(&*ctx.client().await, NAME);
-    let stale = ok(
-        "a acquires",
-        a.acquire_with(AcquireOptions::wait_forever().lease(lease))
-            .await,
-    );
+    let stale = with_fixed_lease("a acquires", &a, lease).await;
     wait_out(ctx, &stale).await;
     let current = ok("b acquires", b.acquire_timeout(ctx.slack() * 2).await);
     expect_err(
@@ -265,12 +269,7 @@ pub(crate) async fn stale_guard_of_same_owner_is_refused(ctx: &Ctx, flavor: Flav
     let lease = ctx.short_lease();
     let owner = flavor.lock(&*ctx.client().await, NAME);
     let other = flavor.lock(&*ctx.client().await, NAME);
-    let stale = ok(
-        "first acquire",
-        owner
-            .acquire_with(AcquireOptions::wait_forever().lease(lease))
-            .await,
-    );
+    let stale = with_fixed_lease("first acquire", &owner, lease).await;
     wait_out(ctx, &stale).await;
     let current = ok("second acquire", owner.acquire_timeout(ctx.slack()).await);
     assert!(
@@ -356,12 +355,7 @@ pub(crate) async fn fixed_lease_expires_unrenewed(ctx: &Ctx, flavor: Flavor) {
     let lease = ctx.short_lease();
     let holder = flavor.lock(&*ctx.client().await, NAME);
     let other = flavor.lock(&*ctx.client().await, NAME);
-    let guard = ok(
-        "acquire",
-        holder
-            .acquire_with(AcquireOptions::try_once().lease(lease))
-            .await,
-    );
+    let guard = with_fixed_lease("acquire", &holder, lease).await;
     assert!(guard.is_held());
     wait_out(ctx, &guard).await;
     assert_eq!(
@@ -381,12 +375,7 @@ pub(crate) async fn extend_moves_expiry(ctx: &Ctx, flavor: Flavor) {
     let lease = ctx.short_lease();
     let holder = flavor.lock(&*ctx.client().await, NAME);
     let other = flavor.lock(&*ctx.client().await, NAME);
-    let guard = ok(
-        "acquire",
-        holder
-            .acquire_with(AcquireOptions::try_once().lease(lease))
-            .await,
-    );
+    let guard = with_fixed_lease("acquire", &holder, lease).await;
     ok("extend", guard.extend(lease * 4 + ctx.slack() * 2).await);
     tokio::time::sleep(lease * 2).await;
     assert!(guard.is_held(), "lease ended despite the extension");
