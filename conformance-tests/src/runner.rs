@@ -138,7 +138,7 @@ pub async fn run_cases(backend: Arc<dyn Backend>, cases: Vec<Case>) -> Report {
         }
         let ctx = Ctx {
             backend: backend.clone(),
-            namespace: format!("conformance-{run}-{}", case.name),
+            namespace: format!("conformance-{run}-{}", case.name.replace("::", ".")),
             capabilities,
         };
         let started = Instant::now();

@@ -94,7 +94,9 @@ pub use error::{BoxError, Error, Result};
 pub use guard::LockGuard;
 pub use lease::{LeaseLoss, LossNotifier};
 pub use locks::{FairMutex, Mutex, RwLock};
-pub use name::{LockKey, LockName, Namespace, DEFAULT_NAMESPACE, MAX_NAME_BYTES};
+pub use name::{
+    LockKey, LockName, Namespace, DEFAULT_NAMESPACE, MAX_NAME_BYTES, NAMESPACE_SEPARATORS,
+};
 pub use options::{
     check_duration, AcquireOptions, Deadline, Lease, Wait, DEFAULT_WATCHDOG_LEASE, MAX_DURATION,
     MIN_LEASE, MIN_WATCHDOG_LEASE,

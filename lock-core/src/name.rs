@@ -11,8 +11,8 @@ pub const MAX_NAME_BYTES: usize = 512;
 /// The namespace used when none is configured.
 pub const DEFAULT_NAMESPACE: &str = "locks";
 
-fn validate(what: &str, value: &str, allow_empty: bool) -> Result<()> {
-    if value.is_empty() && !allow_empty {
+fn validate(what: &str, value: &str) -> Result<()> {
+    if value.is_empty() {
         return Err(Error::invalid_argument(format!("{what} must not be empty")));
     }
     if value.len() > MAX_NAME_BYTES {
@@ -48,7 +48,7 @@ impl LockName {
     /// # Errors
     /// [`Error::InvalidArgument`] saying what is wrong with it.
     pub fn new(name: &str) -> Result<Self> {
-        validate("lock name", name, false)?;
+        validate("lock name", name)?;
         Ok(LockName(name.into()))
     }
 
@@ -70,14 +70,28 @@ impl fmt::Display for LockName {
     }
 }
 
+/// The characters a [`Namespace`] may not contain: the separators backends put between
+/// the namespace and the name (`:` on Redis, `/` on ZooKeeper and etcd) and Redis's
+/// hash-tag braces.
+pub const NAMESPACE_SEPARATORS: [char; 4] = [':', '/', '{', '}'];
+
 /// The prefix every lock of a client lives under, so tenants and test runs never
-/// collide. Same rules as [`LockName`]; it may be empty (no prefix).
+/// collide.
+///
+/// Non-empty, at most [`MAX_NAME_BYTES`] bytes, no control characters and none of
+/// [`NAMESPACE_SEPARATORS`]. Because a namespace cannot contain the separator that
+/// follows it in a backend's key, and cannot be empty, every backend's key starts
+/// with exactly one namespace: two different (namespace, name) pairs never share a
+/// key, whatever the name contains.
 ///
 /// ```
 /// use lock_core::Namespace;
 /// assert_eq!(Namespace::default().as_str(), "locks");
 /// assert!(Namespace::new("tenant-7").is_ok());
 /// assert!(Namespace::new("bad\nprefix").is_err());
+/// assert!(Namespace::new("").is_err());
+/// assert!(Namespace::new("tenant/7").is_err());
+/// assert!(Namespace::new("app:jobs").is_err());
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Namespace(Arc<str>);
@@ -88,7 +102,13 @@ impl Namespace {
     /// # Errors
     /// [`Error::InvalidArgument`] saying what is wrong with it.
     pub fn new(prefix: &str) -> Result<Self> {
-        validate("namespace", prefix, true)?;
+        validate("namespace", prefix)?;
+        if let Some(c) = prefix.chars().find(|c| NAMESPACE_SEPARATORS.contains(c)) {
+            return Err(Error::invalid_argument(format!(
+                "namespace {prefix:?} contains {c:?}; a namespace may not contain any of \
+                 ':', '/', '{{' or '}}' (they separate it from the name in backend keys)"
+            )));
+        }
         Ok(Namespace(prefix.into()))
     }
 
@@ -117,7 +137,6 @@ impl fmt::Debug for Namespace {
 /// use lock_core::{LockKey, LockName, Namespace};
 /// let key = LockKey::new(Namespace::new("app")?, LockName::new("jobs")?);
 /// assert_eq!(key.joined(':'), "app:jobs");
-/// assert_eq!(LockKey::new(Namespace::new("")?, LockName::new("jobs")?).joined(':'), "jobs");
 /// # Ok::<(), lock_core::Error>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -142,17 +161,15 @@ impl LockKey {
         &self.name
     }
 
-    /// `namespace`, `separator`, `name`; just the name when the namespace is empty.
+    /// `namespace`, `separator`, `name`. With a separator from
+    /// [`NAMESPACE_SEPARATORS`] this is injective: the namespace cannot contain it, so
+    /// the first separator in the result ends the namespace.
     pub fn joined(&self, separator: char) -> String {
-        if self.namespace.as_str().is_empty() {
-            self.name.as_str().to_owned()
-        } else {
-            format!(
-                "{}{separator}{}",
-                self.namespace.as_str(),
-                self.name.as_str()
-            )
-        }
+        format!(
+            "{}{separator}{}",
+            self.namespace.as_str(),
+            self.name.as_str()
+        )
     }
 }
 
@@ -181,5 +198,22 @@ mod tests {
         assert!(err.contains("control character"), "{err}");
         assert!(LockName::new("x".repeat(MAX_NAME_BYTES).as_str()).is_ok());
         assert!(LockName::new("'; DROP TABLE locks; -- ünïcödé 锁").is_ok());
+    }
+
+    #[test]
+    fn namespaces_cannot_alias_across_a_separator() {
+        for bad in ["", "ns:x", "ns/x", "{ns", "ns}", "a\tb"] {
+            let err = Namespace::new(bad).unwrap_err();
+            assert!(
+                matches!(err, Error::InvalidArgument { .. }),
+                "{bad:?}: {err}"
+            );
+        }
+        let err = Namespace::new("ns:x").unwrap_err().to_string();
+        assert!(err.contains("':'"), "{err}");
+        // ("ns", "x:y") and ("ns:x", "y") were one key on Redis; now the second is refused.
+        let key = LockKey::new(Namespace::new("ns").unwrap(), LockName::new("x:y").unwrap());
+        assert_eq!(key.joined(':'), "ns:x:y");
+        assert!(Namespace::new("tenant-7.eu_west").is_ok());
     }
 }

