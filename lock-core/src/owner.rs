@@ -19,6 +19,10 @@ use crate::name::LockKey;
 use crate::options::{validate_lease, AcquireOptions, Lease, Wait};
 use crate::watchdog::LeaseEntry;
 
+/// How long a release that failed with a retryable error is retried in the background.
+/// Longer than any lease a session-based backend keeps alive without its server.
+const RELEASE_RETRY_LIMIT: Duration = Duration::from_secs(300);
+
 /// The two places an owner can hold a lease: the exclusive one (exclusive, fair or
 /// write) and the shared one (read).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -315,7 +319,7 @@ impl<B: LockBackend> Owner<B> {
         }
     }
 
-    async fn release(&self, lease: &Arc<LeaseEntry<B>>) -> Result<()> {
+    async fn release(self: &Arc<Self>, lease: &Arc<LeaseEntry<B>>) -> Result<()> {
         match self.decrement(lease) {
             Decrement::Remaining if lease.state.is_held() => return Ok(()),
             Decrement::Remaining => return Err(self.lease_lost()),
@@ -339,11 +343,56 @@ impl<B: LockBackend> Owner<B> {
                 tracing::warn!(key = %self.key, fence = lease.held.fence, "release found the lease already lost");
                 Err(self.lease_lost())
             }
+            Err(err) if err.is_retryable() => {
+                tracing::warn!(key = %self.key, error = %err, "release failed; retrying it in the background");
+                self.release_in_background(lease);
+                Err(err)
+            }
             Err(err) => {
                 tracing::warn!(key = %self.key, error = %err, "release failed; the lease will expire");
                 Err(err)
             }
         }
+    }
+
+    /// Keeps releasing `lease` after a release failed with a retryable error, with
+    /// backoff, until the backend lets go, says the lease is gone, or
+    /// [`RELEASE_RETRY_LIMIT`] passes. Without this a lease whose life is a session
+    /// (ZooKeeper) stays held as long as the session does. Safe to repeat: a release
+    /// acts only on this acquisition (key, owner and fence), never on a newer one.
+    fn release_in_background(self: &Arc<Self>, lease: &Arc<LeaseEntry<B>>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::debug!(key = %self.key, "no runtime to retry the release on; the lease will expire");
+            return;
+        };
+        let owner = self.clone();
+        let lease = lease.clone();
+        runtime.spawn(async move {
+            let give_up = Instant::now() + RELEASE_RETRY_LIMIT;
+            let mut delay = Duration::from_millis(50);
+            loop {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+                match owner.client.backend.release(&lease.held).await {
+                    Ok(()) => {
+                        lease.state.end(LeaseLoss::Released);
+                        tracing::debug!(key = %owner.key, fence = lease.held.fence, "lock released on a retry");
+                        return;
+                    }
+                    Err(Error::NotOwner { .. }) => {
+                        lease.state.end(LeaseLoss::Revoked);
+                        return;
+                    }
+                    Err(err) if err.is_retryable() && Instant::now() < give_up => {
+                        tracing::debug!(key = %owner.key, error = %err, "release retry failed");
+                    }
+                    Err(err) => {
+                        tracing::warn!(key = %owner.key, error = %err, "gave up releasing; the lease will expire");
+                        return;
+                    }
+                }
+            }
+        });
     }
 
     fn release_on_drop(self: &Arc<Self>, lease: &Arc<LeaseEntry<B>>) {
@@ -360,6 +409,10 @@ impl<B: LockBackend> Owner<B> {
             match owner.client.backend.release(&lease.held).await {
                 Ok(()) => {
                     lease.state.end(LeaseLoss::Released);
+                }
+                Err(err) if err.is_retryable() => {
+                    tracing::debug!(key = %owner.key, error = %err, "release after drop failed; retrying");
+                    owner.release_in_background(&lease);
                 }
                 Err(err) => {
                     tracing::debug!(key = %owner.key, error = %err, "release after drop failed; the lease will expire");
