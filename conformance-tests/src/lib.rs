@@ -6,8 +6,10 @@
 //!   skipping (loudly, with the reason) what the backend's
 //!   [`Capabilities`](lock_core::Capabilities) say it lacks, and prints a summary line
 //!   `conformance[<backend>]: N passed, M failed, K skipped`.
-//! * [`server`]: starts real servers on loopback ports for the tests, or uses a URL
-//!   from the environment.
+//! * [`server`]: starts real servers on loopback ports for the tests (processes or
+//!   containers), or uses a URL from the environment.
+//! * [`cluster`]: multi-node clusters in containers with faults, and the fenced-store
+//!   workload the fault suite (`tests/cluster.rs`) runs against them.
 //! * the `lock-holder` binary: acquires a lock on a backend, prints `ACQUIRED <fence>`,
 //!   and waits to be killed ([`holder`] drives it).
 //!
@@ -23,6 +25,7 @@
 mod backend;
 mod cases;
 mod check;
+pub mod cluster;
 pub mod holder;
 mod runner;
 pub mod server;

@@ -26,7 +26,7 @@ const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 pub struct Zk {
     url: String,
     /// The server's process, to pause it (none for a server from the environment).
-    pub server_pid: Option<u32>,
+    pub server: Option<conformance_tests::server::Freezer>,
     /// A client of its own for the fault hook, as an operator's would be.
     operator: ZkBackend,
 }
@@ -94,7 +94,7 @@ async fn zookeeper_conformance() {
         .unwrap_or_else(|err| panic!("zookeeper did not start: {err}"));
     let listening = started.elapsed();
     let url = server.url();
-    let server_pid = server.process().and_then(|p| p.pid());
+    let freezer = server.freezer();
     if let Some(process) = server.process() {
         server::wait_serving(process.port(), Duration::from_secs(30))
             .await
@@ -112,7 +112,7 @@ async fn zookeeper_conformance() {
     );
     let zk = Arc::new(Zk {
         url,
-        server_pid,
+        server: freezer,
         operator,
     });
 

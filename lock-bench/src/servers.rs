@@ -36,11 +36,11 @@ pub async fn start(name: &str) -> Result<Started, String> {
         }
         other => return Err(format!("cannot start {other:?}; choose from {NAMES:?}")),
     };
-    let mut server = TestServer::start(spec).await?;
+    let server = TestServer::start(spec).await?;
     let mut url = server.url();
     if name == "mysql" {
         // The system schema exists from the start; the bench's tables go next to it.
-        if let Some(port) = server.process().map(|p| p.port()) {
+        if let Some(port) = server.port() {
             url = format!("mysql://root@127.0.0.1:{port}/mysql");
         }
     }

@@ -243,7 +243,7 @@ async fn etcd_down_is_unavailable_and_retryable() {
     );
     let lock = holder.lock("outage").unwrap();
     lock.acquire().await.unwrap().release().await.unwrap();
-    server.process().expect("spawned here").stop();
+    server.kill().await.expect("kill etcd");
     let started = Instant::now();
     let err = lock.try_acquire().await.unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err}");

@@ -1,14 +1,20 @@
-//! Real servers for tests: started as child processes on free loopback ports with
-//! temporary data directories, stopped by PID when dropped (also when a test panics),
-//! or taken from an environment variable instead.
+//! Real servers for tests, from one of three sources:
+//!
+//! * **local processes** (the default): started on free loopback ports with temporary
+//!   data directories, stopped by PID when dropped (also when a test panics);
+//! * **containers** (`LOCK_TEST_SERVERS=containers`): images built here by
+//!   `scripts/images`, started through testcontainers, published on loopback ports
+//!   only, removed when dropped (see [`container`]);
+//! * **a running server** named by an environment variable ([`ServerSpec::env_url`]).
 //!
 //! An adapter describes its server once ([`ServerSpec`]) and calls [`TestServer::start`];
-//! tests use [`TestServer::url`] and never care where the server came from, so another
-//! source (a container) can be added here without touching them.
+//! tests use [`TestServer::url`] and the fault hooks ([`TestServer::kill`],
+//! [`restart`](TestServer::restart), [`pause`](TestServer::pause),
+//! [`resume`](TestServer::resume)), which work the same on a process and a container.
 //!
 //! ```no_run
 //! use std::process::Command;
-//! use conformance_tests::server::{ServerSpec, TestServer};
+//! use conformance_tests::server::{Probe, ServerSpec, TestServer};
 //!
 //! # async fn demo() -> Result<(), String> {
 //! let spec = ServerSpec {
@@ -21,6 +27,8 @@
 //!         cmd
 //!     },
 //!     url: |port| format!("redis://127.0.0.1:{port}"),
+//!     ready: Probe::Redis,
+//!     container: None,
 //! };
 //! let server = TestServer::start(&spec).await?;
 //! println!("testing against {}", server.url());
@@ -28,14 +36,19 @@
 //! ```
 
 use std::fs::File;
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+pub mod container;
+mod probe;
 pub mod specs;
+
+pub use container::{ContainerSpec, ServerContainer};
+pub use probe::Probe;
 
 /// How to start one kind of server.
 #[derive(Clone, Copy, Debug)]
@@ -50,13 +63,42 @@ pub struct ServerSpec {
     pub command: fn(port: u16, dir: &Path) -> Command,
     /// The URL clients use for a server on `port`.
     pub url: fn(port: u16) -> String,
+    /// How to tell that it serves.
+    pub ready: Probe,
+    /// How it runs in a container, for `LOCK_TEST_SERVERS=containers`.
+    pub container: Option<ContainerSpec>,
 }
 
-/// How long a server may take to accept connections.
-const READY_LIMIT: Duration = Duration::from_secs(30);
+/// How long a server may take to serve.
+const READY_LIMIT: Duration = Duration::from_secs(60);
 /// How many times to try another port if the server dies at start (a port taken
 /// between picking and binding).
 const START_ATTEMPTS: usize = 3;
+
+/// Where [`TestServer::start`] gets servers from when no URL is given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Local processes (`LOCK_TEST_SERVERS` unset or `local`).
+    Local,
+    /// Containers (`LOCK_TEST_SERVERS=containers`).
+    Containers,
+}
+
+impl Source {
+    /// The source `LOCK_TEST_SERVERS` names.
+    ///
+    /// # Errors
+    /// A value that names no source.
+    pub fn from_env() -> Result<Source, String> {
+        match std::env::var("LOCK_TEST_SERVERS").as_deref() {
+            Err(_) | Ok("") | Ok("local") => Ok(Source::Local),
+            Ok("containers") => Ok(Source::Containers),
+            Ok(other) => Err(format!(
+                "LOCK_TEST_SERVERS={other:?}: expected `local` or `containers`"
+            )),
+        }
+    }
+}
 
 /// A free TCP port on 127.0.0.1, as the OS hands them out.
 pub fn free_port() -> std::io::Result<u16> {
@@ -68,8 +110,10 @@ pub fn free_port() -> std::io::Result<u16> {
 /// A server the tests may use.
 #[derive(Debug)]
 pub enum TestServer {
-    /// Started here; stopped on drop.
+    /// Started here as a process; stopped on drop.
     Spawned(ServerProcess),
+    /// Started here in a container; removed on drop.
+    Container(Box<ServerContainer>),
     /// Given by the environment; left alone.
     External {
         /// The URL from the environment.
@@ -78,14 +122,19 @@ pub enum TestServer {
 }
 
 impl TestServer {
-    /// Uses `spec.env_url` if set, else starts the server and waits until its port
-    /// accepts connections.
+    /// Uses `spec.env_url` if set, else starts the server from the [`Source`]
+    /// `LOCK_TEST_SERVERS` names and waits until it serves.
     ///
     /// # Errors
     /// Why it could not start, with the end of its log.
     pub async fn start(spec: &ServerSpec) -> Result<Self, String> {
         if let Ok(url) = std::env::var(spec.env_url) {
             return Ok(TestServer::External { url });
+        }
+        if Source::from_env()? == Source::Containers {
+            return ServerContainer::start(spec)
+                .await
+                .map(|c| TestServer::Container(Box::new(c)));
         }
         let mut last_error = String::new();
         for _ in 0..START_ATTEMPTS {
@@ -101,15 +150,155 @@ impl TestServer {
     pub fn url(&self) -> String {
         match self {
             TestServer::Spawned(server) => server.url(),
+            TestServer::Container(server) => server.url(),
             TestServer::External { url } => url.clone(),
         }
     }
 
-    /// The process, if this server was started here (for fault tests that stop it).
+    /// The loopback port it serves on, if it was started here.
+    pub fn port(&self) -> Option<u16> {
+        match self {
+            TestServer::Spawned(server) => Some(server.port()),
+            TestServer::Container(server) => Some(server.port()),
+            TestServer::External { .. } => None,
+        }
+    }
+
+    /// The process, if this server was started here as one.
     pub fn process(&mut self) -> Option<&mut ServerProcess> {
         match self {
             TestServer::Spawned(server) => Some(server),
+            _ => None,
+        }
+    }
+
+    /// Whether the fault hooks below can act on it (it was started here).
+    pub fn can_fault(&self) -> bool {
+        !matches!(self, TestServer::External { .. })
+    }
+
+    /// Kills the server at once (SIGKILL; `docker kill` for a container). Its data
+    /// stays for [`restart`](Self::restart).
+    ///
+    /// # Errors
+    /// A server given by URL, or what Docker said.
+    pub async fn kill(&mut self) -> Result<(), String> {
+        match self {
+            TestServer::Spawned(server) => {
+                server.stop();
+                Ok(())
+            }
+            TestServer::Container(server) => server.kill().await,
+            TestServer::External { url } => Err(format!("{url} was not started here")),
+        }
+    }
+
+    /// Starts it again on the same port with the same data (killing it first if it
+    /// runs) and waits until it serves.
+    ///
+    /// # Errors
+    /// Why it could not start again.
+    pub async fn restart(&mut self) -> Result<(), String> {
+        match self {
+            TestServer::Spawned(server) => server.restart().await,
+            TestServer::Container(server) => server.restart().await,
+            TestServer::External { url } => Err(format!("{url} was not started here")),
+        }
+    }
+
+    /// Freezes the server (SIGSTOP; `docker pause` for a container): connections
+    /// stay open and nothing answers.
+    ///
+    /// # Errors
+    /// A server given by URL, or what Docker or `kill` said.
+    pub async fn pause(&mut self) -> Result<(), String> {
+        match self {
+            TestServer::Spawned(server) => server.signal("STOP").await,
+            TestServer::Container(server) => server.pause().await,
+            TestServer::External { url } => Err(format!("{url} was not started here")),
+        }
+    }
+
+    /// Thaws it after [`pause`](Self::pause).
+    ///
+    /// # Errors
+    /// A server given by URL, or what Docker or `kill` said.
+    pub async fn resume(&mut self) -> Result<(), String> {
+        match self {
+            TestServer::Spawned(server) => server.signal("CONT").await,
+            TestServer::Container(server) => server.resume().await,
+            TestServer::External { url } => Err(format!("{url} was not started here")),
+        }
+    }
+
+    /// A handle that freezes and thaws this server without borrowing it, for checks
+    /// that hold it elsewhere or thaw it from `Drop`; `None` for a server given by URL.
+    pub fn freezer(&self) -> Option<Freezer> {
+        match self {
+            TestServer::Spawned(server) => server.pid().map(Freezer::Process),
+            TestServer::Container(server) => Some(Freezer::Container(server.id().to_owned())),
             TestServer::External { .. } => None,
+        }
+    }
+
+    /// The last lines of its log, if it was started here.
+    pub async fn log_tail(&self) -> String {
+        match self {
+            TestServer::Spawned(server) => server.log_tail(),
+            TestServer::Container(server) => server.log_tail().await,
+            TestServer::External { .. } => String::new(),
+        }
+    }
+}
+
+/// Freezes and thaws a server started here, synchronously: SIGSTOP and SIGCONT for a
+/// process, `docker pause` and `docker unpause` for a container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Freezer {
+    /// The server process's id.
+    Process(u32),
+    /// The container's id.
+    Container(String),
+}
+
+impl Freezer {
+    /// Freezes the server: connections stay open and nothing answers.
+    ///
+    /// # Errors
+    /// What `kill` or `docker` said.
+    pub fn freeze(&self) -> Result<(), String> {
+        self.run("STOP", "pause")
+    }
+
+    /// Thaws it.
+    ///
+    /// # Errors
+    /// What `kill` or `docker` said.
+    pub fn thaw(&self) -> Result<(), String> {
+        self.run("CONT", "unpause")
+    }
+
+    fn run(&self, signal: &str, docker: &str) -> Result<(), String> {
+        let mut command = match self {
+            Freezer::Process(pid) => {
+                let mut c = Command::new("kill");
+                c.arg(format!("-{signal}")).arg(pid.to_string());
+                c
+            }
+            Freezer::Container(id) => {
+                let mut c = Command::new("docker");
+                c.args([docker, id]);
+                c
+            }
+        };
+        let out = command.output().map_err(|e| format!("{command:?}: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{command:?}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
         }
     }
 }
@@ -160,6 +349,7 @@ impl ServerProcess {
 
     async fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
         let started = Instant::now();
+        let probe = self.spec.ready;
         loop {
             if let Some(status) = self
                 .child
@@ -172,12 +362,12 @@ impl ServerProcess {
                     self.log_tail()
                 ));
             }
-            if TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).is_ok() {
+            if probe.ready(self.port).await {
                 return Ok(());
             }
             if started.elapsed() > limit {
                 return Err(format!(
-                    "{} did not accept connections on port {} within {limit:?}; log:\n{}",
+                    "{} did not serve on port {} within {limit:?}; log:\n{}",
                     self.spec.name,
                     self.port,
                     self.log_tail()
@@ -226,6 +416,26 @@ impl ServerProcess {
         }
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, ...) to the server's process.
+    ///
+    /// # Errors
+    /// It is not running, or `kill` failed.
+    pub async fn signal(&self, signal: &str) -> Result<(), String> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| format!("{} is not running", self.spec.name))?;
+        let status = tokio::process::Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status()
+            .await
+            .map_err(|e| format!("kill: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("kill -{signal} {pid}: {status}"))
+        }
+    }
+
     /// Starts it again on the same port and data directory, after [`stop`](Self::stop).
     ///
     /// # Errors
@@ -246,6 +456,7 @@ impl Drop for ServerProcess {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::TcpStream;
 
     /// A stand-in server that any Debian machine has: python3's HTTP server.
     const HTTP: ServerSpec = ServerSpec {
@@ -264,6 +475,8 @@ mod tests {
             cmd
         },
         url: |port| format!("http://127.0.0.1:{port}"),
+        ready: Probe::Open,
+        container: None,
     };
 
     #[tokio::test]
@@ -303,6 +516,8 @@ mod tests {
                 cmd
             },
             url: |port| format!("broken://127.0.0.1:{port}"),
+            ready: Probe::Open,
+            container: None,
         };
         let err = TestServer::start(&BROKEN).await.unwrap_err();
         assert!(err.contains("cannot start: bad config"), "{err}");

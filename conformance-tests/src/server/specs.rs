@@ -6,7 +6,12 @@
 use std::path::Path;
 use std::process::Command;
 
-use super::{free_port, ServerSpec};
+use super::{free_port, ContainerSpec, Probe, ServerSpec};
+
+/// No arguments: the image's entry point knows how to run its server.
+fn no_args(_host_port: u16) -> Vec<String> {
+    Vec::new()
+}
 
 /// redis-server without persistence. `LOCK_TEST_REDIS_URL` uses a running server.
 pub const REDIS: ServerSpec = ServerSpec {
@@ -14,6 +19,12 @@ pub const REDIS: ServerSpec = ServerSpec {
     env_url: "LOCK_TEST_REDIS_URL",
     command: redis_command,
     url: |port| format!("redis://127.0.0.1:{port}"),
+    ready: Probe::Redis,
+    container: Some(ContainerSpec {
+        image: "redis",
+        port: 6379,
+        args: no_args,
+    }),
 };
 
 fn redis_command(port: u16, dir: &Path) -> Command {
@@ -30,6 +41,13 @@ pub const ETCD: ServerSpec = ServerSpec {
     env_url: "LOCK_TEST_ETCD_URL",
     command: etcd_command,
     url: |port| format!("etcd://127.0.0.1:{port}"),
+    ready: Probe::Etcd,
+    // The entry point advertises the host port it is published on.
+    container: Some(ContainerSpec {
+        image: "etcd",
+        port: 2379,
+        args: |host_port| vec![host_port.to_string()],
+    }),
 };
 
 /// etcd 3.4 with every URL moved to loopback: moving only the client port would leave
@@ -62,6 +80,12 @@ pub const ZOOKEEPER: ServerSpec = ServerSpec {
     env_url: "LOCK_TEST_ZOOKEEPER_URL",
     command,
     url: |port| format!("zk://127.0.0.1:{port}"),
+    ready: Probe::ZooKeeper,
+    container: Some(ContainerSpec {
+        image: "zookeeper",
+        port: 2181,
+        args: no_args,
+    }),
 };
 
 /// A short tick lets sessions be as short as 400 ms, so expiry tests run fast; the
@@ -187,6 +211,12 @@ pub const POSTGRES: ServerSpec = ServerSpec {
     env_url: "LOCK_TEST_POSTGRES_URL",
     command: postgres_command,
     url: |port| format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+    ready: Probe::Postgres,
+    container: Some(ContainerSpec {
+        image: "postgres",
+        port: 5432,
+        args: no_args,
+    }),
 };
 
 fn postgres_command(port: u16, dir: &Path) -> Command {
@@ -226,6 +256,12 @@ pub const MARIADB: ServerSpec = ServerSpec {
     env_url: "LOCK_TEST_MYSQL_URL",
     command: mariadb_command,
     url: |port| format!("mysql://root@127.0.0.1:{port}/locktest"),
+    ready: Probe::MariaDb,
+    container: Some(ContainerSpec {
+        image: "mariadb",
+        port: 3306,
+        args: no_args,
+    }),
 };
 
 fn mariadb_command(port: u16, dir: &Path) -> Command {

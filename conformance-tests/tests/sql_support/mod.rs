@@ -185,8 +185,8 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     // A port nobody listens on: the same URL shape, no server behind it.
     let closed = (spec.url)(free_port().expect("a free port"));
     let stop = async {
-        if let Some(p) = server.process() {
-            p.stop();
+        if server.can_fault() {
+            server.kill().await.expect("kill the server");
         }
     };
     extra::unreachable_is_unavailable_quickly(&closed, stop, &lease).await;

@@ -142,6 +142,15 @@ impl Drop for Resume {
     }
 }
 
+/// Thaws a paused server when dropped, also when a check fails.
+struct Thaw(conformance_tests::server::Freezer);
+
+impl Drop for Thaw {
+    fn drop(&mut self) {
+        let _ = self.0.thaw();
+    }
+}
+
 /// A holder process frozen (SIGSTOP) past its session timeout: the server expires its
 /// session and hands the lock on; once thawed, the holder's guard reports the loss (the
 /// holder prints it and exits with 3).
@@ -206,7 +215,7 @@ async fn frozen_holder_session_expires(zk: Arc<Zk>) {
 /// (`Suspended`, renewals fail), and after a whole session timeout every guard of the
 /// backend reports `SessionLost`. Once the server is back, a new session serves locks.
 async fn paused_server_reports_session_loss(zk: Arc<Zk>) {
-    let Some(server) = zk.server_pid else {
+    let Some(server) = zk.server.clone() else {
         println!("zookeeper SKIP paused_server_reports_session_loss: server from the environment");
         return;
     };
@@ -232,8 +241,8 @@ async fn paused_server_reports_session_loss(zk: Arc<Zk>) {
         client.rw_lock("c").unwrap().read().await.expect("read"),
     ];
     assert_eq!(backend.connection_state(), ConnectionState::Connected);
-    signal(server, "STOP");
-    let resume = Resume(server);
+    server.freeze().expect("pause the server");
+    let resume = Thaw(server);
     until("suspended", session + zk.slack(), || {
         backend.connection_state() == ConnectionState::Suspended
     })
