@@ -135,12 +135,14 @@ impl LockGuard {
     }
 
     /// Makes the lease end `ttl` from now. A lease kept by the watchdog stops being
-    /// renewed: from here on it is a fixed lease.
+    /// renewed: from here on it is a fixed lease. A watchdog renewal already in flight
+    /// is waited for first, so its late reply can never override the new expiry.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad `ttl` (nothing
-    /// changes); [`Error::LeaseLost`](crate::Error::LeaseLost) if the backend no longer
-    /// has this lease (then nothing changes there either);
+    /// changes); [`Error::LeaseLost`](crate::Error::LeaseLost) if the lease has already
+    /// run out here or the backend no longer has it (an expired lease is never
+    /// brought back);
     /// [`Error::Unsupported`](crate::Error::Unsupported) where leases are sessions.
     ///
     /// # Cancel safety

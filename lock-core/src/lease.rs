@@ -87,16 +87,34 @@ impl LeaseState {
         }
     }
 
-    /// A renewal sent at `sent_at` succeeded: the lease now runs until `sent_at + ttl`.
-    /// Counting from the send, not the reply, keeps the local view conservative.
-    pub(crate) fn renewed(&self, sent_at: Instant, ttl: Duration) {
+    /// The attempt that won the lease was sent at `started_at`: it runs until
+    /// `started_at + ttl`, however long the wait before that attempt was.
+    pub(crate) fn granted(&self, started_at: Instant, ttl: Duration) {
         self.status.send_if_modified(|status| {
             if status.ended.is_some() {
                 return false;
             }
-            status.expires_at = sent_at + ttl;
+            status.expires_at = started_at + ttl;
             true
         });
+    }
+
+    /// A renewal sent at `sent_at` succeeded: the lease now runs until `sent_at + ttl`.
+    /// Counting from the send, not the reply, keeps the local view conservative.
+    ///
+    /// Refused (returns false) once the lease has ended or its local expiry has passed:
+    /// by then the guard may have reported the loss, and the lock may be someone
+    /// else's, so a late reply never brings the lease back. Callers send one renewal
+    /// of a lease at a time ([`LeaseEntry::renewal`](crate::watchdog::LeaseEntry)), so
+    /// replies are applied in the order the server saw the requests.
+    pub(crate) fn renewed(&self, sent_at: Instant, ttl: Duration) -> bool {
+        self.status.send_if_modified(|status| {
+            if status.ended.is_some() || Instant::now() >= status.expires_at {
+                return false;
+            }
+            status.expires_at = sent_at + ttl;
+            true
+        })
     }
 
     /// Marks the lease ended; the first reason wins. Returns whether this call ended it.
@@ -187,8 +205,13 @@ mod tests {
         let state = LeaseState::new(Instant::now() + Duration::from_secs(1));
         assert!(state.is_held());
         let fut = state.ended_future();
-        state.renewed(Instant::now(), Duration::from_secs(5));
+        assert!(state.renewed(Instant::now(), Duration::from_secs(5)));
         assert_eq!(fut.await, LeaseLoss::Expired);
+        assert!(!state.is_held());
+        assert!(
+            !state.renewed(Instant::now(), Duration::from_secs(5)),
+            "an expired lease is never renewed"
+        );
         assert!(!state.is_held());
 
         let state = LeaseState::new(Instant::now() + Duration::from_secs(60));

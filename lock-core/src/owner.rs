@@ -197,7 +197,7 @@ impl<B: LockBackend> Owner<B> {
             return Err(self.timeout(options.wait));
         };
         // Count the lease from the attempt that won it, not from the start of the wait.
-        state.renewed(grant.started_at, ttl);
+        state.granted(grant.started_at, ttl);
         let entry = Arc::new(LeaseEntry {
             id: self.client.next_lease_id(),
             held: HeldLease {
@@ -209,6 +209,7 @@ impl<B: LockBackend> Owner<B> {
             },
             state,
             watched: AtomicBool::new(watched),
+            renewal: tokio::sync::Mutex::new(()),
         });
         if watched {
             self.client.watchdog.watch(entry.clone());
@@ -429,8 +430,13 @@ impl<B: LockBackend> Owner<B> {
                 operation: "extending a lease",
             });
         }
-        // Stop the watchdog first, or its next renewal would override the new expiry.
+        // Stop the watchdog first, or its next renewal would override the new expiry,
+        // then wait for a renewal already in flight to be applied before sending ours.
         self.client.watchdog.unwatch(lease);
+        let _renewal = lease.renewal.lock().await;
+        if !lease.state.is_held() {
+            return Err(self.lease_lost());
+        }
         let sent_at = Instant::now();
         let span =
             tracing::debug_span!("lock.extend", key = %self.key, fence = lease.held.fence, ?ttl);
@@ -440,13 +446,15 @@ impl<B: LockBackend> Owner<B> {
             .renew(&[&lease.held], ttl)
             .instrument(span)
             .await?;
-        if renewed.first() == Some(&Renewal::Renewed) {
-            lease.state.renewed(sent_at, ttl);
-            Ok(())
-        } else {
+        if renewed.first() != Some(&Renewal::Renewed) {
             lease.state.end(LeaseLoss::Revoked);
-            Err(self.lease_lost())
+            return Err(self.lease_lost());
         }
+        if !lease.state.renewed(sent_at, ttl) {
+            // The reply came after the lease ran out here: it stays lost.
+            return Err(self.lease_lost());
+        }
+        Ok(())
     }
 }
 

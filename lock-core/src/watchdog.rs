@@ -20,6 +20,11 @@ pub(crate) struct LeaseEntry<B: LockBackend> {
     /// Whether the watchdog keeps this lease alive (false for fixed leases, and once
     /// a guard has extended it by hand).
     pub(crate) watched: AtomicBool,
+    /// Held from sending a renewal of this lease until its reply is applied, by the
+    /// watchdog and by `extend`: with one renewal in flight at a time, replies apply
+    /// in the order the server saw the requests, so a late watchdog reply never
+    /// overrides a newer `extend`.
+    pub(crate) renewal: tokio::sync::Mutex<()>,
 }
 
 #[derive(Debug)]
@@ -143,6 +148,14 @@ async fn tick<B: LockBackend>(shared: &Shared<B>, interval: Duration, retry: Dur
     if live.is_empty() {
         return Instant::now() + interval;
     }
+    // A lease whose renewal is busy is being extended, and so no longer watched.
+    let (live, _renewing): (Vec<_>, Vec<_>) = live
+        .iter()
+        .filter_map(|e| e.renewal.try_lock().ok().map(|busy| (e, busy)))
+        .unzip();
+    if live.is_empty() {
+        return Instant::now() + interval;
+    }
     let sent_at = Instant::now();
     let leases: Vec<&HeldLease<B::Lease>> = live.iter().map(|e| &e.held).collect();
     let outcome = tokio::time::timeout(shared.ttl, shared.backend.renew(&leases, shared.ttl)).await;
@@ -150,7 +163,10 @@ async fn tick<B: LockBackend>(shared: &Shared<B>, interval: Duration, retry: Dur
         Ok(Ok(renewals)) if renewals.len() == live.len() => {
             for (entry, renewal) in live.iter().zip(renewals) {
                 match renewal {
-                    Renewal::Renewed => entry.state.renewed(sent_at, shared.ttl),
+                    Renewal::Renewed => {
+                        // Refused after the local expiry: the next tick reports it.
+                        entry.state.renewed(sent_at, shared.ttl);
+                    }
                     Renewal::Lost => {
                         if entry.state.end(LeaseLoss::Revoked) {
                             tracing::warn!(key = %entry.held.key, fence = entry.held.fence, "lease lost: the backend no longer has it");

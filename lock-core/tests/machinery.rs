@@ -1,72 +1,21 @@
 //! The shared machinery, observed through a backend that counts the calls it passes
-//! on to the in-memory backend: re-entry costs no round trip, the watchdog renews all
+//! on to the in-memory backend (`support::Wrapped`): re-entry costs no round trip, the watchdog renews all
 //! leases in one call per tick, and the public types are `Send + Sync`.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use lock_core::memory::MemoryBackend;
 use lock_core::prelude::*;
-use lock_core::{
-    AcquireRequest, Capabilities, Grant, HeldLease, LockBackend, LockClient, LockFamily, LockGuard,
-    LockKey, Renewal, Result,
-};
+use lock_core::{Capabilities, LockClient, LockGuard, Result};
 
-#[derive(Debug, Default)]
-struct Calls {
-    acquire: AtomicUsize,
-    release: AtomicUsize,
-    renew: AtomicUsize,
-    renew_sizes: Mutex<Vec<usize>>,
-}
+mod support;
 
-/// Passes everything to a [`MemoryBackend`], counting the calls.
-#[derive(Debug, Default, Clone)]
-struct Counting {
-    inner: MemoryBackend,
-    calls: Arc<Calls>,
-}
-
-impl LockBackend for Counting {
-    type Lease = ();
-
-    fn name(&self) -> &'static str {
-        "counting"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<()>>> {
-        self.calls.acquire.fetch_add(1, Ordering::SeqCst);
-        self.inner.acquire(req).await
-    }
-
-    async fn release(&self, lease: &HeldLease<()>) -> Result<()> {
-        self.calls.release.fetch_add(1, Ordering::SeqCst);
-        self.inner.release(lease).await
-    }
-
-    async fn renew(&self, leases: &[&HeldLease<()>], ttl: Duration) -> Result<Vec<Renewal>> {
-        self.calls.renew.fetch_add(1, Ordering::SeqCst);
-        self.calls.renew_sizes.lock().unwrap().push(leases.len());
-        self.inner.renew(leases, ttl).await
-    }
-
-    async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
-        self.inner.is_locked(key, family).await
-    }
-
-    async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
-        self.inner.force_unlock(key, family).await
-    }
-}
+use support::Wrapped;
 
 #[tokio::test]
 async fn reentry_costs_no_round_trip() {
-    let backend = Counting::default();
+    let backend = Wrapped::default();
     let calls = backend.calls.clone();
     let client = LockClient::new(backend);
     let lock = client.lock("r").unwrap();
@@ -94,7 +43,7 @@ async fn reentry_costs_no_round_trip() {
 #[tokio::test]
 async fn watchdog_renews_every_lease_in_one_call_per_tick() {
     const LOCKS: usize = 10_000;
-    let backend = Counting::default();
+    let backend = Wrapped::default();
     let calls = backend.calls.clone();
     let client = LockClient::builder(backend)
         .watchdog_lease(Duration::from_millis(900))
@@ -160,37 +109,13 @@ async fn fixed_leases_are_not_watched_and_extend_unwatches() {
 
 #[tokio::test]
 async fn unsupported_capabilities_are_refused_before_the_backend() {
-    #[derive(Debug, Default)]
-    struct Plain(Counting);
-    impl LockBackend for Plain {
-        type Lease = ();
-        fn name(&self) -> &'static str {
-            "plain"
-        }
-        fn capabilities(&self) -> Capabilities {
-            Capabilities::ALL
-                .with_fair(false)
-                .with_read_write(false)
-                .with_fixed_lease(false)
-        }
-        async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<()>>> {
-            self.0.acquire(req).await
-        }
-        async fn release(&self, lease: &HeldLease<()>) -> Result<()> {
-            self.0.release(lease).await
-        }
-        async fn renew(&self, leases: &[&HeldLease<()>], ttl: Duration) -> Result<Vec<Renewal>> {
-            self.0.renew(leases, ttl).await
-        }
-        async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
-            self.0.is_locked(key, family).await
-        }
-        async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
-            self.0.force_unlock(key, family).await
-        }
-    }
-    let backend = Plain::default();
-    let calls = backend.0.calls.clone();
+    let backend = Wrapped::default().with_capabilities(
+        Capabilities::ALL
+            .with_fair(false)
+            .with_read_write(false)
+            .with_fixed_lease(false),
+    );
+    let calls = backend.calls.clone();
     let client = LockClient::new(backend);
     let unsupported = |r: Result<LockGuard>| matches!(r, Err(lock_core::Error::Unsupported { .. }));
     assert!(unsupported(client.fair_lock("x").unwrap().acquire().await));

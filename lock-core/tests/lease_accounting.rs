@@ -1,0 +1,74 @@
+//! The client's view of a lease never outlasts the server's, whatever order renewal
+//! replies arrive in: a watchdog renewal answered after an `extend` does not override
+//! it, and a renewal answered after the lease ran out locally does not bring it back.
+//! Timing is forced with paused tokio time and a backend that holds replies back.
+
+mod support;
+
+use std::time::Duration;
+
+use lock_core::prelude::*;
+use lock_core::{LeaseLoss, LockClient};
+use support::Wrapped;
+
+fn client(backend: &Wrapped, watchdog_lease: Duration) -> LockClient<Wrapped> {
+    LockClient::builder(backend.clone())
+        .watchdog_lease(watchdog_lease)
+        .build()
+        .unwrap()
+}
+
+/// A watchdog tick renews for 30 s at the server, and its reply is late; meanwhile the
+/// holder shortens the lease to 5 s with `extend`. Whatever order the replies land in,
+/// the client must not believe the 30 s once the server's lease is 5 s.
+#[tokio::test(start_paused = true)]
+async fn a_watchdog_renewal_answered_after_extend_does_not_override_it() {
+    let backend = Wrapped::default();
+    let client = client(&backend, Duration::from_secs(30));
+    let lock = client.lock("extended").unwrap();
+    let guard = lock.acquire().await.unwrap();
+    backend.hold_renewal_replies(Duration::from_secs(30));
+    // The first tick, at a third of the lease, reaches the server; its reply is held.
+    tokio::time::sleep(Duration::from_millis(10_100)).await;
+    assert_eq!(backend.held_renewals(), 1, "the tick is in flight");
+
+    let extend = tokio::spawn(async move {
+        let result = guard.extend(Duration::from_secs(5)).await;
+        (guard, result)
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    backend.answer_renewals();
+    let (guard, result) = extend.await.unwrap();
+    result.expect("extend");
+
+    // Past the 5 s the server now keeps: someone else may hold the lock.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let other = client.lock("extended").unwrap();
+    let taken = other.try_acquire().await.unwrap();
+    assert!(taken.is_some(), "the server let the lease go after 5 s");
+    assert!(
+        !guard.is_held(),
+        "the guard still says held while another owner holds the lock"
+    );
+}
+
+/// A renewal sent before the local expiry but answered after it: the guard already
+/// reported the loss, and must not report held again.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_answered_after_local_expiry_does_not_revive_the_lease() {
+    let backend = Wrapped::default();
+    let client = client(&backend, Duration::from_secs(3));
+    let guard = client.lock("late").unwrap().acquire().await.unwrap();
+    // The tick at 1 s renews until 4 s at the server; its reply lands at 3.5 s, after
+    // the lease ran out locally at 3 s.
+    backend.delay_renewal_replies(Duration::from_millis(2_500));
+    let lost = tokio::spawn(guard.lost());
+    tokio::time::sleep(Duration::from_millis(3_200)).await;
+    assert!(lost.is_finished(), "the lease ran out locally at 3 s");
+    assert_eq!(lost.await.unwrap(), LeaseLoss::Expired);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        !guard.is_held(),
+        "a late renewal brought an expired lease back"
+    );
+}

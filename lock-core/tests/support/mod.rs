@@ -1,0 +1,163 @@
+//! A backend for the machinery's tests: every call goes to a [`MemoryBackend`], counted,
+//! and a test can make calls fail or make their replies late, to force the timings the
+//! machinery must survive (a lost reply, a renewal answered after an `extend`).
+
+#![allow(dead_code)] // each test file uses a part of it
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_core::memory::MemoryBackend;
+use lock_core::{
+    AcquireRequest, Capabilities, Error, Grant, HeldLease, LockBackend, LockFamily, LockKey,
+    Renewal, Result,
+};
+use tokio::sync::watch;
+
+/// How many calls of each kind reached the backend.
+#[derive(Debug, Default)]
+pub struct Calls {
+    pub acquire: AtomicUsize,
+    pub release: AtomicUsize,
+    pub renew: AtomicUsize,
+    /// How many leases each renew call carried.
+    pub renew_sizes: Mutex<Vec<usize>>,
+}
+
+/// What a test has asked the backend to do differently.
+#[derive(Debug)]
+struct Hooks {
+    /// Releases that fail with `Unavailable` before reaching the backend.
+    failing_releases: AtomicUsize,
+    /// Renewals with this ttl take effect at once but answer only once the gate opens.
+    held_ttl: Mutex<Option<Duration>>,
+    gate: watch::Sender<bool>,
+    /// Renewals held at the gate now.
+    held_now: AtomicUsize,
+    /// Added to every renewal's reply, after the renewal took effect.
+    reply_delay: Mutex<Duration>,
+    capabilities: Mutex<Option<Capabilities>>,
+}
+
+/// A [`MemoryBackend`] behind a counting, fault-injecting wrapper. Clones share all.
+#[derive(Debug, Clone)]
+pub struct Wrapped {
+    inner: MemoryBackend,
+    pub calls: Arc<Calls>,
+    hooks: Arc<Hooks>,
+}
+
+impl Default for Wrapped {
+    fn default() -> Self {
+        Wrapped {
+            inner: MemoryBackend::new(),
+            calls: Arc::default(),
+            hooks: Arc::new(Hooks {
+                failing_releases: AtomicUsize::new(0),
+                held_ttl: Mutex::new(None),
+                gate: watch::Sender::new(false),
+                held_now: AtomicUsize::new(0),
+                reply_delay: Mutex::new(Duration::ZERO),
+                capabilities: Mutex::new(None),
+            }),
+        }
+    }
+}
+
+impl Wrapped {
+    /// The next `n` releases fail with a retryable error (a lost reply).
+    pub fn fail_next_releases(&self, n: usize) {
+        self.hooks.failing_releases.store(n, Ordering::SeqCst);
+    }
+
+    /// Renewals asking for `ttl` from now on take effect at once, but their replies wait
+    /// until [`Wrapped::answer_renewals`].
+    pub fn hold_renewal_replies(&self, ttl: Duration) {
+        *self.hooks.held_ttl.lock().unwrap() = Some(ttl);
+        self.hooks.gate.send_replace(false);
+    }
+
+    /// Lets every held renewal reply go.
+    pub fn answer_renewals(&self) {
+        *self.hooks.held_ttl.lock().unwrap() = None;
+        self.hooks.gate.send_replace(true);
+    }
+
+    /// How many renewal replies are held now.
+    pub fn held_renewals(&self) -> usize {
+        self.hooks.held_now.load(Ordering::SeqCst)
+    }
+
+    /// Every renewal's reply arrives `delay` after the renewal took effect.
+    pub fn delay_renewal_replies(&self, delay: Duration) {
+        *self.hooks.reply_delay.lock().unwrap() = delay;
+    }
+
+    /// Reports these capabilities instead of the memory backend's.
+    pub fn with_capabilities(self, capabilities: Capabilities) -> Self {
+        *self.hooks.capabilities.lock().unwrap() = Some(capabilities);
+        self
+    }
+}
+
+impl LockBackend for Wrapped {
+    type Lease = ();
+
+    fn name(&self) -> &'static str {
+        "wrapped-memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.hooks
+            .capabilities
+            .lock()
+            .unwrap()
+            .unwrap_or_else(|| self.inner.capabilities())
+    }
+
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<()>>> {
+        self.calls.acquire.fetch_add(1, Ordering::SeqCst);
+        self.inner.acquire(req).await
+    }
+
+    async fn release(&self, lease: &HeldLease<()>) -> Result<()> {
+        self.calls.release.fetch_add(1, Ordering::SeqCst);
+        let failing =
+            self.hooks
+                .failing_releases
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if failing.is_ok() {
+            return Err(Error::Unavailable {
+                backend: "wrapped-memory",
+                source: "the reply was lost".into(),
+            });
+        }
+        self.inner.release(lease).await
+    }
+
+    async fn renew(&self, leases: &[&HeldLease<()>], ttl: Duration) -> Result<Vec<Renewal>> {
+        self.calls.renew.fetch_add(1, Ordering::SeqCst);
+        self.calls.renew_sizes.lock().unwrap().push(leases.len());
+        let renewed = self.inner.renew(leases, ttl).await;
+        let delay = *self.hooks.reply_delay.lock().unwrap();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        if *self.hooks.held_ttl.lock().unwrap() == Some(ttl) {
+            self.hooks.held_now.fetch_add(1, Ordering::SeqCst);
+            let mut gate = self.hooks.gate.subscribe();
+            let _ = gate.wait_for(|open| *open).await;
+            self.hooks.held_now.fetch_sub(1, Ordering::SeqCst);
+        }
+        renewed
+    }
+
+    async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        self.inner.is_locked(key, family).await
+    }
+
+    async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        self.inner.force_unlock(key, family).await
+    }
+}
