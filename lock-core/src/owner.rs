@@ -326,6 +326,9 @@ impl<B: LockBackend> Owner<B> {
             Decrement::Remaining => return Err(self.lease_lost()),
             Decrement::Last | Decrement::Stale => {}
         }
+        // A lease already lost here (expired, revoked, its session gone) is reported
+        // as lost whatever the backend answers: the caller holds nothing to retry for.
+        let lost_before = !lease.state.is_held();
         let span = tracing::debug_span!("lock.release", key = %self.key, kind = ?lease.held.kind, fence = lease.held.fence);
         match self
             .client
@@ -342,6 +345,10 @@ impl<B: LockBackend> Owner<B> {
             Err(Error::NotOwner { .. }) => {
                 lease.state.end(LeaseLoss::Revoked);
                 tracing::warn!(key = %self.key, fence = lease.held.fence, "release found the lease already lost");
+                Err(self.lease_lost())
+            }
+            Err(err) if lost_before || !lease.state.is_held() => {
+                tracing::debug!(key = %self.key, error = %err, "release of a lost lease failed");
                 Err(self.lease_lost())
             }
             Err(err) if err.is_retryable() => {

@@ -1,7 +1,8 @@
 //! A release that fails with a retryable error (a lost reply, a server failing over)
 //! must not leave the lock held: lock-core keeps releasing in the background until the
 //! backend lets go or says the lease is gone. On a backend whose lease is a session
-//! (ZooKeeper), nothing else would ever free it while the session lives.
+//! (ZooKeeper), nothing else would ever free it while the session lives. A lease that
+//! is already lost, though, is reported as lost, not as something to retry.
 
 use std::time::Duration;
 
@@ -51,4 +52,24 @@ async fn a_failed_release_on_drop_is_retried_too() {
         .release()
         .await
         .unwrap();
+}
+
+/// Releasing a lease that is already lost here (it ran out, or its session ended) says
+/// `LeaseLost`, never a retryable error, whatever the backend answers.
+#[tokio::test(start_paused = true)]
+async fn releasing_a_lost_lease_says_lease_lost_whatever_the_backend_answers() {
+    let backend = Wrapped::default();
+    let client = LockClient::new(backend.clone());
+    let lock = client.lock("gone").unwrap();
+    let fixed = lock_core::AcquireOptions::try_once().lease(Duration::from_secs(1));
+    let guard = lock.acquire_with(fixed).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!guard.is_held());
+    // The server cannot be reached (a ZooKeeper session that expired answers so).
+    backend.fail_next_releases(1);
+    let err = guard.release().await.unwrap_err();
+    assert!(
+        matches!(err, lock_core::Error::LeaseLost { .. }),
+        "a lost lease released: {err}"
+    );
 }
