@@ -238,6 +238,15 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// What this backend supports.
     fn capabilities(&self) -> Capabilities;
 
+    /// How long the client may count on a lease of `ttl`, from the send of the request
+    /// that won, renewed or extended it. `ttl` unless the servers may end it sooner by
+    /// their own clocks: RedLock takes off its clock-drift margin. lock-core counts
+    /// every grant, renewal and extension with this, so a guard never reports held
+    /// past what the backend guarantees. A wrapper around another backend forwards it.
+    fn lease_validity(&self, ttl: Duration) -> Duration {
+        ttl
+    }
+
     /// Takes a lease, waiting until `req.deadline` for it.
     ///
     /// Returns `Ok(None)` if the deadline passed first.

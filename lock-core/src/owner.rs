@@ -197,7 +197,7 @@ impl<B: LockBackend> Owner<B> {
             return Err(self.timeout(options.wait));
         };
         // Count the lease from the attempt that won it, not from the start of the wait.
-        state.granted(grant.started_at, ttl);
+        state.granted(grant.started_at, self.client.backend.lease_validity(ttl));
         let entry = Arc::new(LeaseEntry {
             id: self.client.next_lease_id(),
             held: HeldLease {
@@ -457,7 +457,10 @@ impl<B: LockBackend> Owner<B> {
             lease.state.end(LeaseLoss::Revoked);
             return Err(self.lease_lost());
         }
-        if !lease.state.renewed(sent_at, ttl) {
+        if !lease
+            .state
+            .renewed(sent_at, self.client.backend.lease_validity(ttl))
+        {
             // The reply came after the lease ran out here: it stays lost.
             return Err(self.lease_lost());
         }

@@ -157,6 +157,7 @@ async fn tick<B: LockBackend>(shared: &Shared<B>, interval: Duration, retry: Dur
         return Instant::now() + interval;
     }
     let sent_at = Instant::now();
+    let validity = shared.backend.lease_validity(shared.ttl);
     let leases: Vec<&HeldLease<B::Lease>> = live.iter().map(|e| &e.held).collect();
     let outcome = tokio::time::timeout(shared.ttl, shared.backend.renew(&leases, shared.ttl)).await;
     let error = match outcome {
@@ -165,7 +166,7 @@ async fn tick<B: LockBackend>(shared: &Shared<B>, interval: Duration, retry: Dur
                 match renewal {
                     Renewal::Renewed => {
                         // Refused after the local expiry: the next tick reports it.
-                        entry.state.renewed(sent_at, shared.ttl);
+                        entry.state.renewed(sent_at, validity);
                     }
                     Renewal::Lost => {
                         if entry.state.end(LeaseLoss::Revoked) {

@@ -72,3 +72,35 @@ async fn a_renewal_answered_after_local_expiry_does_not_revive_the_lease() {
         "a late renewal brought an expired lease back"
     );
 }
+
+/// A backend that guarantees less than the ttl it was asked for (RedLock's clock-drift
+/// margin): grants, renewals and extensions all count the shorter validity.
+#[tokio::test(start_paused = true)]
+async fn leases_count_the_validity_the_backend_guarantees() {
+    let margin = Duration::from_millis(500);
+    let backend = Wrapped::default().with_lease_margin(margin);
+    let client = client(&backend, Duration::from_secs(3));
+    let lock = client.lock("margin").unwrap();
+    let fixed = lock_core::AcquireOptions::try_once().lease(Duration::from_secs(10));
+    let guard = lock.acquire_with(fixed).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(9_400)).await;
+    assert!(guard.is_held());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !guard.is_held(),
+        "held past the 9.5 s the backend guarantees"
+    );
+    drop(guard);
+
+    let guard = lock.acquire().await.unwrap();
+    guard.extend(Duration::from_secs(4)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(3_600)).await;
+    assert!(!guard.is_held(), "an extension counts the margin too");
+    drop(guard);
+
+    // The watchdog renews at a third of 3 s; each renewal guarantees 2.5 s.
+    let guard = lock.acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(guard.is_held(), "the watchdog keeps a lease with a margin");
+    guard.release().await.unwrap();
+}

@@ -27,6 +27,18 @@ use crate::scripts::{self, Attempt};
 /// either (split votes, masters down), so competing clients fall out of step.
 const MAX_JITTER: Duration = Duration::from_millis(50);
 
+/// What a lease of `ttl` guarantees from the moment its request was sent: `ttl` less
+/// the clock-drift margin (1 % of it plus 2 ms).
+fn drift_validity(ttl: Duration) -> Duration {
+    ttl.saturating_sub(ttl / 100 + Duration::from_millis(2))
+}
+
+/// The least validity a round may leave for its grant to count: a tenth of the lease.
+/// A grant with less would expire about as soon as the caller sees it.
+fn min_validity(ttl: Duration) -> Duration {
+    (ttl / 10).max(Duration::from_millis(1))
+}
+
 /// Exclusive locks over N independent Redis masters (the RedLock algorithm): a lock
 /// is held when the same acquire script granted it on a majority of them within the
 /// validity time. Use an odd N, e.g. 5: it keeps working with up to `(N - 1) / 2`
@@ -34,9 +46,13 @@ const MAX_JITTER: Duration = Duration::from_millis(50);
 ///
 /// * **Acquire:** the exclusive script on every master in parallel. Granted on a
 ///   majority with `validity = lease - elapsed - drift` left (drift is 1 % of the
-///   lease plus 2 ms), it holds; otherwise every master that granted it is released, and the
-///   next round starts after a random pause (or, when another owner holds it, on its
-///   release message or lease end), until the deadline.
+///   lease plus 2 ms), and at least a tenth of the lease, it holds; otherwise every
+///   master that granted it is released, and the next round starts after a random
+///   pause (or, when another owner holds it, on its release message or lease end),
+///   until the deadline.
+/// * **Validity:** the guard counts `lease - drift` from the start of the winning
+///   round (and of each renewal), never the whole lease: the masters' clocks may run
+///   up to the drift margin fast against this one.
 /// * **Fencing tokens** strictly increase: each master's counter is incremented by the
 ///   script, the grant takes the majority's maximum `F`, and a second step moves each
 ///   master of the majority to `F` (its lease value and counter) before the grant is
@@ -217,9 +233,8 @@ async fn round(nodes: Arc<[Node]>, request: Request, timeouts: Vec<Duration>) ->
         });
         settled = join_all(settle).await.into_iter().filter(|ok| *ok).count();
     }
-    let drift = request.ttl / 100 + Duration::from_millis(2);
-    let validity = request.ttl.saturating_sub(started.elapsed() + drift);
-    if settled >= quorum && !validity.is_zero() {
+    let validity = drift_validity(request.ttl).saturating_sub(started.elapsed());
+    if settled >= quorum && validity >= min_validity(request.ttl) {
         return Ok(Round::Granted(fence));
     }
     // No valid majority: release every grant of this round, whichever fence it is at.
@@ -259,6 +274,10 @@ impl LockBackend for RedLockBackend {
         caps.fair = false;
         caps.read_write = false;
         caps
+    }
+
+    fn lease_validity(&self, ttl: Duration) -> Duration {
+        drift_validity(ttl)
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<()>>> {
@@ -412,5 +431,24 @@ impl LockBackend for RedLockBackend {
             return Err(self.no_quorum(answered));
         }
         Ok(results.iter().any(|r| matches!(r, Ok(1))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validity_leaves_out_the_drift_margin_and_refuses_slivers() {
+        assert_eq!(
+            drift_validity(Duration::from_secs(10)),
+            Duration::from_millis(9_898)
+        );
+        assert_eq!(drift_validity(Duration::from_millis(1)), Duration::ZERO);
+        assert_eq!(
+            min_validity(Duration::from_secs(30)),
+            Duration::from_secs(3)
+        );
+        assert!(Duration::from_millis(1) < min_validity(Duration::from_millis(100)));
     }
 }

@@ -133,3 +133,24 @@ async fn redlock_fences_increase_even_when_counters_disagree() {
     assert!(second.fencing_token() > 101, "{}", second.fencing_token());
     second.release().await.unwrap();
 }
+
+/// The guard counts what RedLock guarantees, `lease - drift` (1 % + 2 ms) from the
+/// round's start, not the whole lease: with a 5 s lease it reports the loss no later
+/// than 4,948 ms after the acquire returned (the whole lease would be 5 s less the
+/// round, a few ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_guards_count_the_validity_not_the_whole_lease() {
+    let servers = cluster(3);
+    let client = client(&servers, "validity");
+    let lock = client.lock("v").unwrap();
+    let fixed = AcquireOptions::try_once().lease(Duration::from_secs(5));
+    let guard = lock.acquire_with(fixed).await.unwrap();
+    let acquired = Instant::now();
+    guard.lost().await;
+    let held = acquired.elapsed();
+    assert!(
+        held <= Duration::from_millis(4_948),
+        "the guard reported held for {held:?}, past the validity"
+    );
+    assert!(held >= Duration::from_millis(4_500), "{held:?}");
+}

@@ -38,6 +38,8 @@ struct Hooks {
     /// Added to every renewal's reply, after the renewal took effect.
     reply_delay: Mutex<Duration>,
     capabilities: Mutex<Option<Capabilities>>,
+    /// Taken off every lease's validity (as RedLock takes off its drift margin).
+    lease_margin: Mutex<Duration>,
 }
 
 /// A [`MemoryBackend`] behind a counting, fault-injecting wrapper. Clones share all.
@@ -60,6 +62,7 @@ impl Default for Wrapped {
                 held_now: AtomicUsize::new(0),
                 reply_delay: Mutex::new(Duration::ZERO),
                 capabilities: Mutex::new(None),
+                lease_margin: Mutex::new(Duration::ZERO),
             }),
         }
     }
@@ -94,6 +97,12 @@ impl Wrapped {
         *self.hooks.reply_delay.lock().unwrap() = delay;
     }
 
+    /// Guarantees every lease `margin` less than its ttl.
+    pub fn with_lease_margin(self, margin: Duration) -> Self {
+        *self.hooks.lease_margin.lock().unwrap() = margin;
+        self
+    }
+
     /// Reports these capabilities instead of the memory backend's.
     pub fn with_capabilities(self, capabilities: Capabilities) -> Self {
         *self.hooks.capabilities.lock().unwrap() = Some(capabilities);
@@ -114,6 +123,10 @@ impl LockBackend for Wrapped {
             .lock()
             .unwrap()
             .unwrap_or_else(|| self.inner.capabilities())
+    }
+
+    fn lease_validity(&self, ttl: Duration) -> Duration {
+        ttl.saturating_sub(*self.hooks.lease_margin.lock().unwrap())
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<()>>> {
