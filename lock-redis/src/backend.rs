@@ -136,23 +136,29 @@ impl RedisBackend {
     }
 }
 
-/// Runs one acquire call. If the caller's future is dropped while the call is in
-/// flight, the call is finished in a spawned task and a grant it brings is released,
-/// rather than left held until its lease runs out. The common path spawns nothing.
+/// Runs one acquire call for a lease of `lease`. If the caller's future is dropped
+/// while the call is in flight, or the call outlasts the node's call timeout (the
+/// server busy or paused: the script may still run later), the call is finished in a
+/// spawned task and a grant it brings is released, rather than left held until its
+/// lease runs out. The common path spawns nothing.
 ///
 /// `permit` is held until the call has finished, so a queue clean-up waiting for it
 /// never runs before a call that might queue the waiter again.
 pub(crate) async fn attempt(
     node: &Node,
     call: Call,
+    lease: Duration,
     undo: impl FnOnce(u64) -> Call + Send + 'static,
     permit: Option<OwnedMutexGuard<()>>,
 ) -> Result<Attempt> {
     let call_node = node.clone();
+    let call_timeout = node.call_timeout();
+    // A grant that arrives after its lease would have run out needs no undo.
+    let reply_limit = call_timeout + lease;
     let mut in_flight = InFlight {
         call: Some(Box::pin(async move {
             call_node
-                .call::<(i64, i64)>("acquire", &call)
+                .call_within::<(i64, i64)>("acquire", &call, reply_limit)
                 .await
                 .and_then(|reply| Attempt::from_reply(reply).map_err(Error::from))
         })),
@@ -160,7 +166,15 @@ pub(crate) async fn attempt(
         undo: Some(Box::new(undo)),
         permit,
     };
-    let result = in_flight.call.as_mut().expect("set above").await;
+    let call = in_flight.call.as_mut().expect("set above");
+    let result = tokio::time::timeout(call_timeout, call)
+        .await
+        .map_err(|_| {
+            Error::from(crate::error::Error::TimedOut {
+                what: "acquire",
+                after: call_timeout,
+            })
+        })?;
     in_flight.call = None;
     result
 }
@@ -295,6 +309,7 @@ impl LockBackend for RedisBackend {
             let attempt = attempt(
                 &self.node,
                 request.acquire_with(registers),
+                request.ttl,
                 move |fence| undo.release(fence),
                 permit,
             )

@@ -71,7 +71,9 @@ impl Node {
         let config = &self.inner.config;
         let settings = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout()))
-            .set_response_timeout(Some(config.command_timeout()))
+            // Every call is bounded by `within` instead: an acquire abandoned on its
+            // timeout must still see its late reply, to undo a grant it brings.
+            .set_response_timeout(None)
             // Fail fast and let the caller (or the watchdog) decide when to retry.
             .set_number_of_retries(0)
             .set_min_delay(Duration::from_millis(10))
@@ -95,10 +97,15 @@ impl Node {
         let mut conn = self.conn()?;
         error::within(
             what,
-            self.inner.config.call_timeout(),
+            self.call_timeout(),
             invocation.invoke_async(&mut conn),
         )
         .await
+    }
+
+    /// How long one call may take: connect plus command timeout.
+    pub(crate) fn call_timeout(&self) -> Duration {
+        self.inner.config.call_timeout()
     }
 
     /// Runs one of the crate's script calls, bounded like [`Node::eval`].
@@ -108,6 +115,17 @@ impl Node {
         call: &crate::calls::Call,
     ) -> Result<T> {
         self.eval(what, &call.invocation()).await
+    }
+
+    /// Runs one of the crate's script calls, waiting for its reply up to `limit`.
+    pub(crate) async fn call_within<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        call: &crate::calls::Call,
+        limit: Duration,
+    ) -> Result<T> {
+        let mut conn = self.conn()?;
+        error::within(what, limit, call.invocation().invoke_async(&mut conn)).await
     }
 
     /// Runs a plain command, bounded like [`Node::eval`].

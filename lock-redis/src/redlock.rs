@@ -184,7 +184,13 @@ async fn round(nodes: Arc<[Node]>, request: Request, timeouts: Vec<Duration>) ->
         // A grant that arrives after the timeout is released by attempt()'s task.
         tokio::time::timeout(
             *timeout,
-            attempt(node, call, move |fence| undo.release(fence), None),
+            attempt(
+                node,
+                call,
+                request.ttl,
+                move |fence| undo.release(fence),
+                None,
+            ),
         )
     });
     let replies = join_all(phase1).await;

@@ -467,3 +467,59 @@ async fn the_backend_recovers_after_the_server_restarts() {
     };
     guard.release().await.unwrap();
 }
+
+/// An acquire that times out on the client but runs on the server later (the server
+/// was busy past the command timeout) is undone when its late grant arrives, instead of
+/// holding the lock for its whole lease. `DEBUG SLEEP` keeps the server busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_that_timed_out_but_ran_later_is_undone() {
+    let server = RedisServer::start();
+    let client = client(server.backend(), "late");
+    let other = common::client(server.backend(), "late");
+    let long = AcquireOptions::try_once().lease(Duration::from_secs(600));
+    let exclusive = client.lock("x").unwrap();
+    let fair = client.fair_lock("x").unwrap();
+    let locks: [(&str, &dyn DistributedLock); 2] = [("exclusive", &exclusive), ("fair", &fair)];
+    for (kind, lock) in locks {
+        // Connect first: a connection made during the sleep would time out instead.
+        lock.try_acquire()
+            .await
+            .unwrap()
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        let mut raw = server.raw().await;
+        let busy_until = Instant::now() + Duration::from_millis(2_500);
+        // The raw client gives up waiting for the reply; the server sleeps on.
+        let sleep = tokio::spawn(async move {
+            let _: redis::RedisResult<()> = redis::cmd("DEBUG")
+                .arg("SLEEP")
+                .arg(2.5)
+                .query_async(&mut raw)
+                .await;
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let err = lock.acquire_with(long).await.unwrap_err();
+        assert!(err.is_retryable(), "{kind}: {err}");
+        sleep.await.unwrap();
+        tokio::time::sleep_until(busy_until.into()).await;
+        // The server has now run the acquire: the late grant must be given back.
+        let free_again = Instant::now();
+        loop {
+            let probe = match kind {
+                "exclusive" => other.lock("x").unwrap().try_acquire().await,
+                _ => other.fair_lock("x").unwrap().try_acquire().await,
+            };
+            if let Some(guard) = probe.unwrap() {
+                guard.release().await.unwrap();
+                break;
+            }
+            assert!(
+                free_again.elapsed() < Duration::from_secs(5),
+                "{kind}: the timed-out acquire still holds the lock"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

@@ -47,6 +47,8 @@ impl RedisServer {
             .arg("--dir")
             .arg(self.dir.path())
             .args(["--daemonize", "no", "--loglevel", "warning"])
+            // DEBUG SLEEP keeps the server busy past a client's timeout.
+            .args(["--enable-debug-command", "local"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
