@@ -136,6 +136,15 @@ impl TestServer {
                 .await
                 .map(|c| TestServer::Container(Box::new(c)));
         }
+        Self::start_local(spec).await
+    }
+
+    /// Starts `spec`'s server as a local process, whatever `LOCK_TEST_SERVERS` says
+    /// (for the harness's own tests, whose made-up servers have no image).
+    ///
+    /// # Errors
+    /// Why the server did not start, with the end of its log.
+    pub async fn start_local(spec: &ServerSpec) -> Result<Self, String> {
         let mut last_error = String::new();
         for _ in 0..START_ATTEMPTS {
             match ServerProcess::start(spec).await {
@@ -485,7 +494,7 @@ mod tests {
             println!("SKIP starts_serves_and_stops_by_pid: python3 is not installed");
             return;
         }
-        let mut server = TestServer::start(&HTTP).await.expect("start");
+        let mut server = TestServer::start_local(&HTTP).await.expect("start");
         let url = server.url();
         let process = server.process().expect("spawned");
         let port = process.port();
@@ -519,7 +528,7 @@ mod tests {
             ready: Probe::Open,
             container: None,
         };
-        let err = TestServer::start(&BROKEN).await.unwrap_err();
+        let err = TestServer::start_local(&BROKEN).await.unwrap_err();
         assert!(err.contains("cannot start: bad config"), "{err}");
     }
 }
