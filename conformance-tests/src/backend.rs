@@ -59,6 +59,12 @@ pub trait Backend: Send + Sync {
     /// key, the node, the row).
     async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String>;
 
+    /// Inspection hook: what the server still keeps for locks of `namespace`, one line
+    /// per thing (a lock key, a queue place, a node, a row), leaving out only what stays
+    /// by design (fencing counters, empty parent nodes the server reaps). Empty once
+    /// every lock of the namespace is released and no one waits.
+    async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, String>;
+
     /// Fault hook: the command that starts a process holding the lock in `spec`
     /// (normally the `lock-holder` binary pointed at this backend's server). `None`
     /// if this backend cannot be shared across processes.

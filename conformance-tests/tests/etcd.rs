@@ -36,6 +36,26 @@ impl Backend for Etcd {
         options.client(EtcdBackend::connect(self.config()).await?)
     }
 
+    async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, String> {
+        // Every lock of the namespace lives under `namespace/`; tokens are revisions,
+        // so nothing stays by design.
+        let options = lock_etcd::etcd_client::GetOptions::new()
+            .with_prefix()
+            .with_keys_only();
+        let found = self
+            .admin
+            .client()
+            .kv_client()
+            .get(format!("{namespace}/"), Some(options))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(found
+            .kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+            .collect())
+    }
+
     async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
         self.admin
             .force_unlock(key, family)

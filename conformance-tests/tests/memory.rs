@@ -23,6 +23,15 @@ impl Backend for Memory {
         options.client(self.backend.clone())
     }
 
+    async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, String> {
+        Ok(self
+            .backend
+            .active_keys_in(namespace)
+            .iter()
+            .map(|key| format!("{key:?}"))
+            .collect())
+    }
+
     async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
         use lock_core::LockBackend as _;
         self.backend

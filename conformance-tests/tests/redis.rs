@@ -8,7 +8,27 @@ use async_trait::async_trait;
 use conformance_tests::server::{specs::REDIS, TestServer};
 use conformance_tests::{run_suite, Backend, ClientOptions, HolderSpec};
 use lock_core::{LockBackend, LockFamily, LockKey, LockProvider};
-use lock_redis::{RedLockBackend, RedisBackend, RedisConfig};
+use lock_redis::{redis, RedLockBackend, RedisBackend, RedisConfig};
+
+/// Every key of `namespace` on the server at `url` but the fencing counters, which stay
+/// by design: the exclusive lock's bare key `ns:name` and the `{ns:name}:...` keys.
+async fn leftovers(url: &str, namespace: &str) -> Result<Vec<String>, String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut left = Vec::new();
+    for pattern in [format!("{namespace}:*"), format!("{{{namespace}:*")] {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(pattern)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        left.extend(keys.into_iter().filter(|k| !k.ends_with("}:fence")));
+    }
+    Ok(left)
+}
 
 struct Redis {
     url: String,
@@ -35,6 +55,10 @@ impl Backend for Redis {
 
     async fn client(&self, options: ClientOptions) -> lock_core::Result<Arc<dyn LockProvider>> {
         options.client(RedisBackend::new(self.config())?)
+    }
+
+    async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, String> {
+        leftovers(&self.url, namespace).await
     }
 
     async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
@@ -101,6 +125,15 @@ impl Backend for RedLock {
 
     async fn client(&self, options: ClientOptions) -> lock_core::Result<Arc<dyn LockProvider>> {
         options.client(self.backend()?)
+    }
+
+    async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, String> {
+        let mut left = Vec::new();
+        for url in &self.urls {
+            let keys = leftovers(url, namespace).await?;
+            left.extend(keys.into_iter().map(|k| format!("{url} {k}")));
+        }
+        Ok(left)
     }
 
     async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {

@@ -57,6 +57,35 @@ impl Backend for Zk {
         options.client(ZkBackend::new(self.config(SESSION_TIMEOUT)))
     }
 
+    async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, String> {
+        // Contender nodes are ephemeral; the persistent (container) nodes above them
+        // are reaped by the server once empty, so only ephemerals count.
+        let raw = self
+            .operator
+            .zookeeper_client()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut left = Vec::new();
+        let mut dirs = vec![format!("/{namespace}")];
+        while let Some(dir) = dirs.pop() {
+            let children = match raw.list_children(&dir).await {
+                Ok(children) => children,
+                Err(lock_zookeeper::zookeeper_client::Error::NoNode) => continue,
+                Err(err) => return Err(format!("list {dir}: {err}")),
+            };
+            for child in children {
+                let path = format!("{dir}/{child}");
+                match raw.check_stat(&path).await {
+                    Ok(Some(stat)) if stat.ephemeral_owner != 0 => left.push(path),
+                    Ok(Some(_)) => dirs.push(path),
+                    Ok(None) => {}
+                    Err(err) => return Err(format!("stat {path}: {err}")),
+                }
+            }
+        }
+        Ok(left)
+    }
+
     async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
         // Deletes the holders' nodes, as an operator would.
         self.operator

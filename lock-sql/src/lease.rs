@@ -52,10 +52,10 @@ pub(crate) fn millis(d: Duration) -> i64 {
 }
 
 /// One acquisition request, as the transaction needs it.
-struct Ask<'a> {
-    key: &'a KeyId,
+struct Ask {
+    key: KeyId,
     kind: LockKind,
-    owner: &'a str,
+    owner: String,
     ttl_ms: i64,
     queue_ttl_ms: i64,
 }
@@ -109,26 +109,54 @@ async fn dequeue(db: &Db, key: &str, kind: LockKind, id: i64) -> Result<()> {
     notify(db, key).await
 }
 
-/// A grant whose commit may have happened without us seeing the reply: if the acquire
-/// is dropped (or fails) while this is armed, the lease is released by a spawned task.
-struct PendingGrant {
+/// What an attempt wrote that its caller has not taken over yet: a granted lease, a
+/// new queue ticket. Armed before the commit, so that whatever happens to the reply,
+/// dropping it undoes the write (in a spawned task).
+struct PendingWrite {
     db: Arc<Db>,
     key: String,
     kind: LockKind,
     owner: String,
     fence: Option<i64>,
+    ticket: Option<i64>,
 }
 
-impl Drop for PendingGrant {
+impl PendingWrite {
+    fn new(db: &Arc<Db>, ask: &Ask) -> Self {
+        PendingWrite {
+            db: db.clone(),
+            key: ask.key.hash.clone(),
+            kind: ask.kind,
+            owner: ask.owner.clone(),
+            fence: None,
+            ticket: None,
+        }
+    }
+
+    /// The caller has taken over what was written.
+    fn disarm(&mut self) {
+        self.fence = None;
+        self.ticket = None;
+    }
+}
+
+impl Drop for PendingWrite {
     fn drop(&mut self) {
-        if let Some(fence) = self.fence.take() {
-            let db = self.db.clone();
-            let (key, kind, owner) = (self.key.clone(), self.kind, self.owner.clone());
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move {
+        let (fence, ticket) = (self.fence.take(), self.ticket.take());
+        if fence.is_none() && ticket.is_none() {
+            return;
+        }
+        let db = self.db.clone();
+        let (key, kind, owner) = (self.key.clone(), self.kind, self.owner.clone());
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Some(fence) = fence {
                     let _ = delete_lease(&db, &key, kind, &owner, fence).await;
-                });
-            }
+                }
+                if let Some(id) = ticket {
+                    let _ = dequeue(&db, &key, kind, id).await;
+                }
+            });
         }
     }
 }
@@ -140,14 +168,14 @@ pub(crate) async fn acquire(
     timing: Timing,
     req: AcquireRequest<'_>,
 ) -> Result<Option<Grant<SqlLease>>> {
-    let key = KeyId::of(req.key);
-    let ask = Ask {
-        key: &key,
+    let ask = Arc::new(Ask {
+        key: KeyId::of(req.key),
         kind: req.kind,
-        owner: req.owner.as_str(),
+        owner: req.owner.as_str().to_owned(),
         ttl_ms: millis(req.ttl),
         queue_ttl_ms: millis(timing.queue_ttl),
-    };
+    });
+    let key = &ask.key;
     let waits = !req.deadline.has_passed();
     let queued_kind = matches!(req.kind, LockKind::Fair | LockKind::Write);
     let mut ticket = Ticket {
@@ -171,7 +199,7 @@ pub(crate) async fn acquire(
                 return Ok(Some(Grant {
                     fence,
                     started_at: attempt_sent,
-                    data: SqlLease::lease(key),
+                    data: SqlLease::lease(key.clone()),
                 }));
             }
             Outcome::Blocked { wake_in_ms } => wake_in_ms,
@@ -201,61 +229,140 @@ pub(crate) async fn acquire(
 /// One try, retried on transient conflicts.
 async fn attempt(
     db: &Arc<Db>,
-    ask: &Ask<'_>,
+    ask: &Arc<Ask>,
     ticket: &mut Option<i64>,
     enqueue: bool,
 ) -> Result<Outcome> {
-    let mut pending = PendingGrant {
-        db: db.clone(),
-        key: ask.key.hash.clone(),
-        kind: ask.kind,
-        owner: ask.owner.to_owned(),
-        fence: None,
-    };
     let mut tries = 0;
     loop {
-        let mut next = *ticket;
-        let run = async {
-            if db.dialect == Dialect::Postgres && next.is_none() {
-                if let Some(fence) = fast_grant_postgres(db, ask).await? {
-                    return Ok(Outcome::Granted(fence as u64));
-                }
-                // Blocked: the general transaction learns how long, and queues.
-            }
-            attempt_tx(db, ask, &mut next, enqueue, &mut pending).await
+        let (outcome, next, mut pending) = match tokio::time::timeout(
+            db.request_timeout,
+            attempt_in_task(db, ask, *ticket, enqueue),
+        )
+        .await
+        {
+            Ok(answer) => answer?,
+            Err(_) => return Err(timed_out(db.name(), "acquiring a lock", db.request_timeout)),
         };
-        match tokio::time::timeout(db.request_timeout, run).await {
-            Ok(Ok(outcome)) => {
+        match outcome {
+            Ok(outcome) => {
                 *ticket = next;
-                if matches!(outcome, Outcome::Granted(_)) {
-                    pending.fence = None;
-                }
+                pending.disarm();
                 return Ok(outcome);
             }
-            Ok(Err(e)) if classify(&e) == Class::Transient && tries < 20 => {
-                // A deadlock or a busy database file: the transaction rolled back.
+            Err(e) if classify(&e) == Class::Transient && tries < 20 => {
+                // A deadlock or a busy database file: the transaction rolled back
+                // (dropping `pending` undoes anything it may have committed).
                 tries += 1;
-                pending.fence = None;
+                drop(pending);
                 let pause = rand::random_range(1..=5 * tries);
                 tokio::time::sleep(Duration::from_millis(pause)).await;
             }
-            Ok(Err(e)) => return Err(db.err(e)),
-            Err(_) => return Err(timed_out(db.name(), "acquiring a lock", db.request_timeout)),
+            Err(e) => return Err(db.err(e)),
         }
     }
 }
 
-async fn attempt_tx(
-    db: &Db,
-    ask: &Ask<'_>,
-    ticket: &mut Option<i64>,
+type AttemptAnswer = (
+    std::result::Result<Outcome, sqlx::Error>,
+    Option<i64>,
+    PendingWrite,
+);
+
+/// Runs one attempt in a task of its own, which always sees how its commit ended: it
+/// hands back the outcome, the ticket, and what it wrote armed for undoing. A caller
+/// that went away before the commit was sent costs nothing (the transaction is rolled
+/// back); one that went away later leaves the answer untaken, and dropping it undoes
+/// the grant or removes the new ticket, after the commit, so a commit can never land
+/// after its clean-up.
+async fn attempt_in_task(
+    db: &Arc<Db>,
+    ask: &Arc<Ask>,
+    ticket: Option<i64>,
     enqueue: bool,
-    pending: &mut PendingGrant,
-) -> std::result::Result<Outcome, sqlx::Error> {
+) -> Result<AttemptAnswer> {
+    let (mut reply, answer) = oneshot::channel();
+    let (task_db, task_ask) = (db.clone(), ask.clone());
+    tokio::spawn(async move {
+        if let Some(answer) = run_attempt(&task_db, &task_ask, ticket, enqueue, &mut reply).await {
+            let _ = reply.send(answer);
+        }
+    });
+    answer
+        .await
+        .map_err(|_| Error::backend(db.name(), "an acquire attempt ended without an answer"))
+}
+
+/// The body of [`attempt_in_task`]; `None` if the caller went away before anything
+/// was committed.
+async fn run_attempt(
+    db: &Arc<Db>,
+    ask: &Ask,
+    ticket: Option<i64>,
+    enqueue: bool,
+    reply: &mut oneshot::Sender<AttemptAnswer>,
+) -> Option<AttemptAnswer> {
+    let mut pending = PendingWrite::new(db, ask);
+    if db.dialect == Dialect::Postgres && ticket.is_none() {
+        if reply.is_closed() {
+            return None;
+        }
+        // One statement that commits by itself: once sent, wait for its answer.
+        match fast_grant_postgres(db, ask, &mut pending).await {
+            Ok(Some(fence)) => return Some((Ok(Outcome::Granted(fence as u64)), ticket, pending)),
+            Ok(None) => {} // Blocked: the transaction below learns how long, and queues.
+            Err(e) => return Some((Err(e), ticket, pending)),
+        }
+    }
+    // Nothing is committed before `commit` below: dropping the transaction on the
+    // way there rolls it back.
+    let prepared = tokio::select! {
+        prepared = prepare(db, ask, ticket, enqueue) => prepared,
+        () = reply.closed() => return None,
+    };
+    let prepared = match prepared {
+        Ok(prepared) => prepared,
+        Err(e) => return Some((Err(e), ticket, pending)),
+    };
+    pending.fence = prepared.fence;
+    pending.ticket = prepared.new_ticket;
+    if let Some(tx) = prepared.tx {
+        // Bounded, so a server that never answers cannot keep the task forever.
+        let committed = tokio::time::timeout(db.request_timeout * 3, tx.commit())
+            .await
+            .unwrap_or(Err(sqlx::Error::PoolTimedOut));
+        if let Err(e) = committed {
+            return Some((Err(e), ticket, pending));
+        }
+    }
+    Some((Ok(prepared.outcome), prepared.ticket, pending))
+}
+
+/// What one attempt's transaction decided, not yet committed.
+struct Prepared {
+    /// The transaction to commit; `None` when it was rolled back (nothing written).
+    tx: Option<sqlx::Transaction<'static, Any>>,
+    outcome: Outcome,
+    /// The lease the commit grants.
+    fence: Option<i64>,
+    /// The queue ticket the commit creates.
+    new_ticket: Option<i64>,
+    /// The caller's ticket once committed.
+    ticket: Option<i64>,
+}
+
+/// Runs one attempt's transaction up to its commit: reads the key's leases and queue,
+/// decides, and writes the grant, the new ticket or the ticket's refresh.
+async fn prepare(
+    db: &Db,
+    ask: &Ask,
+    mut ticket: Option<i64>,
+    enqueue: bool,
+) -> std::result::Result<Prepared, sqlx::Error> {
     let sql = &db.sql;
     let khash = &ask.key.hash;
     let mut tx = db.pool.begin().await?;
-    let fence = bump_key(&mut tx, db, ask.key).await?;
+    let fence = bump_key(&mut tx, db, &ask.key).await?;
     if db.dialect != Dialect::Postgres && ticket.is_none() {
         // The key row is locked: the grant statement sees the key's current rows, so
         // when it grants, the reads below are not needed.
@@ -270,9 +377,13 @@ async fn attempt_tx(
             .await?;
         // MySQL returns the row it kept, ours or not: ours has the fence just bumped.
         if row.map(|r| r.try_get::<i64, _>(0)).transpose()? == Some(fence) {
-            pending.fence = Some(fence);
-            tx.commit().await?;
-            return Ok(Outcome::Granted(fence as u64));
+            return Ok(Prepared {
+                tx: Some(tx),
+                outcome: Outcome::Granted(fence as u64),
+                fence: Some(fence),
+                new_ticket: None,
+                ticket: None,
+            });
         }
     }
     let leases: Vec<LiveLease> = q(&sql.live_leases)
@@ -307,12 +418,12 @@ async fn attempt_tx(
             .collect()
     };
     // A ticket that expired (its waiter too slow to refresh it) is gone: queue anew.
-    if let Some(id) = *ticket {
+    if let Some(id) = ticket {
         if !queue.iter().any(|t| t.kind == ask.kind && t.ticket == id) {
-            *ticket = None;
+            ticket = None;
         }
     }
-    match decide(ask.kind, ask.owner, *ticket, &leases, &queue) {
+    match decide(ask.kind, &ask.owner, ticket, &leases, &queue) {
         Decision::Grant => {
             if matches!(ask.kind, LockKind::Read | LockKind::Write) {
                 // Dead readers' rows would otherwise pile up.
@@ -324,7 +435,7 @@ async fn attempt_tx(
             q(&sql.put_lease)
                 .bind(khash.clone())
                 .bind(kind_code(ask.kind))
-                .bind(holder_of(ask.kind, ask.owner).to_owned())
+                .bind(holder_of(ask.kind, &ask.owner).to_owned())
                 .bind(ask.owner.to_owned())
                 .bind(fence)
                 .bind(ask.ttl_ms)
@@ -333,7 +444,7 @@ async fn attempt_tx(
             let written: Option<i64> = q(&sql.lease_fence)
                 .bind(khash.clone())
                 .bind(kind_code(ask.kind))
-                .bind(holder_of(ask.kind, ask.owner).to_owned())
+                .bind(holder_of(ask.kind, &ask.owner).to_owned())
                 .fetch_optional(&mut *tx)
                 .await?
                 .map(|row| row.try_get(0))
@@ -341,9 +452,15 @@ async fn attempt_tx(
             if written != Some(fence) {
                 // The row was renewed after the leases were read: it is live after all.
                 tx.rollback().await?;
-                return Ok(Outcome::Blocked { wake_in_ms: None });
+                return Ok(Prepared {
+                    tx: None,
+                    outcome: Outcome::Blocked { wake_in_ms: None },
+                    fence: None,
+                    new_ticket: None,
+                    ticket,
+                });
             }
-            if let Some(id) = ticket.take() {
+            if let Some(id) = ticket {
                 q(&sql.dequeue)
                     .bind(khash.clone())
                     .bind(kind_code(ask.kind))
@@ -351,12 +468,18 @@ async fn attempt_tx(
                     .execute(&mut *tx)
                     .await?;
             }
-            pending.fence = Some(fence);
-            tx.commit().await?;
-            Ok(Outcome::Granted(fence as u64))
+            // The grant removes the ticket in the same commit.
+            Ok(Prepared {
+                tx: Some(tx),
+                outcome: Outcome::Granted(fence as u64),
+                fence: Some(fence),
+                new_ticket: None,
+                ticket: None,
+            })
         }
         Decision::Blocked { wake_in_ms } => {
-            match *ticket {
+            let outcome = Outcome::Blocked { wake_in_ms };
+            match ticket {
                 Some(id) => {
                     q(&sql.refresh_ticket)
                         .bind(ask.queue_ttl_ms)
@@ -365,7 +488,13 @@ async fn attempt_tx(
                         .bind(id)
                         .execute(&mut *tx)
                         .await?;
-                    tx.commit().await?;
+                    Ok(Prepared {
+                        tx: Some(tx),
+                        outcome,
+                        fence: None,
+                        new_ticket: None,
+                        ticket,
+                    })
                 }
                 None if enqueue => {
                     let id = next_ticket(&mut tx, db, khash).await?;
@@ -377,12 +506,25 @@ async fn attempt_tx(
                         .bind(ask.queue_ttl_ms)
                         .execute(&mut *tx)
                         .await?;
-                    tx.commit().await?;
-                    *ticket = Some(id);
+                    Ok(Prepared {
+                        tx: Some(tx),
+                        outcome,
+                        fence: None,
+                        new_ticket: Some(id),
+                        ticket: Some(id),
+                    })
                 }
-                None => tx.rollback().await?,
+                None => {
+                    tx.rollback().await?;
+                    Ok(Prepared {
+                        tx: None,
+                        outcome,
+                        fence: None,
+                        new_ticket: None,
+                        ticket: None,
+                    })
+                }
             }
-            Ok(Outcome::Blocked { wake_in_ms })
         }
     }
 }
@@ -392,7 +534,7 @@ fn fast_grant_of(db: &Db, kind: LockKind) -> &FastGrant {
 }
 
 /// `grant`'s statement with the request's values bound in its order.
-fn bind_args(grant: &FastGrant, ask: &Ask<'_>, fence: i64) -> Query<'static, Any, AnyArguments> {
+fn bind_args(grant: &FastGrant, ask: &Ask, fence: i64) -> Query<'static, Any, AnyArguments> {
     grant
         .args
         .iter()
@@ -401,7 +543,7 @@ fn bind_args(grant: &FastGrant, ask: &Ask<'_>, fence: i64) -> Query<'static, Any
             Arg::Namespace => query.bind(ask.key.namespace.clone()),
             Arg::Name => query.bind(ask.key.name.clone()),
             Arg::Kind => query.bind(kind_code(ask.kind)),
-            Arg::Holder => query.bind(holder_of(ask.kind, ask.owner).to_owned()),
+            Arg::Holder => query.bind(holder_of(ask.kind, &ask.owner).to_owned()),
             Arg::Owner => query.bind(ask.owner.to_owned()),
             Arg::Fence => query.bind(fence),
             Arg::Ttl => query.bind(ask.ttl_ms),
@@ -412,34 +554,19 @@ fn bind_args(grant: &FastGrant, ask: &Ask<'_>, fence: i64) -> Query<'static, Any
 /// [`FastGrant`]); `None` if it did not grant.
 ///
 /// The fence is only known from the reply, so nothing could clean up a grant whose
-/// reply is lost to a dropped future. The statement therefore runs in a task of its
-/// own that always sees the reply: it hands the grant over armed for release, and
-/// the grant releases itself if nobody takes it (the acquire was dropped or timed out).
+/// reply would be lost to a dropped future: it runs inside [`attempt_in_task`], and a
+/// grant is armed in `pending` as soon as it is known.
 async fn fast_grant_postgres(
-    db: &Arc<Db>,
-    ask: &Ask<'_>,
+    db: &Db,
+    ask: &Ask,
+    pending: &mut PendingWrite,
 ) -> std::result::Result<Option<i64>, sqlx::Error> {
-    let query = bind_args(fast_grant_of(db, ask.kind), ask, 0);
-    let mut pending = PendingGrant {
-        db: db.clone(),
-        key: ask.key.hash.clone(),
-        kind: ask.kind,
-        owner: ask.owner.to_owned(),
-        fence: None,
-    };
-    let (reply, answer) = oneshot::channel();
-    tokio::spawn(async move {
-        let outcome = match query.fetch_optional(&pending.db.pool).await {
-            Ok(row) => row.map(|r| r.try_get::<i64, _>(0)).transpose(),
-            Err(e) => Err(e),
-        };
-        pending.fence = outcome.as_ref().ok().copied().flatten();
-        // If the acquire is gone, dropping `pending` releases the lease.
-        let _ = reply.send((outcome, pending));
-    });
-    let (outcome, mut pending) = answer.await.map_err(|_| sqlx::Error::WorkerCrashed)?;
-    pending.fence = None;
-    outcome
+    let row = bind_args(fast_grant_of(db, ask.kind), ask, 0)
+        .fetch_optional(&db.pool)
+        .await?;
+    let fence = row.map(|r| r.try_get::<i64, _>(0)).transpose()?;
+    pending.fence = fence;
+    Ok(fence)
 }
 
 /// Creates the key's row or bumps its fence; returns the new fence. The row stays

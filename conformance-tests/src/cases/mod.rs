@@ -1,6 +1,7 @@
 //! The cases, and the list the runner goes through.
 
 mod args;
+mod cancel;
 mod fair;
 mod flavor;
 mod mutex;
@@ -13,6 +14,7 @@ use lock_core::Capabilities;
 
 use crate::backend::{Backend, HolderSpec};
 use crate::runner::Ctx;
+use cancel::Storm;
 use flavor::Flavor;
 
 /// What a case needs from the backend.
@@ -199,6 +201,26 @@ pub fn all_cases() -> Vec<Case> {
             "rw::cancelled_writer_leaves_nothing",
             RW,
             Box::new(|ctx| rwlock::cancelled_writer_leaves_nothing(ctx).boxed()),
+        ),
+        case(
+            "cancel::storm_exclusive",
+            NOTHING,
+            Box::new(|ctx| cancel::storm(ctx, Storm::Exclusive).boxed()),
+        ),
+        case(
+            "cancel::storm_fair",
+            FAIR,
+            Box::new(|ctx| cancel::storm(ctx, Storm::Fair).boxed()),
+        ),
+        case(
+            "cancel::storm_write",
+            RW,
+            Box::new(|ctx| cancel::storm(ctx, Storm::Write).boxed()),
+        ),
+        case(
+            "cancel::storm_read",
+            RW,
+            Box::new(|ctx| cancel::storm(ctx, Storm::Read).boxed()),
         ),
         case(
             "args::invalid_names",

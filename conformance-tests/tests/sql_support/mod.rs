@@ -70,6 +70,11 @@ impl Backend for Sql {
         Ok(Arc::new(client))
     }
 
+    async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, String> {
+        let backend = self.backend().await.map_err(|e| e.to_string())?;
+        leftover_rows(&backend, namespace).await
+    }
+
     async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
         use lock_core::LockBackend as _;
         let backend = self.backend().await.map_err(|e| e.to_string())?;
@@ -116,6 +121,31 @@ impl Backend for Sql {
     fn slack(&self) -> Duration {
         Duration::from_secs(2)
     }
+}
+
+/// The lease, queue and row-lock rows of every lock of `namespace` (the key table and
+/// its fencing counters stay by design).
+pub async fn leftover_rows(backend: &SqlBackend, namespace: &str) -> Result<Vec<String>, String> {
+    let prefix = backend.table_prefix();
+    let (quote, param) = match backend.dialect() {
+        lock_sql::Dialect::MySql => ('`', "?".to_owned()),
+        lock_sql::Dialect::Postgres => ('"', "$1".to_owned()),
+        _ => ('"', "?".to_owned()),
+    };
+    let mut left = Vec::new();
+    for table in ["leases", "queue", "holders"] {
+        let sql = format!(
+            "SELECT t.kind FROM {quote}{prefix}_{table}{quote} t \
+             JOIN {quote}{prefix}_keys{quote} k ON k.khash = t.khash WHERE k.namespace = {param}"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(namespace.to_owned())
+            .fetch_all(backend.pool())
+            .await
+            .map_err(|e| format!("{table}: {e}"))?;
+        left.extend(rows.iter().map(|_| format!("a row in {prefix}_{table}")));
+    }
+    Ok(left)
 }
 
 /// Deletes the lease rows of `key` with kinds `lo..=hi`, as an operator would by hand.

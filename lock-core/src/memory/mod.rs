@@ -66,6 +66,16 @@ impl MemoryBackend {
     pub fn active_keys(&self) -> usize {
         self.table().len()
     }
+
+    /// The keys of `namespace` that have any state, as [`MemoryBackend::active_keys`]
+    /// counts them.
+    pub fn active_keys_in(&self, namespace: &str) -> Vec<LockKey> {
+        self.table()
+            .keys()
+            .filter(|key| key.namespace().as_str() == namespace)
+            .cloned()
+            .collect()
+    }
 }
 
 impl fmt::Debug for MemoryBackend {

@@ -306,6 +306,10 @@ impl Table {
     pub(super) fn len(&self) -> usize {
         self.keys.len()
     }
+
+    pub(super) fn keys(&self) -> impl Iterator<Item = &LockKey> {
+        self.keys.keys()
+    }
 }
 
 fn take_if(holder: &mut Option<Holder>, owner: &OwnerToken, fence: u64) -> bool {
