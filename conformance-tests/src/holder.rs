@@ -9,6 +9,9 @@ use tokio::process::{Child, Command};
 /// The line the holder prints once it holds the lock, followed by the fencing token.
 pub const ACQUIRED: &str = "ACQUIRED";
 
+/// What the holder prints when it gave up waiting (`--wait-ms`).
+pub const TIMED_OUT: &str = "TIMED_OUT";
+
 /// A running `lock-holder` process that holds a lock. Killed when dropped.
 #[derive(Debug)]
 pub struct HolderProcess {

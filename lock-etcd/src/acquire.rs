@@ -107,14 +107,23 @@ impl Job {
         };
         match self.contend(&prefix, &mut reply).await {
             Ok(contender) => self.grant(contender, gate, reply).await,
-            Err((stop, contender)) => {
-                // Answer first: removing the key may take retries while etcd is down.
+            Err((stop, mut contender)) => {
                 match stop {
                     Stop::Abandoned => {}
                     Stop::Deadline => {
+                        // Remove our key before saying so, as etcd's own client does: a
+                        // program that ends right after a timeout must not leave it
+                        // queued ahead of everyone until the lease runs out. One try,
+                        // bounded: the retries below wait while etcd is down.
+                        if let Some(placed) = &contender {
+                            if self.remove(placed).await.is_ok() {
+                                contender = None;
+                            }
+                        }
                         let _ = reply.send(Ok(None));
                     }
                     Stop::Failed(err) => {
+                        // Answer first: removing the key may take retries.
                         let _ = reply.send(Err(err));
                     }
                 }
@@ -370,29 +379,8 @@ impl Job {
     /// known. Retried for a while: a key left on the session lease would block others
     /// for as long as this client lives.
     async fn clean_up(&self, contender: &Contender) {
-        let inner = &self.inner;
-        let timeout = inner.config.request_timeout();
         for attempt in 0..8u32 {
-            let done = if !contender.lease.is_session() {
-                contender.lease.revoke(&inner.client, timeout).await
-            } else if contender.revision > 0 {
-                inner
-                    .txn(
-                        "clean up",
-                        queries::delete_if(contender.key.as_bytes(), contender.revision),
-                    )
-                    .await
-                    .map(drop)
-            } else {
-                // The write's outcome is unknown. The key is this acquisition's alone:
-                // fair and read-write keys are unique, and the gate keeps other owners
-                // of this client off the exclusive key meanwhile.
-                let mut kv = inner.client.kv_client();
-                within("clean up", timeout, kv.delete(contender.key.as_str(), None))
-                    .await
-                    .map(drop)
-            };
-            match done {
+            match self.remove(contender).await {
                 Ok(()) => return,
                 Err(err) => {
                     tracing::debug!(key = %contender.key, error = %err, attempt, "could not remove an abandoned key; retrying");
@@ -401,5 +389,31 @@ impl Job {
             }
         }
         tracing::warn!(key = %contender.key, "gave up removing an abandoned key; it goes with its lease");
+    }
+
+    /// One try at removing what an acquisition wrote (see [`Job::clean_up`]), bounded
+    /// by the request timeout.
+    async fn remove(&self, contender: &Contender) -> Result<()> {
+        let inner = &self.inner;
+        let timeout = inner.config.request_timeout();
+        if !contender.lease.is_session() {
+            contender.lease.revoke(&inner.client, timeout).await
+        } else if contender.revision > 0 {
+            inner
+                .txn(
+                    "clean up",
+                    queries::delete_if(contender.key.as_bytes(), contender.revision),
+                )
+                .await
+                .map(drop)
+        } else {
+            // The write's outcome is unknown. The key is this acquisition's alone:
+            // fair and read-write keys are unique, and the gate keeps other owners of
+            // this client off the exclusive key meanwhile.
+            let mut kv = inner.client.kv_client();
+            within("clean up", timeout, kv.delete(contender.key.as_str(), None))
+                .await
+                .map(drop)
+        }
     }
 }

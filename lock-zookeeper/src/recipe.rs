@@ -176,6 +176,9 @@ async fn attempt(
             }));
         };
         if req.deadline.has_passed() {
+            pending
+                .remove(inner.sessions.config().connect_timeout())
+                .await;
             return Ok(Attempt::TimedOut);
         }
         // A child watch on the node ahead: it fires only when that node is deleted
@@ -206,7 +209,10 @@ async fn attempt(
                         return Ok(Attempt::NodeVanished);
                     }
                     () = session::ended(session.dead_signal()) => return Err(session::ended_error()),
-                    () = deadline => return Ok(Attempt::TimedOut),
+                    () = deadline => {
+                        pending.remove(inner.sessions.config().connect_timeout()).await;
+                        return Ok(Attempt::TimedOut);
+                    }
                 }
             }
         }
@@ -323,6 +329,48 @@ impl Pending {
     }
 }
 
+impl Pending {
+    /// Deletes the node now, before the acquire answers, so that a program that ends
+    /// right after a timeout leaves no node queued ahead of others. Bounded by `limit`
+    /// (the server may be unreachable); what is not done by then is left to `drop`.
+    async fn remove(&mut self, limit: Duration) {
+        let removed = tokio::time::timeout(
+            limit,
+            delete_node(&self.client, &self.dir, &self.tag, self.node.clone()),
+        )
+        .await;
+        if removed == Ok(true) {
+            self.disarm();
+        }
+    }
+}
+
+/// Deletes our contender node (found by its tag if its path is unknown); returns
+/// whether it is gone.
+async fn delete_node(client: &Client, dir: &str, tag: &str, node: Option<String>) -> bool {
+    // Requests of one session are served in order, so a create still in flight is
+    // visible to the listing sent after it.
+    let node = match node {
+        Some(node) => node,
+        None => match client.list_children(dir).await {
+            Ok(children) => match children.into_iter().find(|c| c.starts_with(tag)) {
+                Some(name) => format!("{dir}/{name}"),
+                None => return true,
+            },
+            Err(ZkError::NoNode) => return true,
+            Err(_) => return false,
+        },
+    };
+    for _ in 0..3 {
+        match client.delete(&node, None).await {
+            Ok(()) | Err(ZkError::NoNode) => return true,
+            Err(err) if is_connection_loss(&err) => tokio::time::sleep(RETRY_PAUSE).await,
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
 impl Drop for Pending {
     fn drop(&mut self) {
         if !self.armed {
@@ -337,24 +385,7 @@ impl Drop for Pending {
         let tag = std::mem::take(&mut self.tag);
         let node = self.node.take();
         runtime.spawn(async move {
-            // Requests of one session are served in order, so a create still in flight
-            // is visible to the listing sent after it.
-            let node = match node {
-                Some(node) => Some(node),
-                None => client
-                    .list_children(&dir)
-                    .await
-                    .ok()
-                    .and_then(|children| children.into_iter().find(|c| c.starts_with(&tag)))
-                    .map(|name| format!("{dir}/{name}")),
-            };
-            let Some(node) = node else { return };
-            for _ in 0..3 {
-                match client.delete(&node, None).await {
-                    Err(err) if is_connection_loss(&err) => tokio::time::sleep(RETRY_PAUSE).await,
-                    _ => return,
-                }
-            }
+            delete_node(&client, &dir, &tag, node).await;
         });
     }
 }

@@ -1,6 +1,8 @@
 //! Acquires one lock, prints `ACQUIRED <fencing token>`, and holds it (the watchdog
 //! renewing) until killed. Tests kill it with SIGKILL to check that a crashed
-//! holder's lock comes free.
+//! holder's lock comes free. With `--wait-ms`, it gives up after that long, prints
+//! `TIMED_OUT` and exits with code 4 at once, as a program that ends right after a
+//! timeout does.
 //!
 //! ```text
 //! lock-holder --url redis://127.0.0.1:6379 --namespace ns --name orders
@@ -10,8 +12,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use distributed_locks::prelude::*;
-use distributed_locks::{connect, ConnectOptions, LockGuard};
+use distributed_locks::{connect, AcquireOptions, ConnectOptions, LockGuard};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Kind {
@@ -39,6 +40,9 @@ struct Args {
     /// The watchdog lease, in milliseconds.
     #[arg(long, default_value_t = 30_000)]
     watchdog_lease_ms: u64,
+    /// Give up waiting after this many milliseconds (default: wait without limit).
+    #[arg(long)]
+    wait_ms: Option<u64>,
 }
 
 async fn hold(args: &Args) -> distributed_locks::Result<LockGuard> {
@@ -46,11 +50,15 @@ async fn hold(args: &Args) -> distributed_locks::Result<LockGuard> {
         .namespace(args.namespace.clone())
         .watchdog_lease(Duration::from_millis(args.watchdog_lease_ms));
     let client = connect(&args.url, options).await?;
+    let wait = match args.wait_ms {
+        Some(ms) => AcquireOptions::wait_for(Duration::from_millis(ms)),
+        None => AcquireOptions::wait_forever(),
+    };
     match args.kind {
-        Kind::Exclusive => client.lock(&args.name)?.acquire().await,
-        Kind::Fair => client.fair_lock(&args.name)?.acquire().await,
-        Kind::Read => client.rw_lock(&args.name)?.read().await,
-        Kind::Write => client.rw_lock(&args.name)?.write().await,
+        Kind::Exclusive => client.lock(&args.name)?.acquire_with(wait).await,
+        Kind::Fair => client.fair_lock(&args.name)?.acquire_with(wait).await,
+        Kind::Read => client.rw_lock(&args.name)?.read_with(wait).await,
+        Kind::Write => client.rw_lock(&args.name)?.write_with(wait).await,
     }
 }
 
@@ -59,6 +67,11 @@ async fn main() {
     let args = Args::parse();
     let guard = match hold(&args).await {
         Ok(guard) => guard,
+        Err(distributed_locks::Error::Timeout { .. }) => {
+            println!("{}", conformance_tests::holder::TIMED_OUT);
+            let _ = std::io::stdout().flush();
+            std::process::exit(4);
+        }
         Err(err) => {
             eprintln!("lock-holder: {err}");
             std::process::exit(1);

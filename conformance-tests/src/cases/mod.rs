@@ -128,6 +128,7 @@ pub fn all_cases() -> Vec<Case> {
         fencing_tokens_increase: NOTHING,
         try_acquire_fails_fast: NOTHING,
         wait_limit_honoured: NOTHING,
+        timed_out_waiter_leaves_nothing: NOTHING,
         waiter_woken_on_release: NOTHING,
         grant_after_long_wait_is_fresh: NOTHING,
         vanished_holder_expires: FIXED,
@@ -256,6 +257,11 @@ pub fn all_cases() -> Vec<Case> {
             "process::killed_holder_frees_lock",
             PROCESS,
             Box::new(|ctx| process::killed_holder_frees_lock(ctx).boxed()),
+        ),
+        case(
+            "process::timed_out_waiter_process_leaves_nothing",
+            PROCESS,
+            Box::new(|ctx| process::timed_out_waiter_process_leaves_nothing(ctx).boxed()),
         ),
     ]);
     cases

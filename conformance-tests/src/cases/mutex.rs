@@ -141,6 +141,33 @@ pub(crate) async fn wait_limit_honoured(ctx: &Ctx, flavor: Flavor) {
     ok("release", guard.release().await);
 }
 
+/// A waiter whose limit ran out has left the queue by the time it hears `Timeout`: a
+/// program that ends right after must not leave a place (a node, a key, a ticket)
+/// queued ahead of everyone until its session or lease runs out.
+pub(crate) async fn timed_out_waiter_leaves_nothing(ctx: &Ctx, flavor: Flavor) {
+    let holder = flavor.lock(&*ctx.client().await, NAME);
+    let guard = got("holder", holder.try_acquire().await);
+    let leftovers = || async {
+        let mut left = ctx
+            .backend()
+            .leftovers(ctx.namespace())
+            .await
+            .unwrap_or_else(|err| panic!("looking for leftovers: {err}"));
+        left.sort();
+        left
+    };
+    let before = leftovers().await;
+    let waiter = flavor.lock(&*ctx.client().await, NAME);
+    let result = waiter.acquire_timeout(Duration::from_millis(300)).await;
+    expect_err("acquire_timeout while held", result, is_timeout);
+    assert_eq!(
+        leftovers().await,
+        before,
+        "the timed-out waiter left its place behind"
+    );
+    ok("release", guard.release().await);
+}
+
 /// A waiter is handed the lock soon after the release, by notification: well before
 /// the holder's lease (10 s here) would have run out.
 pub(crate) async fn waiter_woken_on_release(ctx: &Ctx, flavor: Flavor) {

@@ -1,4 +1,5 @@
-//! A holder in another process, killed with SIGKILL: its lock comes free.
+//! Other processes: a holder killed with SIGKILL frees its lock; a waiter that ends
+//! right after its wait timed out leaves no place behind.
 
 use std::time::Duration;
 
@@ -43,6 +44,48 @@ pub(crate) async fn killed_holder_frees_lock(ctx: &Ctx) {
     assert!(
         guard.fencing_token() > holder.fence(),
         "token did not increase"
+    );
+    ok("release", guard.release().await);
+}
+
+/// A waiter in another process gives up after its wait limit and exits at once, as a
+/// program does: it must not leave a place queued (until its session or lease runs
+/// out) ahead of everyone else.
+pub(crate) async fn timed_out_waiter_process_leaves_nothing(ctx: &Ctx) {
+    let spec = HolderSpec {
+        namespace: ctx.namespace().to_owned(),
+        name: "busy".into(),
+        watchdog_lease: Duration::from_secs(30),
+    };
+    let lock = ctx.client().await.lock(&spec.name).expect("lock");
+    let guard = ok("holder", lock.acquire().await);
+    let leftovers = || async {
+        let mut left = ctx
+            .backend()
+            .leftovers(ctx.namespace())
+            .await
+            .unwrap_or_else(|err| panic!("looking for leftovers: {err}"));
+        left.sort();
+        left
+    };
+    let before = leftovers().await;
+    let mut command = ctx.backend().holder_command(&spec).expect("holder command");
+    command.args(["--wait-ms", "500"]);
+    let waited = tokio::time::timeout(ctx.slack() * 10, command.output())
+        .await
+        .expect("the waiter process ends")
+        .expect("the waiter process runs");
+    let stdout = String::from_utf8_lossy(&waited.stdout);
+    assert!(
+        waited.status.code() == Some(4) && stdout.contains(crate::holder::TIMED_OUT),
+        "the waiter process did not time out: {:?} {stdout} {}",
+        waited.status,
+        String::from_utf8_lossy(&waited.stderr)
+    );
+    assert_eq!(
+        leftovers().await,
+        before,
+        "the timed-out process left its place behind"
     );
     ok("release", guard.release().await);
 }
