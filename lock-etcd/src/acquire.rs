@@ -36,7 +36,11 @@ type Reply = oneshot::Sender<Result<Option<Grant<EtcdLease>>>>;
 /// A key this acquisition wrote.
 struct Contender {
     key: String,
+    /// Its create revision: its place in the queue, and the guard of its removal.
     revision: i64,
+    /// The grant's fencing token: the create revision when granted on the first look,
+    /// else the revision of a write at grant time (see [`queries::restamp`]).
+    fence: i64,
     lease: Arc<Lease>,
 }
 
@@ -142,17 +146,18 @@ impl Job {
         let Contender {
             key,
             revision,
+            fence,
             lease,
         } = contender;
         let value = self.value();
         let grant = Grant {
-            fence: revision.unsigned_abs(),
+            fence: fence.unsigned_abs(),
             // etcd keeps the lease until `kept_until`: count the ttl back from there.
             started_at: lease
                 .kept_until()
                 .checked_sub(self.ttl)
                 .unwrap_or_else(tokio::time::Instant::now),
-            data: EtcdLease::new(key, value, lease, gate, self.loss.clone()),
+            data: EtcdLease::new(key, revision, value, lease, gate, self.loss.clone()),
         };
         if let Err(Ok(Some(grant))) = reply.send(Ok(Some(grant))) {
             tracing::debug!(key = %grant.data.key(), "acquire abandoned after it was granted; releasing");
@@ -160,6 +165,7 @@ impl Job {
             let contender = Contender {
                 key,
                 revision,
+                fence,
                 lease,
             };
             self.clean_up(&contender).await;
@@ -189,11 +195,16 @@ impl Job {
         reply: &mut Reply,
     ) -> Result<Contender, (Stop, Option<Contender>)> {
         loop {
-            let (contender, position) = self
+            let (mut contender, position) = self
                 .place(prefix)
                 .await
                 .map_err(|(err, left)| (Stop::Failed(err), left))?;
-            match self.wait(prefix, &contender, position, reply).await {
+            let waited = position != Position::Granted;
+            let held = match self.wait(prefix, &contender, position, reply).await {
+                Ok(true) if waited => self.restamp(&mut contender).await,
+                other => other,
+            };
+            match held {
                 Ok(true) => return Ok(contender),
                 Ok(false) => {
                     tracing::debug!(key = %contender.key, "own key vanished while waiting; queueing again");
@@ -235,6 +246,7 @@ impl Job {
                         Contender {
                             key,
                             revision,
+                            fence: revision,
                             lease,
                         },
                         position,
@@ -256,12 +268,33 @@ impl Job {
                     let contender = Contender {
                         key,
                         revision: 0,
+                        fence: 0,
                         lease,
                     };
                     return Err((err, Some(contender)));
                 }
             }
         }
+    }
+
+    /// Draws a fresh revision for a grant that came after a wait (`Ok(true)`), or finds
+    /// the key gone (`Ok(false)`: its lease ended meanwhile, etcd #11456).
+    async fn restamp(&self, contender: &mut Contender) -> Result<bool, Stop> {
+        let txn = queries::restamp(
+            contender.key.as_bytes(),
+            contender.revision,
+            &self.value(),
+            contender.lease.id(),
+        );
+        let reply = self.inner.txn("fence", txn).await?;
+        if !reply.succeeded() {
+            return Ok(false);
+        }
+        contender.fence = reply
+            .header()
+            .map(|h| h.revision())
+            .ok_or_else(|| error::unexpected("a write's answer had no revision"))?;
+        Ok(true)
     }
 
     /// Waits until `contender` holds the lock (`Ok(true)`) or its key vanished

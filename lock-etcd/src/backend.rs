@@ -89,6 +89,10 @@ impl Drop for Inner {
 /// on, and (exclusive locks on the session lease) this owner's turn on the key.
 pub struct EtcdLease {
     key: String,
+    /// The key's create revision: a guarded change touches only this key, never a
+    /// newer one of the same name and lease (etcd #22082). After a wait it differs
+    /// from the fencing token, which is drawn at grant time.
+    revision: i64,
     value: Vec<u8>,
     lease: StdMutex<Arc<Lease>>,
     gate: StdMutex<Option<GatePermit>>,
@@ -112,6 +116,7 @@ impl fmt::Debug for EtcdLease {
 impl EtcdLease {
     pub(crate) fn new(
         key: String,
+        revision: i64,
         value: Vec<u8>,
         lease: Arc<Lease>,
         gate: Option<GatePermit>,
@@ -119,6 +124,7 @@ impl EtcdLease {
     ) -> Self {
         EtcdLease {
             key,
+            revision,
             value,
             lease: StdMutex::new(lease),
             gate: StdMutex::new(gate),
@@ -285,12 +291,11 @@ impl EtcdBackend {
         let timeout = inner.config.request_timeout();
         let new = inner.leases.fixed(&inner.client, timeout, ttl).await?;
         let data = &held.data;
-        let fence = i64::try_from(held.fence).unwrap_or(i64::MAX);
         let txn = Txn::new()
             .when([Compare::create_revision(
                 data.key.as_str(),
                 CompareOp::Equal,
-                fence,
+                data.revision,
             )])
             .and_then([TxnOp::put(
                 data.key.as_str(),
@@ -325,8 +330,7 @@ impl EtcdBackend {
             let compares: Vec<Compare> = chunk
                 .iter()
                 .map(|l| {
-                    let fence = i64::try_from(l.fence).unwrap_or(i64::MAX);
-                    Compare::create_revision(l.data.key.as_str(), CompareOp::Equal, fence)
+                    Compare::create_revision(l.data.key.as_str(), CompareOp::Equal, l.data.revision)
                 })
                 .collect();
             let reads: Vec<TxnOp> = chunk
@@ -352,7 +356,7 @@ impl EtcdBackend {
                 let there = found
                     .get(i)
                     .and_then(|kvs| kvs.first())
-                    .is_some_and(|kv| kv.create_revision().unsigned_abs() == l.fence);
+                    .is_some_and(|kv| kv.create_revision() == l.data.revision);
                 present.push(there);
             }
         }
@@ -387,10 +391,10 @@ impl LockBackend for EtcdBackend {
 
     async fn release(&self, held: &HeldLease<EtcdLease>) -> Result<()> {
         let data = &held.data;
-        let fence = i64::try_from(held.fence).unwrap_or(i64::MAX);
+        let revision = data.revision;
         let outcome = self
             .inner
-            .txn("release", queries::delete_if(data.key.as_bytes(), fence))
+            .txn("release", queries::delete_if(data.key.as_bytes(), revision))
             .await;
         let lease = data.lease();
         match outcome {
@@ -417,7 +421,10 @@ impl LockBackend for EtcdBackend {
                         tokio::time::sleep(Duration::from_millis(200) * 2u32.pow(attempt.min(4)))
                             .await;
                         if inner
-                            .txn("release retry", queries::delete_if(key.as_bytes(), fence))
+                            .txn(
+                                "release retry",
+                                queries::delete_if(key.as_bytes(), revision),
+                            )
                             .await
                             .is_ok()
                         {

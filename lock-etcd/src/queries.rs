@@ -188,6 +188,19 @@ pub(crate) fn delete_if(key: &[u8], revision: i64) -> Txn {
         .and_then([TxnOp::delete(key, None)])
 }
 
+/// Writes `key` again (same value, same lease) if it is still the one created at
+/// `revision`: the write's revision fences a grant that came after a wait, since the
+/// create revision was drawn when the waiter queued, before grants it waited behind.
+pub(crate) fn restamp(key: &[u8], revision: i64, value: &[u8], lease: i64) -> Txn {
+    Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, revision)])
+        .and_then([TxnOp::put(
+            key,
+            value,
+            Some(PutOptions::new().with_lease(lease)),
+        )])
+}
+
 /// The key-value lists of the range reads among `ops`, in order.
 pub(crate) fn gets(ops: &[TxnOpResponse]) -> Vec<Vec<etcd_client::KeyValue>> {
     ops.iter()

@@ -74,3 +74,34 @@ pub(crate) async fn cancelled_waiter_is_skipped(ctx: &Ctx) {
         ok("patient waiter", next.expect("task")).release().await,
     );
 }
+
+/// Fencing tokens of one name increase in grant order across lock kinds: a fair waiter
+/// that queued before an exclusive lock of the same name was taken and released is
+/// granted later, so its token must be greater than the exclusive lock's.
+pub(crate) async fn tokens_follow_grant_order_across_kinds(ctx: &Ctx) {
+    let holder = ctx.client().await.fair_lock(NAME).expect("lock");
+    let held = ok("fair holder", holder.acquire().await);
+    let waiter = ctx.client().await.fair_lock(NAME).expect("lock");
+    let waiting =
+        tokio::spawn(async move { waiter.acquire_timeout(Duration::from_secs(60)).await });
+    // Let the waiter queue before the exclusive lock is taken.
+    settle().await;
+    let exclusive = ctx.client().await.lock(NAME).expect("lock");
+    let taken = ok("exclusive", exclusive.acquire().await);
+    let exclusive_token = taken.fencing_token();
+    ok("exclusive release", taken.release().await);
+    ok("fair holder release", held.release().await);
+    let granted = ok(
+        "fair waiter",
+        within("fair waiter", ctx.slack() * 5, waiting)
+            .await
+            .0
+            .expect("waiter task"),
+    );
+    assert!(
+        granted.fencing_token() > exclusive_token,
+        "the fair lock granted after the exclusive one got token {} <= {exclusive_token}",
+        granted.fencing_token()
+    );
+    ok("fair waiter release", granted.release().await);
+}

@@ -169,6 +169,11 @@ pub fn all_cases() -> Vec<Case> {
             Box::new(|ctx| fair::cancelled_waiter_is_skipped(ctx).boxed()),
         ),
         case(
+            "fair::tokens_follow_grant_order_across_kinds",
+            FAIR,
+            Box::new(|ctx| fair::tokens_follow_grant_order_across_kinds(ctx).boxed()),
+        ),
+        case(
             "rw::readers_share",
             RW,
             Box::new(|ctx| rwlock::readers_share(ctx).boxed()),
