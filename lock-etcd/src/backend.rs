@@ -17,7 +17,7 @@ use lock_core::{
 
 use crate::config::EtcdConfig;
 use crate::error::{within, BACKEND};
-use crate::gate::{GatePermit, Gates};
+use crate::gate::{GatePermit, GateSlot, Gates};
 use crate::keys::Prefix;
 use crate::lease::{Lease, Leases};
 use crate::queries;
@@ -95,7 +95,7 @@ pub struct EtcdLease {
     revision: i64,
     value: Vec<u8>,
     lease: StdMutex<Arc<Lease>>,
-    gate: StdMutex<Option<GatePermit>>,
+    gate: Arc<GateSlot>,
     loss: LossNotifier,
 }
 
@@ -122,19 +122,21 @@ impl EtcdLease {
         gate: Option<GatePermit>,
         loss: LossNotifier,
     ) -> Self {
+        let gate = Arc::new(StdMutex::new(gate));
+        lease.open_on_loss(Arc::downgrade(&gate));
         EtcdLease {
             key,
             revision,
             value,
             lease: StdMutex::new(lease),
-            gate: StdMutex::new(gate),
+            gate,
             loss,
         }
     }
 
     pub(crate) fn into_parts(self) -> (String, Arc<Lease>, Option<GatePermit>) {
         let lease = self.lease.into_inner().unwrap_or_else(|p| p.into_inner());
-        let gate = self.gate.into_inner().unwrap_or_else(|p| p.into_inner());
+        let gate = lock(&self.gate).take();
         (self.key, lease, gate)
     }
 

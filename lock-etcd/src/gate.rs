@@ -78,6 +78,10 @@ fn tidy(slots: &Slots, key: &str) {
 }
 
 /// This owner's turn on one key; the next owner's starts when it is dropped.
+/// Where a grant keeps its turn: emptied on release, or when the lease under the
+/// grant is lost (see `Lease::open_on_loss`), whichever comes first.
+pub(crate) type GateSlot = StdMutex<Option<GatePermit>>;
+
 pub(crate) struct GatePermit {
     guard: Option<OwnedMutexGuard<()>>,
     key: String,

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
@@ -13,6 +13,7 @@ use tokio::sync::Mutex as AsyncMutex;
 use tokio::time::Instant;
 
 use crate::error::{self, within};
+use crate::gate::GateSlot;
 
 /// The session lease outlives the watchdog lease by this fraction, so an acquire finds
 /// it fresh enough (etcd keeps it at least one watchdog lease longer) for a third of a
@@ -46,6 +47,8 @@ pub(crate) struct Lease {
     dead: AtomicBool,
     /// The guards of grants on this lease, told when the lease is found gone.
     notifiers: StdMutex<Vec<LossNotifier>>,
+    /// The turns of this client's owners whose keys hang on this lease.
+    gates: StdMutex<Vec<Weak<GateSlot>>>,
 }
 
 impl fmt::Debug for Lease {
@@ -97,6 +100,7 @@ impl Lease {
             keeper: AsyncMutex::new(None),
             dead: AtomicBool::new(false),
             notifiers: StdMutex::new(Vec::new()),
+            gates: StdMutex::new(Vec::new()),
         }))
     }
 
@@ -134,6 +138,21 @@ impl Lease {
         notifiers.push(notifier);
     }
 
+    /// Ends the turn kept in `gate` if this lease is lost: the key it guards is gone
+    /// with the lease, and the next owner of this client must not wait for the stale
+    /// guard to be dropped.
+    pub(crate) fn open_on_loss(&self, gate: Weak<GateSlot>) {
+        if self.is_dead() {
+            if let Some(gate) = gate.upgrade() {
+                lock(&gate).take();
+            }
+            return;
+        }
+        let mut gates = lock(&self.gates);
+        gates.retain(|g| g.strong_count() > 0);
+        gates.push(gate);
+    }
+
     /// The lease is gone: every guard on it learns it now, not at its next renewal.
     pub(crate) fn lost(&self) {
         if self.dead.swap(true, Ordering::AcqRel) {
@@ -145,6 +164,10 @@ impl Lease {
         );
         for notifier in lock(&self.notifiers).drain(..) {
             notifier.notify(LeaseLoss::SessionLost);
+        }
+        let gates: Vec<_> = lock(&self.gates).drain(..).collect();
+        for gate in gates.iter().filter_map(Weak::upgrade) {
+            lock(&gate).take();
         }
     }
 

@@ -153,6 +153,41 @@ async fn a_lease_revoked_behind_the_holders_back_is_reported() {
     again.release().await.unwrap();
 }
 
+/// A guard whose session lease is gone, still kept by its user, must not hold up the
+/// other owners of its client: their turn on the key (the per-client gate) comes at
+/// once, not when the stale guard is dropped. Here the loss reaches the guard through
+/// the session (another acquire finds the lease gone), long before the watchdog's
+/// next renewal (a third of 30 s) would have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_guard_does_not_block_other_owners_of_its_client() {
+    let (server, admin) = start().await;
+    let watchdog = Duration::from_secs(30);
+    let holder = client(backend(&server.url()).await, watchdog);
+    let stale = holder.lock("gated").unwrap().acquire().await.unwrap();
+    let lease = holder
+        .backend()
+        .session_lease_id(watchdog)
+        .await
+        .expect("a session lease");
+    admin.client().clone().lease_revoke(lease).await.unwrap();
+    // Another lock of the client finds the session gone and takes a new one.
+    let elsewhere = holder.lock("elsewhere").unwrap().acquire().await.unwrap();
+    let loss = tokio::time::timeout(Duration::from_secs(3), stale.lost())
+        .await
+        .expect("loss reported through the session");
+    assert_eq!(loss, LeaseLoss::SessionLost);
+    // `stale` is kept: another owner of the same client asks for its lock.
+    let other = holder.lock("gated").unwrap();
+    let guard = other
+        .acquire_timeout(Duration::from_secs(5))
+        .await
+        .expect("another owner of the client gets the lock while the stale guard lives");
+    assert!(guard.fencing_token() > stale.fencing_token());
+    guard.release().await.unwrap();
+    elsewhere.release().await.unwrap();
+    drop(stale);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_waiters_each_release_wakes_one() {
     const WAITERS: usize = 50;
