@@ -161,6 +161,21 @@ impl Db {
         Ok(())
     }
 
+    /// Begins a transaction on a pooled connection. The BEGIN runs in a task of its
+    /// own: sqlx queues no ROLLBACK for a BEGIN still in flight when its future is
+    /// dropped, so a cancelled caller would put the connection back in the pool inside
+    /// a transaction nobody knows of, and later statements on it (a clean-up, another
+    /// grant) would be rolled back or committed with it. In its own task the BEGIN
+    /// completes, and dropping the transaction then rolls it back.
+    pub(crate) async fn begin(
+        &self,
+    ) -> std::result::Result<sqlx::Transaction<'static, Any>, sqlx::Error> {
+        let pool = self.pool.clone();
+        tokio::spawn(async move { pool.begin().await })
+            .await
+            .map_err(|_| sqlx::Error::WorkerCrashed)?
+    }
+
     /// Creates the tables, serialised between clients so concurrent `CREATE TABLE IF
     /// NOT EXISTS` cannot trip over each other (PostgreSQL can fail on that race).
     async fn create_schema(&self) -> std::result::Result<(), sqlx::Error> {
@@ -169,7 +184,7 @@ impl Db {
             Dialect::Postgres => {
                 drop(conn);
                 // A transaction object rolls back if anything below fails.
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.begin().await?;
                 sqlx::raw_sql(
                     "SELECT 1 FROM (SELECT pg_advisory_xact_lock(7306853318711111)) AS l",
                 )

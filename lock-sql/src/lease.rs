@@ -304,11 +304,17 @@ async fn run_attempt(
 ) -> Option<AttemptAnswer> {
     let mut pending = PendingWrite::new(db, ask);
     if db.dialect == Dialect::Postgres && ticket.is_none() {
-        if reply.is_closed() {
-            return None;
-        }
-        // One statement that commits by itself: once sent, wait for its answer.
-        match fast_grant_postgres(db, ask, &mut pending).await {
+        // Waiting for a connection can be given up; the statement, which commits by
+        // itself, cannot: once sent, wait for its answer.
+        let conn = tokio::select! {
+            conn = db.pool.acquire() => conn,
+            () = reply.closed() => return None,
+        };
+        let granted = match conn {
+            Ok(mut conn) => fast_grant_postgres(&mut conn, db, ask, &mut pending).await,
+            Err(e) => Err(e),
+        };
+        match granted {
             Ok(Some(fence)) => return Some((Ok(Outcome::Granted(fence as u64)), ticket, pending)),
             Ok(None) => {} // Blocked: the transaction below learns how long, and queues.
             Err(e) => return Some((Err(e), ticket, pending)),
@@ -361,7 +367,7 @@ async fn prepare(
 ) -> std::result::Result<Prepared, sqlx::Error> {
     let sql = &db.sql;
     let khash = &ask.key.hash;
-    let mut tx = db.pool.begin().await?;
+    let mut tx = db.begin().await?;
     let fence = bump_key(&mut tx, db, &ask.key).await?;
     if db.dialect != Dialect::Postgres && ticket.is_none() {
         // The key row is locked: the grant statement sees the key's current rows, so
@@ -557,12 +563,13 @@ fn bind_args(grant: &FastGrant, ask: &Ask, fence: i64) -> Query<'static, Any, An
 /// reply would be lost to a dropped future: it runs inside [`attempt_in_task`], and a
 /// grant is armed in `pending` as soon as it is known.
 async fn fast_grant_postgres(
+    conn: &mut sqlx::pool::PoolConnection<Any>,
     db: &Db,
     ask: &Ask,
     pending: &mut PendingWrite,
 ) -> std::result::Result<Option<i64>, sqlx::Error> {
     let row = bind_args(fast_grant_of(db, ask.kind), ask, 0)
-        .fetch_optional(&db.pool)
+        .fetch_optional(&mut **conn)
         .await?;
     let fence = row.map(|r| r.try_get::<i64, _>(0)).transpose()?;
     pending.fence = fence;

@@ -333,7 +333,7 @@ pub(crate) async fn is_locked(db: &Db, key: &KeyId, family: LockFamily) -> Resul
     }
     let kind = kind_code(LockKind::Exclusive);
     let probe = async {
-        let mut tx = db.pool.begin().await?;
+        let mut tx = db.begin().await?;
         let free = q(&db.sql.probe_row)
             .bind(key.hash.clone())
             .bind(kind)

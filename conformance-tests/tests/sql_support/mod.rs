@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use conformance_tests::{Backend, ClientOptions, HolderSpec};
 use lock_core::{LockClient, LockFamily, LockKey, LockProvider};
 use lock_sql::{sqlx, SqlBackend, SqlOptions, Strategy};
+use sqlx::Row as _;
 
 /// One database with one strategy, as the suite sees it.
 pub struct Sql {
@@ -123,8 +124,8 @@ impl Backend for Sql {
     }
 }
 
-/// The lease, queue and row-lock rows of every lock of `namespace` (the key table and
-/// its fencing counters stay by design).
+/// The lease, queue and row-lock rows of every lock of `namespace`, with their fence or
+/// ticket (the key table and its fencing counters stay by design).
 pub async fn leftover_rows(backend: &SqlBackend, namespace: &str) -> Result<Vec<String>, String> {
     let prefix = backend.table_prefix();
     let (quote, param) = match backend.dialect() {
@@ -133,9 +134,13 @@ pub async fn leftover_rows(backend: &SqlBackend, namespace: &str) -> Result<Vec<
         _ => ('"', "?".to_owned()),
     };
     let mut left = Vec::new();
-    for table in ["leases", "queue", "holders"] {
+    for (table, col) in [
+        ("leases", "fence"),
+        ("queue", "ticket"),
+        ("holders", "fence"),
+    ] {
         let sql = format!(
-            "SELECT t.kind FROM {quote}{prefix}_{table}{quote} t \
+            "SELECT t.kind, t.{col} FROM {quote}{prefix}_{table}{quote} t \
              JOIN {quote}{prefix}_keys{quote} k ON k.khash = t.khash WHERE k.namespace = {param}"
         );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -143,7 +148,11 @@ pub async fn leftover_rows(backend: &SqlBackend, namespace: &str) -> Result<Vec<
             .fetch_all(backend.pool())
             .await
             .map_err(|e| format!("{table}: {e}"))?;
-        left.extend(rows.iter().map(|_| format!("a row in {prefix}_{table}")));
+        left.extend(rows.iter().map(|row| {
+            let kind: i64 = row.try_get(0).unwrap_or(-1);
+            let id: i64 = row.try_get(1).unwrap_or(-1);
+            format!("{prefix}_{table}: kind {kind}, {col} {id}")
+        }));
     }
     Ok(left)
 }
