@@ -23,10 +23,23 @@ async fn sqlite() {
     let lease = Sql::new(&url, Strategy::Lease, "lock_sql");
     extra::clock_skew_never_steals(&lease).await;
     extra::hostile_names_stored_safely(&lease).await;
+    // A path that cannot be a database is a bad argument, said at once, not a
+    // retryable outage after the busy timeout.
     let missing = format!("sqlite://{}/no/such/dir/locks.db", dir.path().display());
-    let err = SqlBackend::connect(SqlOptions::new(missing))
-        .await
-        .expect_err("opened nothing");
-    assert!(err.is_retryable(), "{err:?}");
-    println!("sql-extra[sqlite] PASS unopenable_file_is_unavailable: {err}");
+    for bad in [missing.as_str(), "sqlite:///dev/null"] {
+        let started = std::time::Instant::now();
+        let err = SqlBackend::connect(SqlOptions::new(bad))
+            .await
+            .expect_err("opened nothing");
+        assert!(
+            matches!(err, Error::InvalidArgument { .. }),
+            "{bad}: {err:?}"
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(3),
+            "{bad}: took {:?}",
+            started.elapsed()
+        );
+        println!("sql-extra[sqlite] PASS unusable_file_is_invalid_argument: {err}");
+    }
 }

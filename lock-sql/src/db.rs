@@ -72,6 +72,66 @@ pub(crate) async fn setup_connection(
     Ok(())
 }
 
+/// One connection made directly, before the pool: a refused or unreachable server fails
+/// here at once with its own cause (the pool would retry until its acquire timeout and
+/// say only "pool timed out"); a file that cannot be a SQLite database, or a server
+/// that is not MariaDB behind `mysql://`, is [`Error::InvalidArgument`].
+async fn probe(url: &DbUrl, session_sql: &[String], limit: Duration) -> Result<()> {
+    use sqlx::Connection as _;
+    let dialect = url.dialect;
+    // A SQLite URL holds no password: its path may be shown.
+    let sqlite_path = url
+        .driver_url
+        .strip_prefix("sqlite://")
+        .and_then(|rest| rest.split('?').next())
+        .unwrap_or_default();
+    if dialect == Dialect::Sqlite {
+        // A device or directory is no database; SQLite would only say "locked".
+        if std::fs::metadata(sqlite_path).is_ok_and(|m| !m.is_file()) {
+            return Err(Error::invalid_argument(format!(
+                "{sqlite_path:?} cannot be used as a SQLite database: not a regular file"
+            )));
+        }
+    }
+    let checked = async {
+        let mut conn = sqlx::AnyConnection::connect(&url.driver_url).await?;
+        setup_connection(&mut conn, dialect, session_sql).await?;
+        let version = match dialect {
+            Dialect::MySql => Some(
+                sqlx::raw_sql("SELECT VERSION()")
+                    .fetch_one(&mut conn)
+                    .await?
+                    .try_get::<String, _>(0)?,
+            ),
+            _ => None,
+        };
+        let _ = conn.close().await;
+        Ok::<_, sqlx::Error>(version)
+    };
+    let version = match tokio::time::timeout(limit, checked).await {
+        Ok(Ok(version)) => version,
+        Ok(Err(e)) if dialect == Dialect::Sqlite && classify(&e) != Class::Transient => {
+            return Err(Error::invalid_argument(format!(
+                "{sqlite_path:?} cannot be used as a SQLite database: {e}"
+            )));
+        }
+        Ok(Err(e)) => return Err(convert(dialect.name(), e)),
+        Err(_) => return Err(timed_out(dialect.name(), "connecting", limit)),
+    };
+    match version {
+        Some(version) if !is_mariadb(&version) => Err(Error::invalid_argument(format!(
+            "mysql:// needs MariaDB (10.5 or later); this server is MySQL {version}, whose \
+             SQL lacks INSERT ... RETURNING"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `SELECT VERSION()` names a MariaDB server (`10.11.6-MariaDB-0+deb12u1`).
+fn is_mariadb(version: &str) -> bool {
+    version.to_ascii_lowercase().contains("mariadb")
+}
+
 impl Db {
     /// Opens the pool, checks the server answers, and creates the schema if missing.
     pub(crate) async fn connect(options: &SqlOptions, url: DbUrl) -> Result<Db> {
@@ -99,6 +159,7 @@ impl Db {
                 .map_err(|e| convert(dialect.name(), e))?,
             Strategy::Lease => pool.clone(),
         };
+        probe(&url, &options.session_sql, options.connect_timeout).await?;
         let db = Db {
             pool,
             held_pool,
@@ -224,5 +285,18 @@ impl Db {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_mariadb;
+
+    #[test]
+    fn only_mariadb_passes_for_mysql_urls() {
+        assert!(is_mariadb("10.11.6-MariaDB-0+deb12u1"));
+        assert!(is_mariadb("11.4.2-MariaDB-log"));
+        assert!(!is_mariadb("8.0.36"));
+        assert!(!is_mariadb("8.4.0-commercial"));
     }
 }

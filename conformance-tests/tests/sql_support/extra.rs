@@ -315,6 +315,23 @@ pub async fn unreachable_is_unavailable_quickly(
     stop: impl std::future::Future<Output = ()>,
     sql: &Sql,
 ) {
+    // A refused connection fails at once, saying so: not after a long connect timeout
+    // as "pool timed out".
+    let started = Instant::now();
+    let err = SqlBackend::connect(SqlOptions::new(url).connect_timeout(Duration::from_secs(30)))
+        .await
+        .expect_err("connected to nothing");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    assert!(
+        err.to_string().to_lowercase().contains("refused"),
+        "the cause is lost: {err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "a refused connection took {:?}",
+        started.elapsed()
+    );
+
     let limit = Duration::from_secs(2);
     let started = Instant::now();
     let err = SqlBackend::connect(SqlOptions::new(url).connect_timeout(limit))
