@@ -19,6 +19,9 @@ use lock_core::{LockFamily, LockKey, LockKind};
 
 /// The marker of exclusive and fair contenders, as Curator's `InterProcessMutex` writes it.
 pub(crate) const LOCK_MARKER: &str = "-lock-";
+/// The markers of kazoo's `Lock`/`WriteLock` and `ReadLock` nodes.
+const KAZOO_LOCK_MARKER: &str = "__lock__";
+const KAZOO_READ_MARKER: &str = "__rlock__";
 /// The markers of Curator's `InterProcessReadWriteLock` nodes.
 pub(crate) const READ_MARKER: &str = "-__READ__";
 pub(crate) const WRITE_MARKER: &str = "-__WRIT__";
@@ -126,9 +129,16 @@ pub(crate) fn contenders(children: &[String], family: LockFamily) -> Vec<Contend
 }
 
 fn parse(name: &str, family: LockFamily) -> Option<Contender> {
+    // Curator's markers, and kazoo's (`<hex>__lock__<seq>`, `__rlock__` for its read
+    // lock), so a kazoo lock on the same path is a contender like any other.
     let markers: &[(&str, bool)] = match family {
-        LockFamily::Exclusive | LockFamily::Fair => &[("lock-", true)],
-        LockFamily::ReadWrite => &[("__READ__", false), ("__WRIT__", true)],
+        LockFamily::Exclusive | LockFamily::Fair => &[("lock-", true), (KAZOO_LOCK_MARKER, true)],
+        LockFamily::ReadWrite => &[
+            ("__READ__", false),
+            ("__WRIT__", true),
+            (KAZOO_READ_MARKER, false),
+            (KAZOO_LOCK_MARKER, true),
+        ],
     };
     markers.iter().find_map(|&(marker, writer)| {
         let at = name.rfind(marker)?;
@@ -215,6 +225,27 @@ mod tests {
             lock_path(&key("ns", "x%fair"), LockFamily::Exclusive),
             lock_path(&key("ns", "x"), LockFamily::Fair)
         );
+    }
+
+    #[test]
+    fn kazoo_nodes_are_contenders() {
+        let children: Vec<String> = [
+            "0f1e2d3c4b5a69788796a5b4c3d2e1f0__lock__0000000002",
+            "_c_aaaa-lock-0000000001",
+            "9a8b__rlock__0000000003",
+        ]
+        .map(String::from)
+        .to_vec();
+        let exclusive: Vec<i64> = contenders(&children, LockFamily::Exclusive)
+            .iter()
+            .map(|c| c.seq)
+            .collect();
+        assert_eq!(exclusive, [1, 2]);
+        let rw: Vec<(i64, bool)> = contenders(&children, LockFamily::ReadWrite)
+            .iter()
+            .map(|c| (c.seq, c.writer))
+            .collect();
+        assert_eq!(rw, [(2, true), (3, false)]);
     }
 
     #[test]

@@ -39,6 +39,9 @@ pub fn all() -> Vec<(&'static str, Check)> {
         ("curator_nodes_are_contenders", |zk| {
             curator_nodes_are_contenders(zk).boxed()
         }),
+        ("kazoo_locks_and_ours_exclude_each_other", |zk| {
+            kazoo_locks_and_ours_exclude_each_other(zk).boxed()
+        }),
         ("fifty_waiters_wake_one_each", |zk| {
             fifty_waiters_wake_one_each(zk).boxed()
         }),
@@ -637,4 +640,102 @@ async fn empty_lock_paths_are_reaped(zk: Arc<Zk>) {
         .is_locked(&key(&ns, "tmp"), LockFamily::Exclusive)
         .await
         .unwrap());
+}
+
+/// Runs kazoo's `Lock` (Debian's python3-kazoo) on `path`: `hold` prints `ACQUIRED`
+/// and holds until its stdin closes; `try` prints `ACQUIRED` or `REFUSED` after at
+/// most a second. kazoo is told to see Curator-layout nodes (`extra_lock_patterns`,
+/// its documented way to share a path with Curator-compatible clients).
+const KAZOO: &str = r#"
+import sys
+from kazoo.client import KazooClient
+from kazoo.exceptions import LockTimeout
+hosts, path, mode = sys.argv[1:4]
+zk = KazooClient(hosts=hosts)
+zk.start(timeout=30)
+lock = zk.Lock(path, "kazoo", extra_lock_patterns=["-lock-"])
+if mode == "hold":
+    lock.acquire()
+    print("ACQUIRED", flush=True)
+    sys.stdin.read()
+    lock.release()
+else:
+    try:
+        got = lock.acquire(timeout=1.0)
+    except LockTimeout:
+        got = False
+    print("ACQUIRED" if got else "REFUSED", flush=True)
+    if got:
+        lock.release()
+zk.stop()
+"#;
+
+fn kazoo(zk: &Zk, path: &str, mode: &str) -> tokio::process::Command {
+    let hosts = zk.url.trim_start_matches("zk://");
+    // Debian's interpreter, where python3-kazoo is installed (a `python3` earlier on
+    // PATH may be another one).
+    let mut cmd = tokio::process::Command::new("/usr/bin/python3");
+    cmd.args(["-c", KAZOO, hosts, path, mode])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+async fn kazoo_try(zk: &Zk, path: &str) -> String {
+    let out = within(
+        "kazoo try",
+        Duration::from_secs(30),
+        kazoo(zk, path, "try").output(),
+    )
+    .await
+    .expect("run /usr/bin/python3 (apt-get install python3-kazoo)");
+    assert!(
+        out.status.success(),
+        "kazoo failed (apt-get install python3-kazoo): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// kazoo's `Lock` names its nodes `<hex>__lock__<seq>`: ours counts them as
+/// contenders, so a kazoo holder keeps ours out and ours keeps kazoo out.
+async fn kazoo_locks_and_ours_exclude_each_other(zk: Arc<Zk>) {
+    let ns = namespace("kazoo");
+    let path = format!("/{ns}/shared");
+    let backend = ZkBackend::new(zk.config(SESSION_TIMEOUT));
+    let lock = client(&backend, &ns).lock("shared").unwrap();
+
+    let mut holder = kazoo(&zk, &path, "hold")
+        .spawn()
+        .expect("run /usr/bin/python3 (apt-get install python3-kazoo)");
+    let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
+    let first = within("kazoo acquires", Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("kazoo output");
+    assert_eq!(first.as_deref(), Some("ACQUIRED"), "kazoo did not acquire");
+    assert!(
+        lock.try_acquire().await.unwrap().is_none(),
+        "ours got the lock while kazoo held it"
+    );
+    // Closing its stdin makes kazoo release: ours is let in.
+    drop(holder.stdin.take());
+    let guard = lock
+        .acquire_timeout(Duration::from_secs(10))
+        .await
+        .expect("ours after kazoo released");
+    let _ = within("kazoo exits", Duration::from_secs(30), holder.wait()).await;
+
+    assert_eq!(
+        kazoo_try(&zk, &path).await,
+        "REFUSED",
+        "kazoo got in while ours held"
+    );
+    guard.release().await.unwrap();
+    assert_eq!(
+        kazoo_try(&zk, &path).await,
+        "ACQUIRED",
+        "kazoo after ours released"
+    );
 }
