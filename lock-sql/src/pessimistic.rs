@@ -149,10 +149,14 @@ pub(crate) async fn acquire(
         return Ok(None);
     }
     // Locked. The fence and the holder record are committed on other connections: a
-    // row written in the lock transaction would vanish with it.
+    // row written in the lock transaction would vanish with it. The row lock lives
+    // only while its connection does, so the connection is checked again once the
+    // fence is drawn: a connection that died meanwhile let the lock go, perhaps to a
+    // holder whose fence came first, and this grant must not be reported.
     let owner = req.owner.as_str().to_owned();
     let record = async {
         let fence = bump_fence(db, &key).await?;
+        sqlx::raw_sql("SELECT 1").execute(pinned.conn()).await?;
         q(&db.sql.put_holder)
             .bind(key.hash.clone())
             .bind(kind)

@@ -211,6 +211,91 @@ pub async fn killed_connection(sql: &Sql) {
     println!("sql-extra[{}] PASS killed_connection", sql.label);
 }
 
+/// FOR UPDATE on PostgreSQL: the holder's row-lock connection dies while its fence is
+/// being drawn (held up here by an operator's lock on the key row). Another client
+/// takes the row lock meanwhile. The first must not be granted on a dead connection:
+/// it would then believe it holds the lock alongside the real holder, and its token,
+/// drawn later, would beat the real holder's at a fenced store.
+pub async fn for_update_grant_never_outlives_its_connection(sql: &Sql) {
+    use sqlx::Connection as _;
+    let ns = ns();
+    let a = client(sql, &ns, sql.options()).await;
+    let b = client(sql, &ns, sql.options()).await;
+    let lock_a = a.lock("stalled").unwrap();
+    lock_a.acquire().await.unwrap().release().await.unwrap(); // the key row exists
+    let backend = sql.backend().await.unwrap();
+    let key = lock_core::LockKey::new(
+        lock_core::Namespace::new(&ns).unwrap(),
+        lock_core::LockName::new("stalled").unwrap(),
+    );
+    let keys = format!("{}_keys", backend.table_prefix());
+    let mut operator = sqlx::AnyConnection::connect(&sql.url).await.unwrap();
+    sqlx::raw_sql("BEGIN").execute(&mut operator).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT fence FROM \"{keys}\" WHERE khash = $1 FOR UPDATE"
+    )))
+    .bind(lock_sql::stored_key(&key))
+    .fetch_one(&mut operator)
+    .await
+    .unwrap();
+    let waiting =
+        tokio::spawn(async move { lock_a.acquire_timeout(Duration::from_secs(20)).await });
+    // A holds the row lock and waits to draw its fence: kill its row-lock connection.
+    let rows = format!("{}_rows", backend.table_prefix());
+    let started = Instant::now();
+    loop {
+        let killed: Vec<i64> = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT CAST(pid AS BIGINT) FROM pg_stat_activity WHERE state = 'idle in transaction' \
+             AND query LIKE '%{rows}%FOR UPDATE%' AND pid <> pg_backend_pid()"
+        )))
+        .fetch_all(backend.pool())
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+        if let [pid] = killed[..] {
+            sqlx::query("SELECT pg_terminate_backend(CAST($1 AS INTEGER))")
+                .bind(pid)
+                .execute(backend.pool())
+                .await
+                .unwrap();
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "A never held the row lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // B takes the row lock A's dead connection let go of (its fence waits too).
+    let lock_b = b.lock("stalled").unwrap();
+    let taking = tokio::spawn(async move { lock_b.acquire_timeout(Duration::from_secs(20)).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    sqlx::raw_sql("COMMIT")
+        .execute(&mut operator)
+        .await
+        .unwrap();
+    let b_guard = taking.await.unwrap().expect("B gets the lock");
+    match waiting.await.unwrap() {
+        Ok(a_guard) => {
+            // A may be granted only on a live connection, after B let go: never both.
+            assert!(
+                !b_guard.is_held() || !a_guard.is_held(),
+                "both hold the lock: A (token {}) on a dead connection, B (token {})",
+                a_guard.fencing_token(),
+                b_guard.fencing_token()
+            );
+        }
+        Err(err) => assert!(err.is_retryable(), "{err:?}"),
+    }
+    b_guard.release().await.unwrap();
+    println!(
+        "sql-extra[{}] PASS for_update_grant_never_outlives_its_connection",
+        sql.label
+    );
+}
+
 /// FOR UPDATE: the holder record names a connection that is not the holder (a dead
 /// holder's record, its id now reused by an idle connection). `force_unlock` must
 /// not kill that connection. PostgreSQL finds the real holder by the row's `xmax`

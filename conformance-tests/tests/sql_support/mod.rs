@@ -221,6 +221,9 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     extra::force_unlock_spares_a_reused_connection_id(&for_update).await;
     extra::killed_connection(&lease).await;
     extra::sigkilled_for_update_holder_frees_at_once(&for_update).await;
+    if spec.name == "postgres" {
+        extra::for_update_grant_never_outlives_its_connection(&for_update).await;
+    }
     // A port nobody listens on: the same URL shape, no server behind it.
     let closed = (spec.url)(free_port().expect("a free port"));
     let stop = async {
