@@ -144,9 +144,15 @@ pub(crate) async fn acquire(
         })
         .await?;
 
-    if !lock_row(db, &mut pinned, connection_id, &key, kind, &req).await? {
-        pinned.clean = rollback(&mut pinned).await;
-        return Ok(None);
+    match lock_row(db, &mut pinned, connection_id, &key, kind, &req).await? {
+        RowLock::Locked => {}
+        RowLock::Busy => {
+            pinned.clean = rollback(&mut pinned).await;
+            return Ok(None);
+        }
+        // A cancel of its wait is on its way: it must never reach a statement of the
+        // connection's next user, so the connection is closed, not reused.
+        RowLock::Abandoned => return Ok(None),
     }
     // Locked. The fence and the holder record are committed on other connections: a
     // row written in the lock transaction would vanish with it. The row lock lives
@@ -186,7 +192,17 @@ pub(crate) async fn acquire(
     }))
 }
 
-/// Runs the locking `SELECT`; false if the lock stayed busy until the deadline.
+/// How the locking `SELECT` ended.
+enum RowLock {
+    Locked,
+    /// The server said the lock stayed busy until the deadline.
+    Busy,
+    /// The client's timer ended the wait first; the server-side wait is being
+    /// cancelled by [`WaitGuard`].
+    Abandoned,
+}
+
+/// Runs the locking `SELECT`.
 async fn lock_row(
     db: &std::sync::Arc<Db>,
     pinned: &mut PinnedConn,
@@ -194,7 +210,7 @@ async fn lock_row(
     key: &KeyId,
     kind: i64,
     req: &AcquireRequest<'_>,
-) -> Result<bool> {
+) -> Result<RowLock> {
     let remaining = req.deadline.remaining();
     if remaining == Some(Duration::ZERO) {
         let locked = q(&db.sql.lock_row_nowait)
@@ -205,8 +221,8 @@ async fn lock_row(
             .timed("trying a row lock", async { Ok(locked.await) })
             .await?;
         return match outcome {
-            Ok(_) => Ok(true),
-            Err(e) if classify(&e) == Class::LockNotAvailable => Ok(false),
+            Ok(_) => Ok(RowLock::Locked),
+            Err(e) if classify(&e) == Class::LockNotAvailable => Ok(RowLock::Busy),
             Err(e) => Err(db.err(e)),
         };
     }
@@ -240,14 +256,14 @@ async fn lock_row(
         Some(at) => match tokio::time::timeout_at(at + Duration::from_millis(20), wait).await {
             Ok(outcome) => outcome,
             // The guard cancels the server-side wait; the connection is not reused.
-            Err(_) => return Ok(false),
+            Err(_) => return Ok(RowLock::Abandoned),
         },
         None => wait.await,
     };
     guard.armed = false;
     match outcome {
-        Ok(_) => Ok(true),
-        Err(e) if classify(&e) == Class::LockNotAvailable => Ok(false),
+        Ok(_) => Ok(RowLock::Locked),
+        Err(e) if classify(&e) == Class::LockNotAvailable => Ok(RowLock::Busy),
         Err(e) => Err(db.err(e)),
     }
 }
