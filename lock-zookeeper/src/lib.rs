@@ -47,7 +47,9 @@
 //! are freed when the server expires its session (the session timeout). A holder's
 //! node deleted behind its back, or its session expiring, is reported to its guards at
 //! once; a lost connection makes locks uncertain ([`ZkBackend::connection_state`]),
-//! and after a whole session timeout without a connection they are reported lost.
+//! and they are reported lost before the server could have expired the session: half
+//! a session timeout after the client declares the connection lost (which it does
+//! after 2/5 of one without a reply).
 //! Fixed leases are not supported (see [`ZkBackend`]).
 //!
 //! # Costs

@@ -3,8 +3,9 @@
 //!
 //! The session is the lease. While the connection is lost the session may still be
 //! alive on the server, so locks are *uncertain*; once the client has been
-//! disconnected for a whole session timeout, the server may have expired the session
-//! and handed the locks on, so the session is declared lost here and dropped (if the
+//! disconnected long enough that the server may have expired the session and handed
+//! the locks on ([`loss_after_disconnect`]), the session is declared lost here and
+//! dropped (if the
 //! server still had it, closing it deletes the nodes), whatever the server says later.
 
 use std::sync::{Arc, Mutex, Weak};
@@ -189,8 +190,20 @@ fn forget(current: &Mutex<Option<Arc<Session>>>, session: &Session) {
     }
 }
 
+/// How long after zookeeper-client reports `Disconnected` a session's locks count as
+/// lost. The client reports it after 2/5 of the session timeout without hearing from
+/// the server (it pings every 3/20 when idle), and the server expires a session one
+/// timeout after it last heard from it: so the server may free the locks 3/5 of the
+/// timeout after the report. A tenth less covers the time between the server hearing
+/// our last ping and our hearing its answer, so a guard reports its loss before the
+/// server hands the lock on, never after.
+pub(crate) fn loss_after_disconnect(session_timeout: Duration) -> Duration {
+    session_timeout / 2
+}
+
 /// Follows a session's state: marks it dead when it expires or closes, or when it has
-/// been disconnected for a whole session timeout. Ends with the session.
+/// been disconnected long enough that the server may have expired it
+/// ([`loss_after_disconnect`]). Ends with the session.
 async fn monitor(
     session: Weak<Session>,
     current: Weak<Mutex<Option<Arc<Session>>>>,
@@ -202,7 +215,7 @@ async fn monitor(
         let state = match disconnected_at {
             Some(at) => tokio::select! {
                 state = states.changed() => Some(state),
-                () = tokio::time::sleep_until(at + timeout) => None,
+                () = tokio::time::sleep_until(at + loss_after_disconnect(timeout)) => None,
             },
             None => Some(states.changed().await),
         };
@@ -230,7 +243,7 @@ async fn monitor(
             }
             None => {
                 if live.mark_dead() {
-                    tracing::warn!(session = ?live.client.session_id(), ?timeout, "zookeeper disconnected for a whole session timeout; its locks are lost");
+                    tracing::warn!(session = ?live.client.session_id(), ?timeout, "zookeeper disconnected long enough for the server to expire the session; its locks are lost");
                 }
                 if let Some(current) = current.upgrade() {
                     forget(&current, &live);

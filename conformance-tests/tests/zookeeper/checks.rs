@@ -39,6 +39,10 @@ pub fn all() -> Vec<(&'static str, Check)> {
         ("curator_nodes_are_contenders", |zk| {
             curator_nodes_are_contenders(zk).boxed()
         }),
+        (
+            "blackholed_holder_reports_loss_before_the_server_frees_it",
+            |zk| blackholed_holder_reports_loss_before_the_server_frees_it(zk).boxed(),
+        ),
         ("kazoo_locks_and_ours_exclude_each_other", |zk| {
             kazoo_locks_and_ours_exclude_each_other(zk).boxed()
         }),
@@ -215,7 +219,7 @@ async fn frozen_holder_session_expires(zk: Arc<Zk>) {
 }
 
 /// The server paused (SIGSTOP): the connection is lost, locks are uncertain
-/// (`Suspended`, renewals fail), and after a whole session timeout every guard of the
+/// (`Suspended`, renewals fail), and within a session timeout every guard of the
 /// backend reports `SessionLost`. Once the server is back, a new session serves locks.
 async fn paused_server_reports_session_loss(zk: Arc<Zk>) {
     let Some(server) = zk.server.clone() else {
@@ -738,4 +742,107 @@ async fn kazoo_locks_and_ours_exclude_each_other(zk: Arc<Zk>) {
         "ACQUIRED",
         "kazoo after ours released"
     );
+}
+
+/// A TCP proxy to the server that can blackhole: bytes stop flowing both ways while
+/// the connections stay open, as when a network silently drops packets.
+struct Blackhole {
+    port: u16,
+    open: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Blackhole {
+    async fn to(server_port: u16) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let open = Arc::new(AtomicBool::new(true));
+        let flag = open.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", server_port)).await
+                else {
+                    continue;
+                };
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                for (mut from, mut to) in [(cr, sw), (sr, cw)].map(|(r, w)| {
+                    (
+                        Box::new(r) as Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+                        w,
+                    )
+                }) {
+                    let open = flag.clone();
+                    tokio::spawn(async move {
+                        use tokio::io::AsyncWriteExt;
+                        let mut buf = vec![0u8; 16 * 1024];
+                        loop {
+                            match from.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) if open.load(Ordering::SeqCst) => {
+                                    if to.write_all(&buf[..n]).await.is_err() {
+                                        return;
+                                    }
+                                }
+                                Ok(_) => {} // dropped on the floor
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        Blackhole { port, open, task }
+    }
+
+    fn cut(&self) {
+        self.open.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Blackhole {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A holder cut off by a network that drops its packets: the server expires its
+/// session about a session timeout after it last heard from it and hands the lock on.
+/// The holder's guard must report the loss no later than that, or it would believe it
+/// holds a lock someone else has.
+async fn blackholed_holder_reports_loss_before_the_server_frees_it(zk: Arc<Zk>) {
+    let ns = namespace("blackhole");
+    let port: u16 = zk.url.rsplit(':').next().unwrap().parse().unwrap();
+    let proxy = Blackhole::to(port).await;
+    let session = Duration::from_secs(4);
+    let url = format!(
+        "zk://127.0.0.1:{}?session_timeout_ms={}&connect_timeout_ms=10000",
+        proxy.port,
+        session.as_millis()
+    );
+    let cut_off = client(&ZkBackend::connect_url(&url).await.unwrap(), &ns);
+    let guard = cut_off.lock("cut").unwrap().acquire().await.unwrap();
+    let other = client(&ZkBackend::new(zk.config(SESSION_TIMEOUT)), &ns);
+    let lock = other.lock("cut").unwrap();
+    // Let a few pings through first, so the server and the client agree on "last heard".
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    proxy.cut();
+    let cut_at = Instant::now();
+    let taken = tokio::spawn(async move {
+        let guard = lock.acquire_timeout(Duration::from_secs(30)).await;
+        (guard, Instant::now())
+    });
+    guard.lost().await;
+    let lost_at = Instant::now();
+    let (taken, taken_at) = within("the other client", Duration::from_secs(40), taken)
+        .await
+        .unwrap();
+    let taken = taken.expect("the server handed the lock on");
+    assert!(
+        lost_at <= taken_at,
+        "the cut-off holder reported its loss {:?} after the cut, {:?} after the server had handed the lock on",
+        lost_at - cut_at,
+        lost_at - taken_at
+    );
+    taken.release().await.unwrap();
 }
