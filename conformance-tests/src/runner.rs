@@ -47,6 +47,18 @@ impl Ctx {
         self.backend.slack()
     }
 
+    /// What the server keeps for this case's namespace ([`Backend::leftovers`]),
+    /// sorted; the case fails if the backend cannot look.
+    pub async fn leftovers(&self) -> Vec<String> {
+        let mut left = self
+            .backend
+            .leftovers(&self.namespace)
+            .await
+            .unwrap_or_else(|err| panic!("looking for leftovers: {err}"));
+        left.sort();
+        left
+    }
+
     /// A new client in this case's namespace with a watchdog lease of 10 s, so only
     /// tests that mean to see renewals do.
     pub async fn client(&self) -> Arc<dyn LockProvider> {

@@ -115,11 +115,7 @@ pub(crate) async fn storm(ctx: &Ctx, storm: Storm) {
     // And nothing stays behind (clean-ups of dropped waiters may still be running).
     let started = Instant::now();
     loop {
-        let left = ctx
-            .backend()
-            .leftovers(ctx.namespace())
-            .await
-            .unwrap_or_else(|err| panic!("looking for leftovers: {err}"));
+        let left = ctx.leftovers().await;
         if left.is_empty() {
             break;
         }

@@ -147,21 +147,12 @@ pub(crate) async fn wait_limit_honoured(ctx: &Ctx, flavor: Flavor) {
 pub(crate) async fn timed_out_waiter_leaves_nothing(ctx: &Ctx, flavor: Flavor) {
     let holder = flavor.lock(&*ctx.client().await, NAME);
     let guard = got("holder", holder.try_acquire().await);
-    let leftovers = || async {
-        let mut left = ctx
-            .backend()
-            .leftovers(ctx.namespace())
-            .await
-            .unwrap_or_else(|err| panic!("looking for leftovers: {err}"));
-        left.sort();
-        left
-    };
-    let before = leftovers().await;
+    let before = ctx.leftovers().await;
     let waiter = flavor.lock(&*ctx.client().await, NAME);
     let result = waiter.acquire_timeout(Duration::from_millis(300)).await;
     expect_err("acquire_timeout while held", result, is_timeout);
     assert_eq!(
-        leftovers().await,
+        ctx.leftovers().await,
         before,
         "the timed-out waiter left its place behind"
     );

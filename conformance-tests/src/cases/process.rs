@@ -59,16 +59,7 @@ pub(crate) async fn timed_out_waiter_process_leaves_nothing(ctx: &Ctx) {
     };
     let lock = ctx.client().await.lock(&spec.name).expect("lock");
     let guard = ok("holder", lock.acquire().await);
-    let leftovers = || async {
-        let mut left = ctx
-            .backend()
-            .leftovers(ctx.namespace())
-            .await
-            .unwrap_or_else(|err| panic!("looking for leftovers: {err}"));
-        left.sort();
-        left
-    };
-    let before = leftovers().await;
+    let before = ctx.leftovers().await;
     let mut command = ctx.backend().holder_command(&spec).expect("holder command");
     command.args(["--wait-ms", "500"]);
     let waited = tokio::time::timeout(ctx.slack() * 10, command.output())
@@ -83,7 +74,7 @@ pub(crate) async fn timed_out_waiter_process_leaves_nothing(ctx: &Ctx) {
         String::from_utf8_lossy(&waited.stderr)
     );
     assert_eq!(
-        leftovers().await,
+        ctx.leftovers().await,
         before,
         "the timed-out process left its place behind"
     );
