@@ -3,8 +3,11 @@
 
 #![allow(dead_code)]
 
+pub mod reply_cut;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -33,15 +36,55 @@ impl RedisServer {
             port: free_port(),
             child: None,
             dir,
+            clock_step: None,
         };
         server.restart();
         server
     }
 
+    /// Starts a server whose wall clock [`step_clock`](Self::step_clock) can move: the
+    /// shim in `clock_step.c`, built here with the C compiler every Rust build already
+    /// needs, is preloaded into it.
+    pub fn start_with_clock_step() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let shim = dir.path().join("clock_step.so");
+        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/clock_step.c");
+        let built = Command::new("cc")
+            .args(["-shared", "-fPIC", "-O2", "-o"])
+            .arg(&shim)
+            .arg(source)
+            .status()
+            .expect("a C compiler (cc) must be installed");
+        assert!(built.success(), "cc could not build {source}");
+        let step = dir.path().join("clock_step");
+        std::fs::write(&step, "0").expect("clock step file");
+        let mut server = RedisServer {
+            port: free_port(),
+            child: None,
+            dir,
+            clock_step: Some(step),
+        };
+        server.restart();
+        server
+    }
+
+    /// Moves the server's wall clock `ahead` of the real one (from the real one, not
+    /// from the last step), as an NTP step would; its monotonic clock does not move.
+    pub fn step_clock(&self, ahead: Duration) {
+        let step = self.clock_step.as_ref().expect("started with a clock step");
+        std::fs::write(step, ahead.as_millis().to_string()).expect("write the clock step");
+    }
+
     /// Starts the server again on the same port (empty: nothing is persisted).
     pub fn restart(&mut self) {
         self.stop();
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        if let Some(step) = &self.clock_step {
+            command
+                .env("LD_PRELOAD", self.dir.path().join("clock_step.so"))
+                .env("CLOCK_STEP_FILE", step);
+        }
+        let child = command
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
