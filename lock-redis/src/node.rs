@@ -94,15 +94,40 @@ impl Node {
         what: &'static str,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T> {
-        let mut conn = self.conn()?;
-        error::within(
-            what,
-            self.call_timeout(),
-            invocation.invoke_async(&mut conn),
-        )
+        self.run(what, self.call_timeout(), |mut conn| async move {
+            invocation.invoke_async(&mut conn).await
+        })
         .await
     }
 
+    /// Runs `call` on the command connection, all within `limit`. A call that finds
+    /// the connection dropped (the server restarted, or closed it) runs once more, on
+    /// the connection the manager makes in its place: without that, the first call of
+    /// every client after a restart would fail. Repeating is safe for every call made
+    /// here: releases, renewals and queue removals are idempotent, and an acquire whose
+    /// first run was granted finds its own key and takes it over with a new fence (see
+    /// the acquire scripts).
+    async fn run<T, Fut>(
+        &self,
+        what: &'static str,
+        limit: Duration,
+        call: impl Fn(ConnectionManager) -> Fut,
+    ) -> Result<T>
+    where
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let conn = self.conn()?;
+        let once_more_if_dropped = async {
+            match call(conn.clone()).await {
+                Err(err) if err.is_connection_dropped() && !err.is_connection_refusal() => {
+                    tracing::debug!(what, error = %err, "connection dropped; calling again on a new one");
+                    call(conn).await
+                }
+                other => other,
+            }
+        };
+        error::within(what, limit, once_more_if_dropped).await
+    }
     /// How long one call may take: connect plus command timeout.
     pub(crate) fn call_timeout(&self) -> Duration {
         self.inner.config.call_timeout()
@@ -124,8 +149,12 @@ impl Node {
         call: &crate::calls::Call,
         limit: Duration,
     ) -> Result<T> {
-        let mut conn = self.conn()?;
-        error::within(what, limit, call.invocation().invoke_async(&mut conn)).await
+        let invocation = call.invocation();
+        self.run(what, limit, |mut conn| {
+            let invocation = &invocation;
+            async move { invocation.invoke_async(&mut conn).await }
+        })
+        .await
     }
 
     /// Runs a plain command, bounded like [`Node::eval`].
@@ -134,12 +163,9 @@ impl Node {
         what: &'static str,
         cmd: &redis::Cmd,
     ) -> Result<T> {
-        let mut conn = self.conn()?;
-        error::within(
-            what,
-            self.inner.config.call_timeout(),
-            cmd.query_async(&mut conn),
-        )
+        self.run(what, self.call_timeout(), |mut conn| async move {
+            cmd.query_async(&mut conn).await
+        })
         .await
     }
 }

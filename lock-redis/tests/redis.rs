@@ -523,3 +523,82 @@ async fn an_acquire_that_timed_out_but_ran_later_is_undone() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_serves_the_next_call_of_an_old_client() {
+    let mut server = RedisServer::start();
+    let client = client(server.backend(), "restart");
+    let lock = client.lock("job").unwrap();
+    lock.acquire().await.unwrap().release().await.unwrap();
+    server.restart();
+    // The old connection is dead; the first call after the restart must not fail on it.
+    let guard = lock
+        .try_acquire()
+        .await
+        .expect("the call after a restart reconnects")
+        .expect("free");
+    guard.release().await.unwrap();
+    let fair = client.fair_lock("job").unwrap();
+    server.restart();
+    assert!(fair.is_locked().await.is_ok_and(|held| !held));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_whose_reply_was_lost_is_granted_when_it_runs_again() {
+    let server = RedisServer::start();
+    let proxy = common::reply_cut::ReplyCut::to(server.port()).await;
+    let config = RedisConfig::builder(&proxy.url())
+        .connect_timeout(Duration::from_millis(500))
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let client = client(RedisBackend::new(config).unwrap(), "cut");
+    let mut raw = server.raw().await;
+    for kind in [
+        LockKind::Exclusive,
+        LockKind::Fair,
+        LockKind::Write,
+        LockKind::Read,
+    ] {
+        let name = format!("{kind:?}");
+        let is_locked = || async {
+            match kind {
+                LockKind::Exclusive => client.lock(&name).unwrap().is_locked().await,
+                LockKind::Fair => client.fair_lock(&name).unwrap().is_locked().await,
+                _ => client.rw_lock(&name).unwrap().is_locked().await,
+            }
+            .unwrap()
+        };
+        let try_acquire = || async {
+            match kind {
+                LockKind::Exclusive => client.lock(&name).unwrap().try_acquire().await,
+                LockKind::Fair => client.fair_lock(&name).unwrap().try_acquire().await,
+                LockKind::Write => client.rw_lock(&name).unwrap().try_write().await,
+                LockKind::Read => client.rw_lock(&name).unwrap().try_read().await,
+            }
+            .unwrap_or_else(|err| panic!("{kind:?}: {err}"))
+        };
+        // Once through, so the server has the script: the reply lost below is then the
+        // script's own, not a NOSCRIPT before it ran.
+        try_acquire().await.unwrap().release().await.unwrap();
+        assert!(!is_locked().await, "{kind:?} free");
+        // The acquire runs on the server, its reply is lost with the connection, and
+        // the call runs again on a new one: it must get the grant, not wait on it.
+        proxy.lose_next_reply();
+        let guard = try_acquire()
+            .await
+            .unwrap_or_else(|| panic!("{kind:?}: its own lost grant blocked it"));
+        assert!(proxy.has_cut(), "{kind:?}: the reply was lost");
+        guard.release().await.unwrap();
+        assert!(
+            !is_locked().await,
+            "{kind:?}: nothing held after the release"
+        );
+        let left: Vec<String> = keys(&mut raw)
+            .await
+            .into_iter()
+            .filter(|k| !k.ends_with(":fence"))
+            .collect();
+        assert!(left.is_empty(), "{kind:?}: left behind {left:?}");
+    }
+}

@@ -4,7 +4,11 @@
 -- ARGV[1] owner token, ARGV[2] lease in ms
 -- Returns {1, fence} when granted, else {0, the holder's remaining lease in ms}
 -- (-1 when the holder set no expiry).
-if redis.call('exists', KEYS[1]) == 1 then
+-- A key of the caller's own is a grant whose reply never reached it (the call is run
+-- again after a dropped connection): lock-core asks again only when the owner holds
+-- nothing here, so it is taken over, with a new fence that a stale guard cannot match.
+local holder = redis.call('get', KEYS[1])
+if holder and string.sub(holder, 1, #ARGV[1] + 1) ~= ARGV[1] .. ':' then
   return {0, redis.call('pttl', KEYS[1])}
 end
 local fence = redis.call('incr', KEYS[2])

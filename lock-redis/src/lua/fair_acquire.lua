@@ -9,6 +9,17 @@
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local me = ARGV[3]
+-- A holder key of the caller's own is a grant whose reply never reached it (the call
+-- is run again after a dropped connection; lock-core asks again only when the owner
+-- holds nothing here): it is taken over with a new fence, whatever the queue says.
+local holder = redis.call('get', KEYS[1])
+if holder and string.sub(holder, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
+  redis.call('lrem', KEYS[2], 0, me)
+  redis.call('zrem', KEYS[3], me)
+  local fence = redis.call('incr', KEYS[4])
+  redis.call('set', KEYS[1], ARGV[1] .. ':' .. string.format('%d', fence), 'PX', ARGV[2])
+  return {1, fence}
+end
 -- Evict waiters that stopped refreshing their place (dead or gone), by server time.
 local head_before = redis.call('lindex', KEYS[2], 0)
 local stale = redis.call('zrangebyscore', KEYS[3], '-inf', now)

@@ -7,6 +7,11 @@
 -- Policy: writers are preferred. While a writer waits, new readers wait too (except
 -- the owner of the write lock, who may always take the read lock: downgrade).
 -- Returns {1, fence} when granted, else {0, ms until something may expire, or -1}.
+-- Entries of the caller's own are grants whose replies never reached it (the call is
+-- run again after a dropped connection): lock-core asks again only when the owner
+-- holds nothing of the kind it asks for here, and never asks to upgrade. Its reader
+-- entries are dropped, and its writer key is taken over by a write acquire (a read
+-- acquire beside its own writer key is a downgrade).
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local owner = ARGV[1]
@@ -14,9 +19,10 @@ local lease = tonumber(ARGV[2])
 local readers = redis.call('hgetall', KEYS[2])
 local live = 0
 local soonest = nil
+local own = owner .. ':'
 for i = 1, #readers, 2 do
   local expiry = tonumber(readers[i + 1])
-  if expiry <= now then
+  if expiry <= now or string.sub(readers[i], 1, #own) == own then
     redis.call('hdel', KEYS[2], readers[i])
   else
     live = live + 1
@@ -27,8 +33,11 @@ for i = 1, #readers, 2 do
 end
 redis.call('zremrangebyscore', KEYS[3], '-inf', now)
 local writer = redis.call('get', KEYS[1])
+local mine = writer and string.sub(writer, 1, #own) == own
+if ARGV[3] == 'w' and mine then
+  writer = nil
+end
 if ARGV[3] == 'r' then
-  local mine = writer and string.sub(writer, 1, #owner + 1) == owner .. ':'
   if writer and not mine then
     return {0, redis.call('pttl', KEYS[1])}
   end

@@ -19,6 +19,9 @@ pub struct RedisServer {
     port: u16,
     child: Option<Child>,
     dir: tempfile::TempDir,
+    /// The file whose milliseconds are added to the server's wall clock, when it runs
+    /// with `clock_step.c` preloaded.
+    clock_step: Option<PathBuf>,
 }
 
 /// A free loopback port (the OS picks one; a race with another process is possible
