@@ -28,8 +28,13 @@ use crate::queries::{self, Placed, Position};
 /// How long etcd may take to catch up a watch that missed being registered as
 /// current: its catch-up loop runs every 100 ms.
 const CATCH_UP: Duration = Duration::from_millis(120);
-/// How often a waiter looks for itself meanwhile.
+/// How soon a waiter first looks for itself meanwhile; each later look waits twice as
+/// long, so a thousand waiters arriving at once make a few looks each, not a storm.
 const RECHECK: Duration = Duration::from_millis(8);
+/// The first pause before a waiter asks a busy or briefly unreachable etcd again; it
+/// doubles up to [`PATIENCE_MAX_PAUSE`].
+const PATIENCE_PAUSE: Duration = Duration::from_millis(50);
+const PATIENCE_MAX_PAUSE: Duration = Duration::from_secs(1);
 
 type Reply = oneshot::Sender<Result<Option<Grant<EtcdLease>>>>;
 
@@ -311,7 +316,9 @@ impl Job {
                 Position::Granted => return Ok(true),
                 Position::Vanished => return Ok(false),
                 Position::Unknown => {
-                    position = self.locate(prefix, contender).await?;
+                    position = self
+                        .patiently(contender, reply, || self.locate(prefix, contender))
+                        .await?;
                     continue;
                 }
                 Position::Behind(key) => key,
@@ -322,13 +329,13 @@ impl Job {
             // Watch from now (a watcher from a past revision is caught up only every
             // 100 ms: the handoff tail of etcd's own lock service), then check the
             // predecessor is still there: it may have gone before the watch existed.
-            let (mut watch, watch_revision) = tokio::select! {
-                watch = self.inner.watch_delete(&predecessor) => watch?,
-                () = reply.closed() => return Err(Stop::Abandoned),
-                () = self.deadline.sleep() => return Err(Stop::Deadline),
-            };
+            let (mut watch, watch_revision) = self
+                .patiently(contender, reply, || self.inner.watch_delete(&predecessor))
+                .await?;
             let watched_at = Instant::now();
-            let (now, revision) = self.locate_at(prefix, contender).await?;
+            let (now, revision) = self
+                .patiently(contender, reply, || self.locate_at(prefix, contender))
+                .await?;
             position = now;
             if position != Position::Behind(predecessor.clone()) {
                 continue;
@@ -339,11 +346,12 @@ impl Job {
             // watch's revision makes that possible, so look again every few
             // milliseconds until etcd has surely caught the watch up.
             let unsure = revision > watch_revision;
+            let mut recheck_after = RECHECK;
             loop {
                 let refresh = tokio::time::sleep(contender.lease.refresh_interval());
                 let recheck = async {
                     if unsure && watched_at.elapsed() < CATCH_UP {
-                        tokio::time::sleep(RECHECK).await;
+                        tokio::time::sleep(recheck_after).await;
                     } else {
                         std::future::pending::<()>().await;
                     }
@@ -362,21 +370,81 @@ impl Job {
                         _ => break,
                     },
                     () = recheck => {
-                        if self.locate(prefix, contender).await? != Position::Behind(predecessor.clone()) {
-                            break;
+                        recheck_after *= 2;
+                        // A failed look is made again, patiently, below.
+                        match self.locate(prefix, contender).await {
+                            Ok(now) if now == Position::Behind(predecessor.clone()) => {}
+                            _ => break,
                         }
                     }
                     () = refresh => {
                         // Nobody may be renewing the lease while this client only waits.
                         let timeout = self.inner.config.request_timeout();
-                        if !contender.lease.keep_fresh(&self.inner.client, timeout).await? {
-                            return Ok(false);
+                        match contender.lease.keep_fresh(&self.inner.client, timeout).await {
+                            Ok(true) => {}
+                            Ok(false) => return Ok(false),
+                            // A slow etcd: try again at the next refresh while the
+                            // lease surely lasts.
+                            Err(err) if err.is_retryable()
+                                && Instant::now() + contender.lease.refresh_interval()
+                                    < contender.lease.kept_until() => {}
+                            Err(err) => return Err(err.into()),
                         }
                     }
                 }
             }
             drop(watch);
-            position = self.locate(prefix, contender).await?;
+            position = self
+                .patiently(contender, reply, || self.locate(prefix, contender))
+                .await?;
+        }
+    }
+
+    /// Runs one of a waiter's requests to etcd, asking again after a retryable failure
+    /// (no answer in time, etcd busy or briefly unreachable) for as long as the
+    /// waiter's key surely still stands, that is while its lease is kept, and its
+    /// deadline has not passed. Under load, with a thousand waiters, a request can
+    /// take longer than the request timeout; the waiter keeps its place through that
+    /// rather than failing. An etcd gone for longer than the lease still ends the wait
+    /// with the error.
+    async fn patiently<T, Fut>(
+        &self,
+        contender: &Contender,
+        reply: &mut Reply,
+        request: impl Fn() -> Fut,
+    ) -> Result<T, Stop>
+    where
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let mut pause = PATIENCE_PAUSE;
+        loop {
+            let err = tokio::select! {
+                outcome = request() => match outcome {
+                    Ok(value) => return Ok(value),
+                    Err(err) => err,
+                },
+                () = reply.closed() => return Err(Stop::Abandoned),
+                () = self.deadline.sleep() => return Err(Stop::Deadline),
+            };
+            let kept = contender.lease.kept_until();
+            if !err.is_retryable() || contender.lease.is_dead() || Instant::now() + pause >= kept {
+                return Err(Stop::Failed(err));
+            }
+            tracing::debug!(key = %contender.key, error = %err, "etcd did not answer a waiter; asking again");
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = reply.closed() => return Err(Stop::Abandoned),
+                () = self.deadline.sleep() => return Err(Stop::Deadline),
+            }
+            pause = (pause * 2).min(PATIENCE_MAX_PAUSE);
+            // The key hangs on the lease: keep it while etcd is slow to answer.
+            let timeout = self.inner.config.request_timeout();
+            // A lease found gone ends the patience at the next failure, or the next
+            // look finds the key vanished.
+            let _ = contender
+                .lease
+                .keep_fresh(&self.inner.client, timeout)
+                .await;
         }
     }
 
