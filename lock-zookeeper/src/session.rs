@@ -120,7 +120,11 @@ impl Sessions {
         if let Some(session) = self.peek() {
             return Ok(session);
         }
-        let client = tokio::time::timeout(self.config.connect_timeout(), self.connect())
+        let connect = async {
+            refuse_if_every_host_refuses(self.config.hosts()).await?;
+            self.connect().await
+        };
+        let client = tokio::time::timeout(self.config.connect_timeout(), connect)
             .await
             .map_err(|_| {
                 error::unavailable(format!(
@@ -175,6 +179,26 @@ impl Sessions {
         self.peek()
             .map_or(ConnectionState::Lost, |session| session.state())
     }
+}
+
+/// Fails at once, naming the cause, when every host refuses a TCP connection: the
+/// client library would try them in turn until the connect timeout and then say only
+/// that no session came. Any other outcome (a host accepts, or does not answer) is left
+/// to the real connect and its timeout. One extra connection per new session.
+async fn refuse_if_every_host_refuses(hosts: &[String]) -> Result<()> {
+    let mut refusals = Vec::new();
+    for host in hosts {
+        match tokio::net::TcpStream::connect(host.as_str()).await {
+            Err(err) if err.kind() == std::io::ErrorKind::ConnectionRefused => {
+                refusals.push(format!("{host}: {err}"));
+            }
+            _ => return Ok(()),
+        }
+    }
+    Err(error::unavailable(format!(
+        "every ZooKeeper server refused the connection ({})",
+        refusals.join("; ")
+    )))
 }
 
 /// Drops `session` if it is the current one, so its client closes once the last
