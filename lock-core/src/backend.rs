@@ -247,6 +247,19 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
         ttl
     }
 
+    /// Waits until the clean-ups this backend runs in the background have finished:
+    /// queue places and keys of dropped or timed-out waits removed, late grants undone,
+    /// releases retried. [`LockClient::shutdown`](crate::LockClient::shutdown) calls it
+    /// so that a program leaves nothing behind when it exits. A backend shared by
+    /// several clients waits for the clean-ups of all of them. Backends that run none
+    /// keep the default, which returns at once; [`Cleanups`](crate::Cleanups) counts them.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits; the clean-ups go on.
+    fn settle(&self) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
+
     /// Takes a lease, waiting until `req.deadline` for it.
     ///
     /// Returns `Ok(None)` if the deadline passed first.

@@ -1,18 +1,24 @@
 //! The client: one backend, one namespace, one watchdog, and the lock handles made
 //! from them.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::sync::watch;
 
 use crate::api::{DistributedLock, FairLock, ReadWriteLock};
 use crate::backend::{Capabilities, LockBackend, OwnerToken};
+use crate::cleanups::Cleanups;
 use crate::error::Result;
 use crate::locks::{FairMutex, Mutex, RwLock};
 use crate::name::{LockKey, LockName, Namespace};
 use crate::options::{check_duration, DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_WATCHDOG_LEASE};
-use crate::watchdog::Watchdog;
+use crate::owner::Owner;
+use crate::watchdog::{LeaseEntry, Watchdog};
 
 /// What every lock handle of a client shares.
 #[derive(Debug)]
@@ -24,7 +30,19 @@ pub(crate) struct ClientInner<B: LockBackend> {
     id: uuid::Uuid,
     next_owner: AtomicU64,
     next_lease: AtomicU64,
+    /// Releases retried or made after a guard was dropped, still under way.
+    pub(crate) cleanups: Cleanups,
+    /// Acquires at the backend right now: a shutdown waits for them to see it.
+    pub(crate) acquiring: Cleanups,
+    /// Set by [`LockClient::shutdown`]: no more grants.
+    closed: watch::Sender<bool>,
+    /// Every lease granted and not yet given back, by lease id, with its owner, for
+    /// [`LockClient::shutdown`] to release.
+    held: StdMutex<HashMap<u64, HeldEntry<B>>>,
 }
+
+/// A granted lease and its owner, as [`ClientInner::held`] knows them.
+type HeldEntry<B> = (Weak<Owner<B>>, Weak<LeaseEntry<B>>);
 
 impl<B: LockBackend> ClientInner<B> {
     pub(crate) fn next_owner_token(&self) -> OwnerToken {
@@ -33,6 +51,36 @@ impl<B: LockBackend> ClientInner<B> {
 
     pub(crate) fn next_lease_id(&self) -> u64 {
         self.next_lease.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        *self.closed.borrow()
+    }
+
+    /// Resolves once the client is shut down.
+    pub(crate) async fn closed(&self) {
+        let mut closed = self.closed.subscribe();
+        // The sender lives in `self`: the channel cannot close while we wait.
+        let _ = closed.wait_for(|closed| *closed).await;
+    }
+
+    /// Records a new grant, for [`LockClient::shutdown`].
+    pub(crate) fn track(&self, owner: &Arc<Owner<B>>, lease: &Arc<LeaseEntry<B>>) {
+        self.held_map()
+            .insert(lease.id, (Arc::downgrade(owner), Arc::downgrade(lease)));
+    }
+
+    /// Forgets a grant given back; `true` if it was still recorded (whoever takes it
+    /// out releases it).
+    pub(crate) fn untrack(&self, lease: &LeaseEntry<B>) -> bool {
+        self.held_map().remove(&lease.id).is_some()
+    }
+
+    fn held_map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, HeldEntry<B>>> {
+        // Single inserts and removes: a panic cannot leave it half done.
+        self.held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -106,6 +154,10 @@ impl<B: LockBackend> LockClient<B> {
                 id: uuid::Uuid::new_v4(),
                 next_owner: AtomicU64::new(1),
                 next_lease: AtomicU64::new(1),
+                cleanups: Cleanups::default(),
+                acquiring: Cleanups::default(),
+                closed: watch::Sender::new(false),
+                held: StdMutex::new(HashMap::new()),
             }),
         }
     }
@@ -164,6 +216,64 @@ impl<B: LockBackend> LockClient<B> {
     /// How many leases the watchdog is keeping alive right now.
     pub fn watched_leases(&self) -> usize {
         self.inner.watchdog.len()
+    }
+
+    /// Ends this client's work, for a program about to exit: after it, nothing this
+    /// client took or queued for is left on the server.
+    ///
+    /// 1. The client takes no more locks: acquires in progress on any of its handles
+    ///    end with [`Error::Closed`](crate::Error::Closed) (their waits are removed as
+    ///    for a dropped acquire), and later ones fail with it at once.
+    /// 2. Every lease it holds is released, whatever the hold counts; guards still
+    ///    around then report not held, and their `release` says the lease was lost.
+    /// 3. It waits for the clean-ups still under way: releases retried in the
+    ///    background and the backend's own ([`LockBackend::settle`]). A backend
+    ///    shared with other clients is waited on for theirs too.
+    ///
+    /// Without it, a program that returns from `main` right after dropping a guard or
+    /// an acquire can leave a lease or a queue place to run out on its own, blocking
+    /// others meanwhile.
+    ///
+    /// # Errors
+    /// The first release that failed (the others are still made). A release that
+    /// failed with a retryable error is retried in the background and waited for
+    /// here, within the backend's limits; clones of the client are shut down too.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future stops the waiting, not the work; the client
+    /// stays shut down.
+    ///
+    /// ```
+    /// use lock_core::{memory::MemoryBackend, prelude::*, Error, LockClient};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// let client = LockClient::new(MemoryBackend::new());
+    /// let lock = client.lock("nightly-report")?;
+    /// let guard = lock.acquire().await?;
+    /// client.shutdown().await?;
+    /// assert!(!guard.is_held());
+    /// assert!(matches!(lock.try_acquire().await, Err(Error::Closed)));
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(&self) -> Result<()> {
+        let inner = &self.inner;
+        // Closed first: a grant recorded from now on sees it and gives itself back.
+        inner.closed.send_replace(true);
+        // Acquires under way end at once; once they have, whatever they left at the
+        // backend is counted by its clean-ups, and any grant they got is recorded.
+        inner.acquiring.settled().await;
+        let held: Vec<HeldEntry<B>> = inner.held_map().drain().map(|(_, e)| e).collect();
+        let mut first_error = None;
+        for (owner, lease) in held {
+            let (Some(owner), Some(lease)) = (owner.upgrade(), lease.upgrade()) else {
+                continue;
+            };
+            if let Err(err) = owner.release_for_shutdown(&lease).await {
+                first_error.get_or_insert(err);
+            }
+        }
+        inner.cleanups.settled().await;
+        inner.backend.settle().await;
+        first_error.map_or(Ok(()), Err)
     }
 }
 
@@ -242,6 +352,15 @@ pub trait LockProvider: Send + Sync + fmt::Debug {
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an invalid name.
     fn rw_lock(&self, name: &str) -> Result<Arc<dyn ReadWriteLock>>;
+    /// [`LockClient::shutdown`]: releases what the client holds, ends its waits and
+    /// waits for the clean-ups under way.
+    ///
+    /// # Errors
+    /// As [`LockClient::shutdown`].
+    ///
+    /// # Cancel safety
+    /// As [`LockClient::shutdown`].
+    fn shutdown(&self) -> BoxFuture<'_, Result<()>>;
 }
 
 impl<B: LockBackend> LockProvider for LockClient<B> {
@@ -267,5 +386,9 @@ impl<B: LockBackend> LockProvider for LockClient<B> {
 
     fn rw_lock(&self, name: &str) -> Result<Arc<dyn ReadWriteLock>> {
         Ok(Arc::new(LockClient::rw_lock(self, name)?))
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(LockClient::shutdown(self))
     }
 }

@@ -79,6 +79,11 @@ pub enum Error {
         operation: &'static str,
     },
 
+    /// The client was shut down ([`LockClient::shutdown`](crate::LockClient::shutdown)):
+    /// it takes no more locks, and a wait in progress ended with this. Nothing is held.
+    #[error("the lock client was shut down")]
+    Closed,
+
     /// The backend answered with an error that retrying will not fix.
     #[error("{backend} error: {source}")]
     Backend {

@@ -65,6 +65,7 @@
 
 mod api;
 mod backend;
+mod cleanups;
 mod client;
 mod error;
 mod guard;
@@ -89,6 +90,7 @@ pub use backend::{
     AcquireRequest, Capabilities, Grant, HeldLease, LockBackend, LockFamily, LockKind, OwnerToken,
     Renewal,
 };
+pub use cleanups::{Cleanups, PendingCleanup};
 pub use client::{LockClient, LockClientBuilder, LockProvider};
 pub use error::{BoxError, Error, Result};
 pub use guard::LockGuard;

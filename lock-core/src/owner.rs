@@ -141,6 +141,9 @@ impl<B: LockBackend> Owner<B> {
     ) -> Result<LockGuard> {
         let deadline = options.validate(Instant::now())?;
         self.check_supported(kind, options.lease)?;
+        if self.client.is_closed() {
+            return Err(Error::Closed);
+        }
         let mut lost = match self.reenter(kind)? {
             Reentry::Reentered(guard) => return Ok(guard),
             Reentry::Lost(lease) => Some(lease),
@@ -153,6 +156,9 @@ impl<B: LockBackend> Owner<B> {
                 Err(_) => return Err(self.timeout(options.wait)),
             },
         };
+        if self.client.is_closed() {
+            return Err(Error::Closed);
+        }
         // Another task of this owner may have taken the lease while we waited.
         match self.reenter(kind)? {
             Reentry::Reentered(guard) => return Ok(guard),
@@ -186,12 +192,12 @@ impl<B: LockBackend> Owner<B> {
         };
         let span =
             tracing::debug_span!("lock.acquire", key = %self.key, ?kind, owner = %self.token);
-        let grant = self
-            .client
-            .backend
-            .acquire(request)
-            .instrument(span)
-            .await?;
+        // A shutdown ends the wait; the backend cleans up as for a dropped acquire.
+        let _acquiring = self.client.acquiring.begin();
+        let grant = tokio::select! {
+            grant = self.client.backend.acquire(request).instrument(span) => grant?,
+            () = self.client.closed() => return Err(Error::Closed),
+        };
         let Some(grant) = grant else {
             tracing::debug!(key = %self.key, ?kind, "lock not acquired before the deadline");
             return Err(self.timeout(options.wait));
@@ -218,6 +224,13 @@ impl<B: LockBackend> Owner<B> {
             lease: entry.clone(),
             count: 1,
         });
+        // Recorded before looking at `closed`, which a shutdown sets before it takes
+        // the records: so either it releases this grant or this call does.
+        self.client.track(self, &entry);
+        if self.client.is_closed() && self.client.untrack(&entry) {
+            let _ = self.release(&entry).await;
+            return Err(Error::Closed);
+        }
         tracing::debug!(key = %self.key, ?kind, fence = grant.fence, "lock acquired");
         Ok(self.guard(entry))
     }
@@ -264,6 +277,7 @@ impl<B: LockBackend> Owner<B> {
                 Some(hold) => {
                     drop(holds);
                     self.client.watchdog.unwatch(&hold.lease);
+                    self.client.untrack(&hold.lease);
                     Ok(Reentry::Lost(hold.lease))
                 }
                 None => Ok(Reentry::Free),
@@ -314,6 +328,7 @@ impl<B: LockBackend> Owner<B> {
                 *slot = None;
                 drop(holds);
                 self.client.watchdog.unwatch(lease);
+                self.client.untrack(lease);
                 Decrement::Last
             }
             _ => Decrement::Stale,
@@ -363,6 +378,27 @@ impl<B: LockBackend> Owner<B> {
         }
     }
 
+    /// Gives back `lease` with all its holds, for [`LockClient::shutdown`]: the guards
+    /// left on it turn stale. A lease already given back is left alone, and one lost
+    /// before is only cleaned up at the backend, not reported.
+    ///
+    /// [`LockClient::shutdown`]: crate::LockClient::shutdown
+    pub(crate) async fn release_for_shutdown(
+        self: &Arc<Self>,
+        lease: &Arc<LeaseEntry<B>>,
+    ) -> Result<()> {
+        match self.holds().slot(Slot::of(lease.held.kind)) {
+            Some(hold) if Arc::ptr_eq(&hold.lease, lease) => hold.count = 1,
+            _ => return Ok(()),
+        }
+        let lost_before = !lease.state.is_held();
+        let released = self.release(lease).await;
+        if lost_before {
+            return Ok(());
+        }
+        released
+    }
+
     /// Keeps releasing `lease` after a release failed with a retryable error, with
     /// backoff, until the backend lets go, says the lease is gone, or
     /// [`RELEASE_RETRY_LIMIT`] passes. Without this a lease whose life is a session
@@ -375,7 +411,7 @@ impl<B: LockBackend> Owner<B> {
         };
         let owner = self.clone();
         let lease = lease.clone();
-        runtime.spawn(async move {
+        self.client.cleanups.clone().spawn_on(&runtime, async move {
             let give_up = Instant::now() + RELEASE_RETRY_LIMIT;
             let mut delay = Duration::from_millis(50);
             loop {
@@ -413,7 +449,7 @@ impl<B: LockBackend> Owner<B> {
         };
         let owner = self.clone();
         let lease = lease.clone();
-        runtime.spawn(async move {
+        self.client.cleanups.clone().spawn_on(&runtime, async move {
             match owner.client.backend.release(&lease.held).await {
                 Ok(()) => {
                     lease.state.end(LeaseLoss::Released);

@@ -1,0 +1,121 @@
+//! Clean-ups that run in the background (a release retried, a dropped waiter's queue
+//! place removed, a late grant undone), counted so that a program can wait for them
+//! before it exits ([`LockClient::shutdown`](crate::LockClient::shutdown)).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+/// Counts a component's background clean-ups and lets a caller wait until none is
+/// left. Cloning shares the count.
+///
+/// Backends spawn the work they do for a dropped or failed call with
+/// [`spawn_on`](Cleanups::spawn_on), or hold a [`PendingCleanup`] while they do it in a
+/// task that already runs, and wait in [`LockBackend::settle`](crate::LockBackend::settle)
+/// with [`settled`](Cleanups::settled).
+///
+/// ```
+/// use lock_core::Cleanups;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let cleanups = Cleanups::default();
+/// let runtime = tokio::runtime::Handle::current();
+/// cleanups.spawn_on(&runtime, async {
+///     // remove what a dropped call left on the server
+/// });
+/// cleanups.settled().await;
+/// assert_eq!(cleanups.pending(), 0);
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Cleanups {
+    pending: Arc<watch::Sender<usize>>,
+}
+
+impl Default for Cleanups {
+    fn default() -> Self {
+        Cleanups {
+            pending: Arc::new(watch::Sender::new(0)),
+        }
+    }
+}
+
+impl Cleanups {
+    /// Counts one clean-up until the returned value is dropped.
+    pub fn begin(&self) -> PendingCleanup {
+        self.pending.send_modify(|n| *n += 1);
+        PendingCleanup {
+            pending: self.pending.clone(),
+        }
+    }
+
+    /// Spawns `cleanup` on `runtime`, counted until it finishes (or the runtime drops
+    /// it at shutdown).
+    pub fn spawn_on<F>(&self, runtime: &tokio::runtime::Handle, cleanup: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let pending = self.begin();
+        runtime.spawn(async move {
+            let _pending = pending;
+            cleanup.await;
+        });
+    }
+
+    /// How many clean-ups are under way.
+    pub fn pending(&self) -> usize {
+        *self.pending.borrow()
+    }
+
+    /// Waits until no clean-up is under way.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits; the clean-ups go on.
+    pub async fn settled(&self) {
+        let mut count = self.pending.subscribe();
+        // The sender lives in `self`, so the channel cannot close while we wait.
+        let _ = count.wait_for(|n| *n == 0).await;
+    }
+}
+
+/// One clean-up counted by [`Cleanups`], until dropped.
+#[derive(Debug)]
+pub struct PendingCleanup {
+    pending: Arc<watch::Sender<usize>>,
+}
+
+impl Drop for PendingCleanup {
+    fn drop(&mut self) {
+        self.pending.send_modify(|n| *n -= 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn settled_waits_for_spawned_and_begun_cleanups() {
+        let cleanups = Cleanups::default();
+        cleanups.settled().await;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        cleanups.spawn_on(&tokio::runtime::Handle::current(), async move {
+            let _ = rx.await;
+        });
+        let held = cleanups.begin();
+        assert_eq!(cleanups.pending(), 2);
+        let waiting = tokio::spawn({
+            let cleanups = cleanups.clone();
+            async move { cleanups.settled().await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished());
+        tx.send(()).unwrap();
+        drop(held);
+        waiting.await.unwrap();
+        assert_eq!(cleanups.pending(), 0);
+    }
+}

@@ -1,0 +1,128 @@
+//! `LockClient::shutdown`: what a program calls before it exits, so that nothing it
+//! took or queued for is left to run out on the server.
+
+use std::time::Duration;
+
+use lock_core::memory::MemoryBackend;
+use lock_core::prelude::*;
+use lock_core::{AcquireOptions, Error, LeaseLoss, LockClient};
+
+mod support;
+
+use support::Wrapped;
+
+#[tokio::test]
+async fn shutdown_releases_every_hold_and_refuses_later_acquires() {
+    let backend = MemoryBackend::new();
+    let client = LockClient::builder(backend.clone()).build().unwrap();
+    let other = LockClient::builder(backend).build().unwrap();
+
+    let lock = client.lock("a").unwrap();
+    let first = lock.acquire().await.unwrap();
+    let reentered = lock.acquire().await.unwrap();
+    let fixed = client
+        .fair_lock("b")
+        .unwrap()
+        .acquire_with(AcquireOptions::try_once().lease(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let rw = client.rw_lock("c").unwrap();
+    let read = rw.read().await.unwrap();
+
+    client.shutdown().await.unwrap();
+
+    for guard in [&first, &reentered, &fixed, &read] {
+        assert!(!guard.is_held());
+        assert_eq!(guard.lost().await, LeaseLoss::Released);
+    }
+    // Others get every lock at once, though the fixed lease had ten minutes left.
+    for name in ["a"] {
+        assert!(other
+            .lock(name)
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_some());
+    }
+    assert!(other
+        .fair_lock("b")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_some());
+    assert!(other
+        .rw_lock("c")
+        .unwrap()
+        .try_write()
+        .await
+        .unwrap()
+        .is_some());
+
+    // The client takes nothing more, and its stale guards say the lease is gone.
+    assert!(matches!(lock.try_acquire().await, Err(Error::Closed)));
+    assert!(matches!(
+        client.lock("new").unwrap().acquire().await,
+        Err(Error::Closed)
+    ));
+    let err = first.release().await.unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err}");
+    drop(reentered);
+}
+
+#[tokio::test]
+async fn shutdown_ends_waits_in_progress() {
+    let backend = MemoryBackend::new();
+    let client = LockClient::builder(backend.clone()).build().unwrap();
+    let other = LockClient::builder(backend).build().unwrap();
+    let held = other.fair_lock("busy").unwrap().acquire().await.unwrap();
+
+    let waiting = {
+        let lock = client.fair_lock("busy").unwrap();
+        tokio::spawn(async move { lock.acquire().await.map(|_| ()) })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    tokio::time::timeout(Duration::from_secs(10), client.shutdown())
+        .await
+        .expect("shutdown does not wait for the lock")
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the wait ended")
+        .unwrap();
+    assert!(matches!(outcome, Err(Error::Closed)), "{outcome:?}");
+
+    // The waiter's queue place went with it: the next in line gets the lock at once.
+    held.release().await.unwrap();
+    let next = other.fair_lock("busy").unwrap();
+    assert!(next.try_acquire().await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn shutdown_waits_for_releases_retried_in_the_background() {
+    let backend = Wrapped::default();
+    let client = LockClient::builder(backend.clone())
+        .watchdog_lease(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    let lock = client.lock("flaky").unwrap();
+    let guard = lock.acquire().await.unwrap();
+    // The release made on drop fails twice; it is retried with backoff.
+    backend.fail_next_releases(2);
+    drop(guard);
+    tokio::time::timeout(Duration::from_secs(30), client.shutdown())
+        .await
+        .expect("the retries end")
+        .unwrap();
+    // Free now, though the lease had ten minutes left: the retry finished before
+    // shutdown returned.
+    let other = LockClient::builder(backend).build().unwrap();
+    assert!(other
+        .lock("flaky")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_some());
+}
