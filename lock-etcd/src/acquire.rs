@@ -8,12 +8,13 @@
 //! caller left is released the same way. So a dropped acquire leaves nothing behind.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use etcd_client::EventType;
 use lock_core::{
-    AcquireRequest, Deadline, Grant, LockKey, LockKind, LossNotifier, OwnerToken, Result,
+    AcquireRequest, Cleanups, Deadline, Grant, LockKey, LockKind, LossNotifier, OwnerToken,
+    PendingCleanup, Result,
 };
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -91,9 +92,40 @@ pub(crate) async fn acquire(
         loss: req.loss.clone(),
     };
     let (tx, rx) = oneshot::channel();
-    tokio::spawn(job.run(tx));
-    rx.await
-        .map_err(|_| error::unexpected("the acquire task ended without an answer"))?
+    // If this future is dropped before the answer, the job cleans up after noticing:
+    // count that from the drop on, so a shutdown right after it waits for the job.
+    let abandoned = Arc::new(StdMutex::new(None));
+    let mut on_drop = AbandonCount {
+        slot: abandoned.clone(),
+        cleanups: inner.cleanups.clone(),
+        answered: false,
+    };
+    let run = job.run(tx);
+    tokio::spawn(async move {
+        run.await;
+        drop(abandoned);
+    });
+    let answer = rx
+        .await
+        .map_err(|_| error::unexpected("the acquire task ended without an answer"));
+    on_drop.answered = true;
+    answer?
+}
+
+/// Counts a dropped acquire's job as a clean-up until the job ends (the job and this
+/// share `slot`; whichever lets go last drops the count).
+struct AbandonCount {
+    slot: Arc<StdMutex<Option<PendingCleanup>>>,
+    cleanups: Cleanups,
+    answered: bool,
+}
+
+impl Drop for AbandonCount {
+    fn drop(&mut self) {
+        if !self.answered && Arc::strong_count(&self.slot) > 1 {
+            *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.cleanups.begin());
+        }
+    }
 }
 
 impl Job {

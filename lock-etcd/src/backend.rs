@@ -11,8 +11,8 @@ use etcd_client::{
     WatchStream,
 };
 use lock_core::{
-    AcquireRequest, Capabilities, Error, Grant, HeldLease, LockBackend, LockFamily, LockKey,
-    LossNotifier, Renewal, Result,
+    AcquireRequest, Capabilities, Cleanups, Error, Grant, HeldLease, LockBackend, LockFamily,
+    LockKey, LossNotifier, Renewal, Result,
 };
 
 use crate::config::EtcdConfig;
@@ -36,6 +36,8 @@ pub(crate) struct Inner {
     pub(crate) seq: AtomicU64,
     /// Delete events that woke a waiter (diagnostics: no herd).
     pub(crate) wakeups: AtomicU64,
+    /// Keys of dropped acquires being removed, releases retried, leases revoked.
+    pub(crate) cleanups: Cleanups,
 }
 
 impl Inner {
@@ -217,6 +219,7 @@ impl EtcdBackend {
                 gates: Gates::default(),
                 seq: AtomicU64::new(1),
                 wakeups: AtomicU64::new(0),
+                cleanups: Cleanups::default(),
             }),
         };
         backend.ping().await?;
@@ -369,11 +372,13 @@ impl EtcdBackend {
 fn spawn_revoke(inner: &Inner, lease: Arc<Lease>) {
     let client = inner.client.clone();
     let timeout = inner.config.request_timeout();
-    tokio::spawn(async move {
-        if let Err(error) = lease.revoke(&client, timeout).await {
-            tracing::debug!(%error, "could not revoke an unused lease; it expires on its own");
-        }
-    });
+    inner
+        .cleanups
+        .spawn_on(&tokio::runtime::Handle::current(), async move {
+            if let Err(error) = lease.revoke(&client, timeout).await {
+                tracing::debug!(%error, "could not revoke an unused lease; it expires on its own");
+            }
+        });
 }
 
 impl LockBackend for EtcdBackend {
@@ -381,6 +386,10 @@ impl LockBackend for EtcdBackend {
 
     fn name(&self) -> &'static str {
         BACKEND
+    }
+
+    async fn settle(&self) {
+        self.inner.cleanups.settled().await;
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -418,7 +427,8 @@ impl LockBackend for EtcdBackend {
                 let inner = self.inner.clone();
                 let key = data.key.clone();
                 let gate = lock(&data.gate).take();
-                tokio::spawn(async move {
+                let cleanups = self.inner.cleanups.clone();
+                cleanups.spawn_on(&tokio::runtime::Handle::current(), async move {
                     for attempt in 0..8u32 {
                         tokio::time::sleep(Duration::from_millis(200) * 2u32.pow(attempt.min(4)))
                             .await;

@@ -199,7 +199,7 @@ impl Drop for InFlight {
         };
         let node = self.node.clone();
         let permit = self.permit.take();
-        runtime.spawn(async move {
+        self.node.cleanups().spawn_on(&runtime, async move {
             let _permit = permit;
             if let Ok(Attempt::Granted(fence)) = call.await {
                 tracing::debug!(fence, "acquire abandoned after it was granted; releasing");
@@ -257,7 +257,7 @@ impl Drop for Place {
         };
         let node = self.node.clone();
         let in_flight = self.in_flight.clone();
-        runtime.spawn(async move {
+        self.node.cleanups().spawn_on(&runtime, async move {
             let _permit = in_flight.lock_owned().await;
             let _ = node.call::<i64>("leave", &call).await;
         });
@@ -286,6 +286,10 @@ impl LockBackend for RedisBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::ALL
+    }
+
+    async fn settle(&self) {
+        self.node.cleanups().settled().await;
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<()>>> {

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::Result;
+use lock_core::{Cleanups, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, ScriptInvocation};
 
@@ -25,6 +25,8 @@ struct NodeInner {
     /// Made on first use, inside the runtime (the manager spawns a task).
     conn: Mutex<Option<ConnectionManager>>,
     pubsub: PubSub,
+    /// Undos and queue removals left running by dropped or timed-out calls.
+    cleanups: Cleanups,
 }
 
 impl Node {
@@ -45,6 +47,7 @@ impl Node {
                 client,
                 conn: Mutex::new(None),
                 pubsub,
+                cleanups: Cleanups::default(),
             }),
         })
     }
@@ -55,6 +58,11 @@ impl Node {
 
     pub(crate) fn pubsub(&self) -> &PubSub {
         &self.inner.pubsub
+    }
+
+    /// The clean-ups left running on this server ([`lock_core::LockBackend::settle`]).
+    pub(crate) fn cleanups(&self) -> &Cleanups {
+        &self.inner.cleanups
     }
 
     /// The command connection. The manager reconnects by itself after a failure; a

@@ -286,6 +286,10 @@ impl LockBackend for RedLockBackend {
         drift_validity(ttl)
     }
 
+    async fn settle(&self) {
+        join_all(self.nodes.iter().map(|node| node.cleanups().settled())).await;
+    }
+
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<()>>> {
         if req.kind != LockKind::Exclusive {
             return Err(Error::Unsupported {
@@ -319,7 +323,10 @@ impl LockBackend for RedLockBackend {
             let nodes = self.nodes.clone();
             let attempt_request = request.clone();
             let attempt_timeouts = timeouts.clone();
-            tokio::spawn(async move {
+            // Counted as a clean-up: if the acquire future is dropped, this task gives
+            // back what the round won.
+            let cleanups = self.nodes[0].cleanups().clone();
+            cleanups.spawn_on(&tokio::runtime::Handle::current(), async move {
                 let outcome = round(nodes.clone(), attempt_request.clone(), attempt_timeouts).await;
                 if let Err(Ok(Round::Granted(fence))) = tx.send(outcome) {
                     // The acquire future is gone: give the majority back.

@@ -169,6 +169,10 @@ impl LockBackend for SqlBackend {
         self.inner.db.name()
     }
 
+    async fn settle(&self) {
+        self.inner.db.cleanups.settled().await;
+    }
+
     fn capabilities(&self) -> Capabilities {
         match self.inner.strategy {
             Strategy::Lease => Capabilities::ALL,

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Error, Result};
+use lock_core::{Cleanups, Error, Result};
 use sqlx::any::{AnyArguments, AnyPoolOptions};
 use sqlx::query::Query;
 use sqlx::{Any, AnyPool, AssertSqlSafe, Row};
@@ -27,6 +27,8 @@ pub(crate) struct Db {
     pub(crate) dialect: Dialect,
     pub(crate) url: DbUrl,
     pub(crate) request_timeout: Duration,
+    /// Undos, queue removals and cancels left running by dropped or failed calls.
+    pub(crate) cleanups: Cleanups,
 }
 
 /// A query for `stmt`. The text is trusted: see [`crate::sql`].
@@ -167,6 +169,7 @@ impl Db {
             dialect,
             url,
             request_timeout: options.request_timeout,
+            cleanups: Cleanups::default(),
         };
         db.timed("creating the schema", db.ensure_schema()).await?;
         Ok(db)

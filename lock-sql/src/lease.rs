@@ -87,7 +87,8 @@ impl Drop for Ticket {
         if let Some(id) = self.id.take() {
             let (db, key, kind) = (self.db.clone(), self.key.clone(), self.kind);
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move {
+                let cleanups = db.cleanups.clone();
+                cleanups.spawn_on(&rt, async move {
                     let _ = dequeue(&db, &key, kind, id).await;
                 });
             }
@@ -149,7 +150,8 @@ impl Drop for PendingWrite {
         let db = self.db.clone();
         let (key, kind, owner) = (self.key.clone(), self.kind, self.owner.clone());
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
+            let cleanups = db.cleanups.clone();
+            cleanups.spawn_on(&rt, async move {
                 if let Some(fence) = fence {
                     let _ = delete_lease(&db, &key, kind, &owner, fence).await;
                 }
@@ -283,11 +285,16 @@ async fn attempt_in_task(
 ) -> Result<AttemptAnswer> {
     let (mut reply, answer) = oneshot::channel();
     let (task_db, task_ask) = (db.clone(), ask.clone());
-    tokio::spawn(async move {
-        if let Some(answer) = run_attempt(&task_db, &task_ask, ticket, enqueue, &mut reply).await {
-            let _ = reply.send(answer);
-        }
-    });
+    // Counted as a clean-up: a caller that leaves mid-attempt leaves this task to undo
+    // what the attempt commits.
+    db.cleanups
+        .spawn_on(&tokio::runtime::Handle::current(), async move {
+            if let Some(answer) =
+                run_attempt(&task_db, &task_ask, ticket, enqueue, &mut reply).await
+            {
+                let _ = reply.send(answer);
+            }
+        });
     answer
         .await
         .map_err(|_| Error::backend(db.name(), "an acquire attempt ended without an answer"))

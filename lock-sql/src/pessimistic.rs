@@ -70,7 +70,8 @@ impl Drop for WaitGuard<'_> {
             let db = self.db.clone();
             let id = self.connection_id;
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move {
+                let cleanups = db.cleanups.clone();
+                cleanups.spawn_on(&rt, async move {
                     let _ = cancel_query(&db, id).await;
                 });
             }

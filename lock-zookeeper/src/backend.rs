@@ -63,6 +63,8 @@ pub(crate) struct Inner {
     /// Write locks held through this backend, by read-write lock path and owner: a read
     /// request of their owner is granted at once (downgrade).
     writers: Mutex<HashMap<(String, OwnerToken), Arc<LeaseFlags>>>,
+    /// Contender nodes of dropped acquires being deleted.
+    pub(crate) cleanups: lock_core::Cleanups,
 }
 
 impl Inner {
@@ -119,6 +121,7 @@ impl ZkBackend {
                 sessions: Sessions::new(config),
                 counters: Counters::default(),
                 writers: Mutex::new(HashMap::new()),
+                cleanups: lock_core::Cleanups::default(),
             }),
         }
     }
@@ -228,6 +231,10 @@ impl LockBackend for ZkBackend {
 
     fn name(&self) -> &'static str {
         BACKEND
+    }
+
+    async fn settle(&self) {
+        self.inner.cleanups.settled().await;
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -112,7 +112,7 @@ async fn attempt(
     let owner = req.owner.as_str().as_bytes();
     // Armed before the create is sent: if this future is dropped from here on, the node
     // is deleted (found by its uuid if the create's reply never came).
-    let mut pending = Pending::new(client.clone(), dir, &protect);
+    let mut pending = Pending::new(client.clone(), inner.cleanups.clone(), dir, &protect);
     let (node, created) = create(inner, client, dir, &prefix, owner).await?;
     pending.node = Some(node.clone());
     let name = node[dir.len() + 1..].to_owned();
@@ -306,6 +306,7 @@ async fn find_own(client: &Client, dir: &str, prefix: &str) -> Option<(String, S
 /// acquire future is dropped (the delete is spawned, since drop cannot wait).
 struct Pending {
     client: Client,
+    cleanups: lock_core::Cleanups,
     dir: String,
     /// `_c_<uuid>`: finds the node if the create's reply was lost.
     tag: String,
@@ -314,9 +315,10 @@ struct Pending {
 }
 
 impl Pending {
-    fn new(client: Client, dir: &str, protect: &uuid::Uuid) -> Self {
+    fn new(client: Client, cleanups: lock_core::Cleanups, dir: &str, protect: &uuid::Uuid) -> Self {
         Pending {
             client,
+            cleanups,
             dir: dir.to_owned(),
             tag: format!("_c_{}", protect.hyphenated()),
             node: None,
@@ -384,7 +386,7 @@ impl Drop for Pending {
         let dir = std::mem::take(&mut self.dir);
         let tag = std::mem::take(&mut self.tag);
         let node = self.node.take();
-        runtime.spawn(async move {
+        self.cleanups.spawn_on(&runtime, async move {
             delete_node(&client, &dir, &tag, node).await;
         });
     }
