@@ -12,6 +12,9 @@ pub const ACQUIRED: &str = "ACQUIRED";
 /// What the holder prints when it gave up waiting (`--wait-ms`).
 pub const TIMED_OUT: &str = "TIMED_OUT";
 
+/// What the holder prints when its client was shut down (`--shutdown`).
+pub const SHUT_DOWN: &str = "SHUT_DOWN";
+
 /// A running `lock-holder` process that holds a lock. Killed when dropped.
 #[derive(Debug)]
 pub struct HolderProcess {

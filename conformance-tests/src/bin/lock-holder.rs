@@ -2,17 +2,22 @@
 //! renewing) until killed. Tests kill it with SIGKILL to check that a crashed
 //! holder's lock comes free. With `--wait-ms`, it gives up after that long, prints
 //! `TIMED_OUT` and exits with code 4 at once, as a program that ends right after a
-//! timeout does.
+//! timeout does. With `--shutdown`, once it holds the lock it starts waiting on the
+//! exclusive lock `--queue-on` (if given), calls `shutdown` on its client, prints
+//! `SHUT_DOWN` and exits with code 0 at once, as a program that ends cleanly does.
 //!
 //! ```text
 //! lock-holder --url redis://127.0.0.1:6379 --namespace ns --name orders
 //! ```
 
 use std::io::Write;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use distributed_locks::{connect, AcquireOptions, ConnectOptions, LockGuard};
+use distributed_locks::{
+    connect, AcquireOptions, ConnectOptions, DistributedLockExt, LockGuard, LockProvider,
+};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Kind {
@@ -43,13 +48,15 @@ struct Args {
     /// Give up waiting after this many milliseconds (default: wait without limit).
     #[arg(long)]
     wait_ms: Option<u64>,
+    /// Once the lock is held, shut the client down and exit.
+    #[arg(long)]
+    shutdown: bool,
+    /// With `--shutdown`: first start waiting on this exclusive lock.
+    #[arg(long)]
+    queue_on: Option<String>,
 }
 
-async fn hold(args: &Args) -> distributed_locks::Result<LockGuard> {
-    let options = ConnectOptions::default()
-        .namespace(args.namespace.clone())
-        .watchdog_lease(Duration::from_millis(args.watchdog_lease_ms));
-    let client = connect(&args.url, options).await?;
+async fn hold(args: &Args, client: &Arc<dyn LockProvider>) -> distributed_locks::Result<LockGuard> {
     let wait = match args.wait_ms {
         Some(ms) => AcquireOptions::wait_for(Duration::from_millis(ms)),
         None => AcquireOptions::wait_forever(),
@@ -62,10 +69,49 @@ async fn hold(args: &Args) -> distributed_locks::Result<LockGuard> {
     }
 }
 
+/// Starts a wait on `queue_on`, then shuts the client down: the wait must end with
+/// `Closed`, and the process exits at once.
+async fn shut_down(client: Arc<dyn LockProvider>, queue_on: Option<&str>) -> ! {
+    let waiter = queue_on.map(|name| {
+        let lock = client.lock(name);
+        tokio::spawn(async move { lock?.acquire().await.map(drop) })
+    });
+    if waiter.is_some() {
+        // Time to queue; a wait not yet queued is ended just the same.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    if let Err(err) = client.shutdown().await {
+        eprintln!("lock-holder: shutdown: {err}");
+        std::process::exit(1);
+    }
+    if let Some(waiter) = waiter {
+        match waiter.await {
+            Ok(Err(distributed_locks::Error::Closed)) => {}
+            other => {
+                eprintln!("lock-holder: the wait did not end with Closed: {other:?}");
+                std::process::exit(1);
+            }
+        }
+    }
+    println!("{}", conformance_tests::holder::SHUT_DOWN);
+    let _ = std::io::stdout().flush();
+    std::process::exit(0);
+}
+
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
-    let guard = match hold(&args).await {
+    let options = ConnectOptions::default()
+        .namespace(args.namespace.clone())
+        .watchdog_lease(Duration::from_millis(args.watchdog_lease_ms));
+    let client = match connect(&args.url, options).await {
+        Ok(client) => client,
+        Err(err) => {
+            eprintln!("lock-holder: {err}");
+            std::process::exit(1);
+        }
+    };
+    let guard = match hold(&args, &client).await {
         Ok(guard) => guard,
         Err(distributed_locks::Error::Timeout { .. }) => {
             println!("{}", conformance_tests::holder::TIMED_OUT);
@@ -83,6 +129,9 @@ async fn main() {
         guard.fencing_token()
     );
     let _ = std::io::stdout().flush();
+    if args.shutdown {
+        shut_down(client, args.queue_on.as_deref()).await;
+    }
     let loss = guard.lost().await;
     eprintln!("lock-holder: {loss}");
     std::process::exit(3);

@@ -268,6 +268,11 @@ pub fn all_cases() -> Vec<Case> {
             PROCESS,
             Box::new(|ctx| process::timed_out_waiter_process_leaves_nothing(ctx).boxed()),
         ),
+        case(
+            "process::shutdown_before_exit_leaves_nothing",
+            PROCESS,
+            Box::new(|ctx| process::shutdown_before_exit_leaves_nothing(ctx).boxed()),
+        ),
     ]);
     cases
 }

@@ -1,5 +1,6 @@
 //! Other processes: a holder killed with SIGKILL frees its lock; a waiter that ends
-//! right after its wait timed out leaves no place behind.
+//! right after its wait timed out leaves no place behind; a program that shuts its
+//! client down before it exits leaves nothing at all.
 
 use std::time::Duration;
 
@@ -79,4 +80,44 @@ pub(crate) async fn timed_out_waiter_process_leaves_nothing(ctx: &Ctx) {
         "the timed-out process left its place behind"
     );
     ok("release", guard.release().await);
+}
+
+/// A program that holds a lock and waits for another calls `LockClient::shutdown` and
+/// exits at once: the lock it held is free at once (not when its lease or session runs
+/// out), and its wait left no place queued.
+pub(crate) async fn shutdown_before_exit_leaves_nothing(ctx: &Ctx) {
+    let spec = HolderSpec {
+        namespace: ctx.namespace().to_owned(),
+        name: "held".into(),
+        watchdog_lease: Duration::from_secs(30),
+    };
+    let client = ctx.client().await;
+    let busy = ok("busy", client.lock("busy").expect("lock").acquire().await);
+    let before = ctx.leftovers().await;
+    let mut command = ctx.backend().holder_command(&spec).expect("holder command");
+    command.args(["--shutdown", "--queue-on", "busy"]);
+    let ran = tokio::time::timeout(ctx.slack() * 10, command.output())
+        .await
+        .expect("the process ends")
+        .expect("the process runs");
+    let stdout = String::from_utf8_lossy(&ran.stdout);
+    assert!(
+        ran.status.success()
+            && stdout.contains(crate::holder::ACQUIRED)
+            && stdout.contains(crate::holder::SHUT_DOWN),
+        "the process did not hold and shut down: {:?} {stdout} {}",
+        ran.status,
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    // Its lease had 30 s left and its session, if any, outlives the process for a while.
+    let held = client.lock(&spec.name).expect("lock");
+    let guard = ok("free at once", held.try_acquire().await)
+        .expect("the lock the process held is free once it exited");
+    ok("release", guard.release().await);
+    assert_eq!(
+        ctx.leftovers().await,
+        before,
+        "the process left its wait or its lock behind"
+    );
+    ok("release", busy.release().await);
 }
