@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
+use futures::stream::{FuturesUnordered, StreamExt};
 use lock_core::{
     AcquireRequest, Capabilities, Error, Grant, HeldLease, LockBackend, LockFamily, LockKey,
     LockKind, Renewal, Result,
@@ -193,11 +194,21 @@ async fn round(nodes: Arc<[Node]>, request: Request, timeouts: Vec<Duration>) ->
             ),
         )
     });
-    let replies = join_all(phase1).await;
+    // Done shortly after a majority granted: masters still silent then (down, or
+    // behind a partition) must not use up the lease. Their calls are dropped; a grant
+    // one of them makes later is released by attempt()'s task.
+    let replies = until(phase1, straggler_grace(request.ttl), |replies| {
+        replies
+            .iter()
+            .filter(|(_, r)| matches!(r, Ok(Ok(Attempt::Granted(_)))))
+            .count()
+            >= quorum
+    })
+    .await;
     let mut granted = Vec::new();
     let mut answered = 0;
     let mut holder_ms: Option<i64> = None;
-    for (i, reply) in replies.into_iter().enumerate() {
+    for (i, reply) in replies {
         match reply {
             Ok(Ok(Attempt::Granted(fence))) => {
                 answered += 1;
@@ -258,6 +269,49 @@ async fn round(nodes: Arc<[Node]>, request: Request, timeouts: Vec<Duration>) ->
         holder_ms,
         answered,
     })
+}
+
+/// Runs one call per master and collects the answers, by master index, until every
+/// call has ended, or `grace` after `done` first says the answers settle the outcome:
+/// healthy masters answering a little later still take part, and masters that are
+/// silent (down, or behind a partition) cannot hold the outcome back. The calls still
+/// running then are dropped.
+async fn until<T, F>(
+    calls: impl IntoIterator<Item = F>,
+    grace: Duration,
+    done: impl Fn(&[(usize, T)]) -> bool,
+) -> Vec<(usize, T)>
+where
+    F: std::future::Future<Output = T>,
+{
+    let mut pending: FuturesUnordered<_> = calls
+        .into_iter()
+        .enumerate()
+        .map(|(i, call)| async move { (i, call.await) })
+        .collect();
+    let mut answers = Vec::new();
+    let mut settled_at: Option<Instant> = None;
+    loop {
+        let next = match settled_at {
+            None => pending.next().await,
+            Some(at) => match tokio::time::timeout_at(at + grace, pending.next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            },
+        };
+        let Some(answer) = next else { break };
+        answers.push(answer);
+        if settled_at.is_none() && done(&answers) {
+            settled_at = Some(Instant::now());
+        }
+    }
+    answers
+}
+
+/// How long a round waits for the other masters once a majority has answered: a
+/// fiftieth of the lease (40 ms for a 2 s lease, 600 ms for 30 s), at least 5 ms.
+fn straggler_grace(ttl: Duration) -> Duration {
+    (ttl / 50).max(Duration::from_millis(5))
 }
 
 async fn release_everywhere(nodes: &[Node], keys: &Keys, value: String) -> (usize, usize) {
@@ -395,8 +449,27 @@ impl LockBackend for RedLockBackend {
     }
 
     async fn renew(&self, leases: &[&HeldLease<()>], ttl: Duration) -> Result<Vec<Renewal>> {
-        let results = join_all(self.nodes.iter().map(|node| renew_on(node, leases, ttl))).await;
-        let answers: Vec<Vec<Renewal>> = results.into_iter().filter_map(|r| r.ok()).collect();
+        let quorum = self.quorum();
+        // Done shortly after a majority renewed every lease: a silent master must not
+        // hold the renewal past the lease it renews.
+        let results = until(
+            self.nodes.iter().map(|node| renew_on(node, leases, ttl)),
+            straggler_grace(ttl),
+            |answers| {
+                (0..leases.len()).all(|i| {
+                    answers
+                        .iter()
+                        .filter(|(_, a)| {
+                            a.as_ref()
+                                .is_ok_and(|a| a.get(i) == Some(&Renewal::Renewed))
+                        })
+                        .count()
+                        >= quorum
+                })
+            },
+        )
+        .await;
+        let answers: Vec<Vec<Renewal>> = results.into_iter().filter_map(|(_, r)| r.ok()).collect();
         if answers.len() < self.quorum() {
             return Err(self.no_quorum(answers.len()));
         }

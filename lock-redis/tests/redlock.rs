@@ -154,3 +154,47 @@ async fn redlock_guards_count_the_validity_not_the_whole_lease() {
     );
     assert!(held >= Duration::from_millis(4_500), "{held:?}");
 }
+
+/// Two of five masters hang (frozen: connections open, nothing answers), as behind a
+/// partition that drops packets. A majority still answers at once, so grants and
+/// renewals must not wait on the silent two: a round that waited for them would use
+/// up a short lease before it could count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hung_masters_stall_neither_grants_nor_renewals() {
+    let servers = cluster(5);
+    let lease = Duration::from_millis(1500);
+    let backend = RedLockBackend::new(servers.iter().map(RedisServer::config)).unwrap();
+    let client = LockClient::builder(backend)
+        .namespace("hung")
+        .watchdog_lease(lease)
+        .build()
+        .unwrap();
+    let lock = client.lock("k").unwrap();
+    lock.acquire().await.unwrap().release().await.unwrap();
+    servers[3].pause();
+    servers[4].pause();
+    let started = Instant::now();
+    let guard = lock
+        .acquire_with(AcquireOptions::wait_for(Duration::from_secs(5)))
+        .await
+        .expect("a majority answers");
+    assert!(
+        started.elapsed() < lease / 2,
+        "the grant waited {:?} on silent masters",
+        started.elapsed()
+    );
+    // Several renewals later it is still held.
+    tokio::time::sleep(lease * 3).await;
+    assert!(guard.is_held(), "renewals waited on the silent masters");
+    let fence = guard.fencing_token();
+    guard.release().await.unwrap();
+    let again = lock
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free after release");
+    assert!(again.fencing_token() > fence);
+    again.release().await.unwrap();
+    servers[3].resume();
+    servers[4].resume();
+}
