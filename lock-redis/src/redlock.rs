@@ -194,15 +194,17 @@ async fn round(nodes: Arc<[Node]>, request: Request, timeouts: Vec<Duration>) ->
             ),
         )
     });
-    // Done shortly after a majority granted: masters still silent then (down, or
+    // Done shortly after the outcome is decided: masters still silent then (down, or
     // behind a partition) must not use up the lease. Their calls are dropped; a grant
     // one of them makes later is released by attempt()'s task.
+    // Decided once a majority granted, or once so many did not that no majority can.
+    let masters = nodes.len();
     let replies = until(phase1, straggler_grace(request.ttl), |replies| {
-        replies
+        let granted = replies
             .iter()
             .filter(|(_, r)| matches!(r, Ok(Ok(Attempt::Granted(_)))))
-            .count()
-            >= quorum
+            .count();
+        granted >= quorum || replies.len() - granted > masters - quorum
     })
     .await;
     let mut granted = Vec::new();
@@ -314,11 +316,23 @@ fn straggler_grace(ttl: Duration) -> Duration {
     (ttl / 50).max(Duration::from_millis(5))
 }
 
+/// How long a release waits for the other masters once a majority has answered. A
+/// master that stays silent keeps its copy of the key until the lease runs out, which
+/// blocks nobody: a majority is free.
+const RELEASE_GRACE: Duration = Duration::from_millis(50);
+
+/// Releases `value` on every master; `(released, answered)`.
 async fn release_everywhere(nodes: &[Node], keys: &Keys, value: String) -> (usize, usize) {
+    let quorum = nodes.len() / 2 + 1;
     let call = calls::release(keys, LockKind::Exclusive, &[value]);
-    let results = join_all(nodes.iter().map(|node| node.call::<i64>("release", &call))).await;
-    let released = results.iter().filter(|r| matches!(r, Ok(1))).count();
-    let answered = results.iter().filter(|r| r.is_ok()).count();
+    let results = until(
+        nodes.iter().map(|node| node.call::<i64>("release", &call)),
+        RELEASE_GRACE,
+        |answers| answers.iter().filter(|(_, r)| r.is_ok()).count() >= quorum,
+    )
+    .await;
+    let released = results.iter().filter(|(_, r)| matches!(r, Ok(1))).count();
+    let answered = results.iter().filter(|(_, r)| r.is_ok()).count();
     (released, answered)
 }
 
@@ -369,8 +383,15 @@ impl LockBackend for RedLockBackend {
         let mut registrations = Vec::new();
         loop {
             if !registrations.is_empty() {
-                // A master that is down cannot publish either: ignore its failure.
-                join_all(registrations.iter().map(crate::pubsub::Registration::ready)).await;
+                // A master that is down or silent cannot publish either: wait for a
+                // majority of subscriptions, not for the silent ones.
+                let quorum = self.quorum();
+                until(
+                    registrations.iter().map(crate::pubsub::Registration::ready),
+                    straggler_grace(req.ttl),
+                    |ready| ready.iter().filter(|(_, r)| r.is_ok()).count() >= quorum,
+                )
+                .await;
             }
             let (tx, rx) = oneshot::channel();
             let round_started = Instant::now();

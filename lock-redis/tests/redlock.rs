@@ -186,13 +186,30 @@ async fn two_hung_masters_stall_neither_grants_nor_renewals() {
     // Several renewals later it is still held.
     tokio::time::sleep(lease * 3).await;
     assert!(guard.is_held(), "renewals waited on the silent masters");
+    // A waiter subscribes and is handed the lock; neither waits on the silent two.
+    let waiter = client.lock("k").unwrap();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .acquire_with(AcquireOptions::wait_for(Duration::from_secs(10)))
+            .await;
+        (Instant::now(), guard)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let fence = guard.fencing_token();
+    let releasing = Instant::now();
     guard.release().await.unwrap();
-    let again = lock
-        .try_acquire()
-        .await
-        .unwrap()
-        .expect("free after release");
+    assert!(
+        releasing.elapsed() < lease / 2,
+        "the release waited {:?} on silent masters",
+        releasing.elapsed()
+    );
+    let (granted_at, again) = waiting.await.unwrap();
+    let again = again.expect("the waiter gets the lock");
+    assert!(
+        granted_at - releasing < lease / 2,
+        "handed over after {:?}",
+        granted_at - releasing
+    );
     assert!(again.fencing_token() > fence);
     again.release().await.unwrap();
     servers[3].resume();
