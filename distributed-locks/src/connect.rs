@@ -11,7 +11,7 @@ pub fn schemes() -> Vec<&'static str> {
     #[allow(unused_mut)]
     let mut schemes = vec!["memory"];
     #[cfg(feature = "redis")]
-    schemes.extend(["redis", "rediss"]);
+    schemes.extend(["redis", "rediss", "redlock"]);
     #[cfg(feature = "zookeeper")]
     schemes.push("zk");
     #[cfg(feature = "sql")]
@@ -65,6 +65,7 @@ impl ConnectOptions {
 /// |---|---|---|
 /// | `memory://` | a new in-memory backend (this process only) | always |
 /// | `redis://`, `rediss://` | one Redis server (`lock_redis::RedisBackend`) | `redis` |
+/// | `redlock://host:port,host:port,...[/db]` | RedLock over independent Redis masters (`lock_redis::RedLockBackend`, exclusive locks only; user, password and `/db` apply to every master) | `redis` |
 /// | `zk://` | a ZooKeeper ensemble (`lock_zookeeper::ZkBackend`, URL as `ZkConfig::from_url`) | `zookeeper` |
 /// | `postgres://`, `mysql://`, `sqlite://` | a database (`lock_sql::SqlBackend`, URL as `SqlOptions::from_url`: `?lock_strategy=for-update` picks row locks) | `sql` |
 /// | `etcd://host:port[,host:port...]`, `etcd+https://...` | an etcd v3 cluster (`lock_etcd::EtcdBackend`) | `etcd` |
@@ -90,6 +91,11 @@ pub async fn connect(url: &str, options: ConnectOptions) -> Result<Arc<dyn LockP
             let config = lock_redis::RedisConfig::from_url(url)?;
             options.client(lock_redis::RedisBackend::connect(config).await?)
         }
+        #[cfg(feature = "redis")]
+        "redlock" => {
+            let masters = redlock_masters(url)?;
+            options.client(lock_redis::RedLockBackend::from_urls(masters)?)
+        }
         #[cfg(feature = "zookeeper")]
         "zk" => {
             let config = lock_zookeeper::ZkConfig::from_url(url)?;
@@ -111,9 +117,48 @@ pub async fn connect(url: &str, options: ConnectOptions) -> Result<Arc<dyn LockP
     }
 }
 
+/// The `redis://` URL of each master a `redlock://` URL names.
+#[cfg(feature = "redis")]
+fn redlock_masters(url: &str) -> Result<Vec<String>> {
+    let rest = url.strip_prefix("redlock://").unwrap_or(url);
+    let (authority, suffix) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
+        None => (String::new(), authority),
+    };
+    let masters: Vec<String> = hosts
+        .split(',')
+        .filter(|host| !host.is_empty())
+        .map(|host| format!("redis://{userinfo}{host}{suffix}"))
+        .collect();
+    if masters.is_empty() {
+        return Err(Error::invalid_argument(format!(
+            "{url:?} names no Redis master: expected redlock://host:port,host:port,..."
+        )));
+    }
+    Ok(masters)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn redlock_urls_name_each_master() {
+        assert_eq!(
+            redlock_masters("redlock://a:1,b:2,c:3").unwrap(),
+            ["redis://a:1", "redis://b:2", "redis://c:3"]
+        );
+        assert_eq!(
+            redlock_masters("redlock://u:p@a:1,b:2/3").unwrap(),
+            ["redis://u:p@a:1/3", "redis://u:p@b:2/3"]
+        );
+        assert!(matches!(
+            redlock_masters("redlock://"),
+            Err(Error::InvalidArgument { .. })
+        ));
+    }
 
     #[tokio::test]
     async fn bad_urls_are_refused_clearly() {
