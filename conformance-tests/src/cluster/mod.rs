@@ -122,6 +122,22 @@ impl Node {
         self.docker(&["unpause", self.container.id()]).await
     }
 
+    /// Stops the server the way `signal` asks it to (PostgreSQL's fast shutdown is
+    /// `INT`, MariaDB's normal one `TERM`) and waits until it has exited; its data stays.
+    ///
+    /// # Errors
+    /// What docker said, or it did not exit within a minute.
+    pub async fn stop_with(&self, signal: &str) -> Result<(), String> {
+        self.docker(&["kill", "--signal", signal, self.container.id()])
+            .await?;
+        let waited = tokio::time::timeout(
+            NODE_READY_LIMIT,
+            self.docker(&["wait", self.container.id()]),
+        )
+        .await;
+        waited.map_err(|_| format!("{} did not stop on SIG{signal}", self.name))?
+    }
+
     /// Kills the node at once (SIGKILL); its data stays.
     ///
     /// # Errors
@@ -248,6 +264,54 @@ impl Cluster {
             });
         }
         Cluster::start("zookeeper", 2181, Probe::ZooKeeper, specs, &network).await
+    }
+
+    /// `masters` independent Redis servers, for RedLock, each persisting every write
+    /// before it answers (`appendfsync always`), as RedLock requires of a master that
+    /// restarts.
+    ///
+    /// # Errors
+    /// Why it did not start.
+    pub async fn redis_masters(masters: usize) -> Result<Cluster, String> {
+        let network = unique("locks-redis");
+        let mut specs = Vec::new();
+        for i in 1..=masters {
+            specs.push(NodeSpec {
+                name: format!("{network}-{i}"),
+                port: free_port().map_err(|e| format!("free port: {e}"))?,
+                args: ["--appendonly", "yes", "--appendfsync", "always"]
+                    .map(String::from)
+                    .to_vec(),
+                env: Vec::new(),
+            });
+        }
+        Cluster::start("redis", 6379, Probe::Redis, specs, &network).await
+    }
+
+    /// The RedLock URL naming every master.
+    pub fn redlock_url(&self) -> String {
+        format!("redlock://{}", self.endpoints())
+    }
+
+    /// One server of `image` (`postgres` or `mariadb`), to stop and restart, with
+    /// `args` passed to the server (its durability settings).
+    ///
+    /// # Errors
+    /// Why it did not start.
+    pub async fn single(image: &'static str, args: &[&str]) -> Result<Cluster, String> {
+        let (container_port, probe) = match image {
+            "postgres" => (5432, Probe::Postgres),
+            "mariadb" => (3306, Probe::MariaDb),
+            other => return Err(format!("no single-server topology for {other}")),
+        };
+        let network = unique(&format!("locks-{image}"));
+        let spec = NodeSpec {
+            name: format!("{network}-1"),
+            port: free_port().map_err(|e| format!("free port: {e}"))?,
+            args: args.iter().map(|a| a.to_string()).collect(),
+            env: Vec::new(),
+        };
+        Cluster::start(image, container_port, probe, vec![spec], &network).await
     }
 
     /// The ZooKeeper URL naming every member, with `options` (`session_timeout_ms=...`).
