@@ -1,7 +1,8 @@
 //! The fault suite: locks on real servers in containers (etcd and ZooKeeper clusters of
-//! three, RedLock over five Redis masters, PostgreSQL and MariaDB restarted), under
-//! partitions, pauses, kills and restarts, with a fenced store that must never accept
-//! a stale write. Prints one table row per topology and fault.
+//! three, RedLock over five Redis masters, a Redis primary whose replica is promoted,
+//! PostgreSQL and MariaDB restarted), under partitions, pauses, kills and restarts,
+//! with a fenced store that must never accept a stale write. Prints one table row per
+//! topology and fault; docs/faults.md keeps the full run's table.
 //!
 //! Runs with `LOCK_TEST_SERVERS=containers` (it needs Docker; images come from
 //! `scripts/images`). By default a bounded set of faults runs, one or two per
@@ -14,6 +15,7 @@
 
 use std::time::Duration;
 
+use conformance_tests::cluster::vip::VirtualAddress;
 use conformance_tests::cluster::workload::{Report, Workload, WorkloadConfig};
 use conformance_tests::cluster::Cluster;
 use conformance_tests::server::Source;
@@ -50,6 +52,10 @@ enum Fault {
     KillServer,
     /// Freeze the database server past the lease.
     PauseServer,
+    /// SIGKILL the Redis primary, promote its replica and move the clients' address.
+    KillPrimaryPromoteReplica,
+    /// Cut the Redis primary off, promote its replica and move the clients' address.
+    IsolatePrimaryPromoteReplica,
     /// Freeze a client that holds the lock (its watchdog too) for twice the lease.
     PauseHolder,
 }
@@ -67,6 +73,10 @@ impl Fault {
             Fault::StopServer(signal) => format!("shutdown (SIG{signal}), restart"),
             Fault::KillServer => "SIGKILL, restart".into(),
             Fault::PauseServer => "pause the server".into(),
+            Fault::KillPrimaryPromoteReplica => "kill the primary, promote the replica".into(),
+            Fault::IsolatePrimaryPromoteReplica => {
+                "isolate the primary, promote the replica".into()
+            }
             Fault::PauseHolder => "pause a holder".into(),
         }
     }
@@ -76,6 +86,9 @@ impl Fault {
 /// are durable: a crash may take back fencing tokens, and the row shows what fencing
 /// does then.
 const NOT_DURABLE: &str = "(commits not durable)";
+/// The same for a Redis replica promoted after its primary failed: replication is
+/// asynchronous, so the newest writes (locks and fencing counters) may be missing.
+const ASYNC_REPLICATION: &str = "(asynchronous replication)";
 
 /// A topology's name, for the table.
 struct Topology {
@@ -89,6 +102,8 @@ enum Kind {
     ZooKeeper,
     RedLock,
     Single,
+    /// A Redis primary (node 0) and its replica (node 1), behind a virtual address.
+    Replicated,
 }
 
 /// The faults to run: all of them with `LOCK_FAULTS=full`, else the bounded set.
@@ -136,7 +151,7 @@ fn check(topology: &Topology, fault: &str, r: &Report) {
         r.stale_accepted, 0,
         "{topology}/{fault}: stale writes accepted"
     );
-    if !topology.ends_with(NOT_DURABLE) {
+    if !topology.ends_with(NOT_DURABLE) && !topology.ends_with(ASYNC_REPLICATION) {
         assert_eq!(
             r.store.inversions, 0,
             "{topology}/{fault}: tokens out of grant order"
@@ -176,13 +191,25 @@ async fn leader(cluster: &Cluster, kind: Kind) -> usize {
     let found = match kind {
         Kind::Etcd => cluster.etcd_leader().await,
         Kind::ZooKeeper => cluster.zookeeper_leader().await,
-        Kind::RedLock | Kind::Single => Some(0),
+        Kind::RedLock | Kind::Single | Kind::Replicated => Some(0),
     };
     found.unwrap_or_else(|| panic!("{kind:?}: no leader"))
 }
 
 /// Runs each of `faults` on `cluster` with a fresh workload, printing a row each.
 async fn run(topology: &str, kind: Kind, cluster: &Cluster, url: &str, faults: &[Fault]) {
+    run_behind(topology, kind, cluster, url, faults, None).await;
+}
+
+/// [`run`], with the virtual address clients reach a replicated server by.
+async fn run_behind(
+    topology: &str,
+    kind: Kind,
+    cluster: &Cluster,
+    url: &str,
+    faults: &[Fault],
+    vip: Option<&VirtualAddress>,
+) {
     let topology = Topology {
         name: topology.to_owned(),
     };
@@ -228,6 +255,26 @@ async fn run(topology: &str, kind: Kind, cluster: &Cluster, url: &str, faults: &
                 nodes[leader].stop_with(signal).await.expect("stop");
                 tokio::time::sleep(FAULT).await;
                 nodes[leader].restart().await.expect("restart");
+            }
+            Fault::KillPrimaryPromoteReplica | Fault::IsolatePrimaryPromoteReplica => {
+                let vip = vip.expect("a replicated topology");
+                if fault == Fault::KillPrimaryPromoteReplica {
+                    nodes[0].kill().await.expect("kill");
+                } else {
+                    nodes[0].isolate().await.expect("isolate");
+                }
+                // An operator (or Sentinel) notices and promotes the replica.
+                tokio::time::sleep(LEASE / 2).await;
+                let promoted = nodes[1]
+                    .redis_command(&["REPLICAOF", "NO", "ONE"])
+                    .await
+                    .expect("promote");
+                assert!(promoted.starts_with("+OK"), "promote: {promoted}");
+                vip.move_to(nodes[1].port());
+                tokio::time::sleep(FAULT).await;
+                if fault == Fault::IsolatePrimaryPromoteReplica {
+                    nodes[0].heal().await.expect("heal");
+                }
             }
             Fault::PauseHolder => {
                 workload.pause_a_holder(LEASE * 2);
@@ -330,6 +377,40 @@ async fn redlock_five_masters_under_faults() {
         &faults,
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_primary_and_replica_under_failover() {
+    if !containers_or_skip("Redis failover") {
+        return;
+    }
+    header();
+    let all = [
+        Fault::KillPrimaryPromoteReplica,
+        Fault::IsolatePrimaryPromoteReplica,
+        Fault::PauseServer,
+        Fault::PauseHolder,
+    ];
+    // A fresh pair for each fault: a failover leaves the old primary out.
+    for fault in selected(&all, &[Fault::KillPrimaryPromoteReplica]) {
+        let cluster = Cluster::redis_replicated()
+            .await
+            .expect("a primary and a replica");
+        let vip = VirtualAddress::to(cluster.nodes[0].port())
+            .await
+            .expect("a virtual address");
+        let url = format!("redis://127.0.0.1:{}", vip.port());
+        let topology = format!("Redis, primary + replica {ASYNC_REPLICATION}");
+        run_behind(
+            &topology,
+            Kind::Replicated,
+            &cluster,
+            &url,
+            &[fault],
+            Some(&vip),
+        )
+        .await;
+    }
 }
 
 /// Creates the MariaDB database the URL names (PostgreSQL has its `postgres`).

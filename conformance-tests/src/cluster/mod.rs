@@ -11,6 +11,7 @@
 //! * [`Node::kill`] kills it, and [`Node::restart`] starts it again with its data.
 
 pub mod fenced;
+pub mod vip;
 pub mod workload;
 
 use std::time::Duration;
@@ -136,6 +137,32 @@ impl Node {
         )
         .await;
         waited.map_err(|_| format!("{} did not stop on SIG{signal}", self.name))?
+    }
+
+    /// Sends one command to a Redis node and returns its reply as text.
+    ///
+    /// # Errors
+    /// No reply within 2 s.
+    pub async fn redis_command(&self, args: &[&str]) -> Result<String, String> {
+        let mut request = format!("*{}\r\n", args.len());
+        for arg in args {
+            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        let ask = async {
+            let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                .await
+                .map_err(|e| e.to_string())?;
+            stream
+                .write_all(request.as_bytes())
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut reply = vec![0u8; 64 * 1024];
+            let n = stream.read(&mut reply).await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(String::from_utf8_lossy(&reply[..n]).into_owned())
+        };
+        tokio::time::timeout(Duration::from_secs(2), ask)
+            .await
+            .map_err(|_| format!("{}: no reply to {args:?}", self.name))?
     }
 
     /// Kills the node at once (SIGKILL); its data stays.
@@ -286,6 +313,45 @@ impl Cluster {
             });
         }
         Cluster::start("redis", 6379, Probe::Redis, specs, &network).await
+    }
+
+    /// A Redis primary and one replica of it (asynchronous replication, as Redis
+    /// replicates), once the replica is in sync.
+    ///
+    /// # Errors
+    /// Why it did not start or sync.
+    pub async fn redis_replicated() -> Result<Cluster, String> {
+        let network = unique("locks-redis-repl");
+        let primary = format!("{network}-1");
+        let specs = vec![
+            NodeSpec {
+                name: primary.clone(),
+                port: free_port().map_err(|e| format!("free port: {e}"))?,
+                args: Vec::new(),
+                env: Vec::new(),
+            },
+            NodeSpec {
+                name: format!("{network}-2"),
+                port: free_port().map_err(|e| format!("free port: {e}"))?,
+                args: vec!["--replicaof".into(), primary, "6379".into()],
+                env: Vec::new(),
+            },
+        ];
+        let cluster = Cluster::start("redis", 6379, Probe::Redis, specs, &network).await?;
+        let started = Instant::now();
+        loop {
+            let info = cluster.nodes[1]
+                .redis_command(&["INFO", "replication"])
+                .await
+                .unwrap_or_default();
+            if info.contains("master_link_status:up") {
+                return Ok(cluster);
+            }
+            if started.elapsed() > NODE_READY_LIMIT {
+                return Err(format!("the replica did not sync: {info}"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// The RedLock URL naming every master.
