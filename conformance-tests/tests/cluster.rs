@@ -52,6 +52,8 @@ enum Fault {
     KillServer,
     /// Freeze the database server past the lease.
     PauseServer,
+    /// Cut the database server off from its clients.
+    IsolateServer,
     /// SIGKILL the Redis primary, promote its replica and move the clients' address.
     KillPrimaryPromoteReplica,
     /// Cut the Redis primary off, promote its replica and move the clients' address.
@@ -73,6 +75,7 @@ impl Fault {
             Fault::StopServer(signal) => format!("shutdown (SIG{signal}), restart"),
             Fault::KillServer => "SIGKILL, restart".into(),
             Fault::PauseServer => "pause the server".into(),
+            Fault::IsolateServer => "isolate the server".into(),
             Fault::KillPrimaryPromoteReplica => "kill the primary, promote the replica".into(),
             Fault::IsolatePrimaryPromoteReplica => {
                 "isolate the primary, promote the replica".into()
@@ -222,8 +225,8 @@ async fn run_behind(
         workload.fault_started();
         let nodes = &cluster.nodes;
         match fault {
-            Fault::IsolateFollower | Fault::IsolateLeader => {
-                let node = if fault == Fault::IsolateLeader {
+            Fault::IsolateFollower | Fault::IsolateLeader | Fault::IsolateServer => {
+                let node = if fault != Fault::IsolateFollower {
                     leader
                 } else {
                     follower
@@ -442,7 +445,7 @@ async fn create_database(url: &str) {
     }
 }
 
-/// A database server stopped, killed and paused under both lock strategies, with the
+/// A database server stopped, killed, cut off and paused under both lock strategies, with the
 /// durability a production server has (`durable`); with `LOCK_FAULTS=full`, also a
 /// server that acknowledges commits before they are durable, killed.
 async fn database_under_faults(
@@ -458,6 +461,7 @@ async fn database_under_faults(
     let all = [
         Fault::StopServer(stop),
         Fault::KillServer,
+        Fault::IsolateServer,
         Fault::PauseServer,
         Fault::PauseHolder,
     ];
