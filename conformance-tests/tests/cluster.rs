@@ -19,7 +19,9 @@ use conformance_tests::cluster::vip::VirtualAddress;
 use conformance_tests::cluster::workload::{Report, Workload, WorkloadConfig};
 use conformance_tests::cluster::Cluster;
 use conformance_tests::server::Source;
-use lock_sql::sqlx;
+
+#[path = "sql_support/servers.rs"]
+mod servers;
 
 /// The lease every client uses: short, as Jepsen's lock tests use.
 const LEASE: Duration = Duration::from_secs(2);
@@ -93,11 +95,6 @@ const NOT_DURABLE: &str = "(commits not durable)";
 /// asynchronous, so the newest writes (locks and fencing counters) may be missing.
 const ASYNC_REPLICATION: &str = "(asynchronous replication)";
 
-/// A topology's name, for the table.
-struct Topology {
-    name: String,
-}
-
 /// How a topology finds the node a fault acts on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -148,8 +145,7 @@ fn row(topology: &str, fault: &str, r: &Report) {
 /// What every row must show, whatever the fault. Tokens may go back only on a
 /// topology that says so (a database that acknowledges commits before they are
 /// durable); fencing must still refuse every stale write there.
-fn check(topology: &Topology, fault: &str, r: &Report) {
-    let topology = &topology.name;
+fn check(topology: &str, fault: &str, r: &Report) {
     assert_eq!(
         r.stale_accepted, 0,
         "{topology}/{fault}: stale writes accepted"
@@ -213,9 +209,6 @@ async fn run_behind(
     faults: &[Fault],
     vip: Option<&VirtualAddress>,
 ) {
-    let topology = Topology {
-        name: topology.to_owned(),
-    };
     for &fault in faults {
         let name = fault.name();
         let workload = Workload::start(config(url.to_owned(), &name.replace([' ', ','], "-")));
@@ -286,15 +279,15 @@ async fn run_behind(
         }
         workload.fault_healed();
         let report = workload.finish(RECOVERY_LIMIT).await;
-        row(&topology.name, &name, &report);
+        row(topology, &name, &report);
         for (after, reason) in &report.losses {
             eprintln!(
                 "  {}/{name}: lost {:.1} s after the fault: {reason}",
-                topology.name,
+                topology,
                 after.as_secs_f64()
             );
         }
-        check(&topology, &name, &report);
+        check(topology, &name, &report);
     }
 }
 
@@ -416,35 +409,6 @@ async fn redis_primary_and_replica_under_failover() {
     }
 }
 
-/// Creates the MariaDB database the URL names (PostgreSQL has its `postgres`).
-async fn create_database(url: &str) {
-    use sqlx::Connection as _;
-    sqlx::any::install_default_drivers();
-    let Some((base, db)) = url.strip_prefix("mysql:").and(url.rsplit_once('/')) else {
-        return;
-    };
-    let started = tokio::time::Instant::now();
-    loop {
-        let created = async {
-            let mut conn = sqlx::AnyConnection::connect(base).await?;
-            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                "CREATE DATABASE IF NOT EXISTS `{db}`"
-            )))
-            .execute(&mut conn)
-            .await?;
-            conn.close().await
-        };
-        match created.await {
-            Ok(()) => return,
-            Err(e) if started.elapsed() < Duration::from_secs(60) => {
-                tracing::debug!(error = %e, "database not ready yet");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("{url}: {e}"),
-        }
-    }
-}
-
 /// A database server stopped, killed, cut off and paused under both lock strategies, with the
 /// durability a production server has (`durable`); with `LOCK_FAULTS=full`, also a
 /// server that acknowledges commits before they are durable, killed.
@@ -474,7 +438,7 @@ async fn database_under_faults(
             .await
             .expect("a database server");
         let url = url_of(cluster.nodes[0].port());
-        create_database(&url).await;
+        servers::wait_until_ready(&url).await;
         for (strategy, query) in [("leases", ""), ("FOR UPDATE", "?lock_strategy=for-update")] {
             let faults = selected(all, bounded);
             let topology = format!("{image}, {strategy} {label}");

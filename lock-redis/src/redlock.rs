@@ -140,7 +140,7 @@ impl RedLockBackend {
 
     /// How many masters must agree: a strict majority.
     pub fn quorum(&self) -> usize {
-        self.nodes.len() / 2 + 1
+        majority_of(self.nodes.len())
     }
 
     /// How many masters there are.
@@ -177,7 +177,7 @@ enum Round {
 /// One RedLock round, run in its own task by [`RedLockBackend::acquire`] so that a
 /// dropped acquire future never leaves a majority grant behind.
 async fn round(nodes: Arc<[Node]>, request: Request, timeouts: Vec<Duration>) -> Result<Round> {
-    let quorum = nodes.len() / 2 + 1;
+    let quorum = majority_of(nodes.len());
     let started = Instant::now();
     let phase1 = nodes.iter().zip(&timeouts).map(|(node, timeout)| {
         let undo = request.clone();
@@ -316,6 +316,11 @@ fn straggler_grace(ttl: Duration) -> Duration {
     (ttl / 50).max(Duration::from_millis(5))
 }
 
+/// A strict majority of `masters`.
+fn majority_of(masters: usize) -> usize {
+    masters / 2 + 1
+}
+
 /// How long a release waits for the other masters once a majority has answered. A
 /// master that stays silent keeps its copy of the key until the lease runs out, which
 /// blocks nobody: a majority is free.
@@ -323,7 +328,7 @@ const RELEASE_GRACE: Duration = Duration::from_millis(50);
 
 /// Releases `value` on every master; `(released, answered)`.
 async fn release_everywhere(nodes: &[Node], keys: &Keys, value: String) -> (usize, usize) {
-    let quorum = nodes.len() / 2 + 1;
+    let quorum = majority_of(nodes.len());
     let call = calls::release(keys, LockKind::Exclusive, &[value]);
     let results = until(
         nodes.iter().map(|node| node.call::<i64>("release", &call)),
