@@ -19,7 +19,7 @@ use crate::config::RedisConfig;
 use crate::error::{self as err, BACKEND};
 use crate::keys::{lease_value, Keys};
 use crate::node::Node;
-use crate::scripts::Attempt;
+use crate::scripts::{Attempt, Blocker};
 
 /// Leases per renewal script call; larger batches are split so one call never blocks
 /// the server for long.
@@ -158,7 +158,7 @@ pub(crate) async fn attempt(
     let mut in_flight = InFlight {
         call: Some(Box::pin(async move {
             call_node
-                .call_within::<(i64, i64)>("acquire", &call, reply_limit)
+                .call_within::<Vec<i64>>("acquire", &call, reply_limit)
                 .await
                 .and_then(|reply| Attempt::from_reply(reply).map_err(Error::from))
         })),
@@ -264,6 +264,38 @@ impl Drop for Place {
     }
 }
 
+/// The first look again at a lock whose holder publishes nothing.
+const FIRST_SILENT_POLL: Duration = Duration::from_millis(20);
+
+/// How often a waiter looks again at a lock whose holder publishes nothing when it
+/// releases (see [`Blocker::silent`]): after 20 ms, then twice as long each time up to
+/// a cap, so a short hold is noticed at once and a long one costs a few calls a
+/// second. A holder that publishes resets it: its waiters need no polling.
+pub(crate) struct SilentPoll {
+    next: Duration,
+    cap: Duration,
+}
+
+impl SilentPoll {
+    pub(crate) fn new(cap: Duration) -> Self {
+        SilentPoll {
+            next: FIRST_SILENT_POLL.min(cap),
+            cap,
+        }
+    }
+
+    /// `pause`, shortened to the next poll interval when the blocker is silent.
+    pub(crate) fn bound(&mut self, pause: Duration, blocker: Blocker) -> Duration {
+        if !blocker.silent {
+            self.next = FIRST_SILENT_POLL.min(self.cap);
+            return pause;
+        }
+        let poll = self.next;
+        self.next = (self.next * 2).min(self.cap);
+        pause.min(poll)
+    }
+}
+
 /// How long to sleep after a blocked attempt: until the blocker's lease may end, but
 /// at most `cap` when nothing may end on its own (`ms < 0`) or when the waiter must
 /// refresh its place.
@@ -298,6 +330,7 @@ impl LockBackend for RedisBackend {
         let registers = waits && request.registers();
         let mut place = Place::new(&self.node, registers.then(|| request.leave()).flatten());
         let refresh = self.node.config().waiter_lease() / 3;
+        let mut poll = SilentPoll::new(self.node.config().silent_holder_poll());
         let mut registration = None;
         loop {
             if let Some(registration) = &registration {
@@ -318,7 +351,7 @@ impl LockBackend for RedisBackend {
                 permit,
             )
             .await?;
-            let wait_ms = match attempt {
+            let blocker = match attempt {
                 Attempt::Granted(fence) => {
                     place.disarm();
                     return Ok(Some(Grant {
@@ -327,7 +360,7 @@ impl LockBackend for RedisBackend {
                         started_at: attempt_sent,
                     }));
                 }
-                Attempt::Blocked(ms) => ms,
+                Attempt::Blocked(blocker) => blocker,
             };
             if req.deadline.has_passed() {
                 place.leave().await;
@@ -340,7 +373,8 @@ impl LockBackend for RedisBackend {
                 registration = Some(self.node.pubsub().register(channel, interest));
                 continue;
             };
-            let wake_at = Instant::now() + sleep_for(wait_ms, refresh, request.registers());
+            let pause = sleep_for(blocker.ms, refresh, request.registers());
+            let wake_at = Instant::now() + poll.bound(pause, blocker);
             tokio::select! {
                 () = registration.notified() => {}
                 () = tokio::time::sleep_until(req.deadline.min(wake_at)) => {}

@@ -13,6 +13,10 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a queued fair-lock waiter or a waiting writer keeps its place without
 /// refreshing it, unless configured. Live waiters refresh it every third of this.
 pub const DEFAULT_WAITER_LEASE: Duration = Duration::from_secs(6);
+/// The longest a waiter goes without looking again at a lock held by a client that
+/// does not publish its release (redis-py, redsync, a raw `SET NX PX`), unless
+/// configured. It looks after 20 ms first, then doubles up to this.
+pub const DEFAULT_SILENT_HOLDER_POLL: Duration = Duration::from_millis(150);
 
 /// The connection settings of one Redis server: its URL, credentials and timeouts.
 ///
@@ -44,6 +48,7 @@ pub struct RedisConfig {
     connect_timeout: Duration,
     command_timeout: Duration,
     waiter_lease: Duration,
+    silent_holder_poll: Duration,
 }
 
 impl RedisConfig {
@@ -64,6 +69,7 @@ impl RedisConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             waiter_lease: DEFAULT_WAITER_LEASE,
+            silent_holder_poll: DEFAULT_SILENT_HOLDER_POLL,
         }
     }
 
@@ -81,6 +87,12 @@ impl RedisConfig {
     /// How long a fair-lock waiter or waiting writer keeps its place unrefreshed.
     pub fn waiter_lease(&self) -> Duration {
         self.waiter_lease
+    }
+
+    /// The longest a waiter goes between looks at a lock whose holder publishes
+    /// nothing when it releases.
+    pub fn silent_holder_poll(&self) -> Duration {
+        self.silent_holder_poll
     }
 
     /// The longest a call may take: connecting and then answering.
@@ -116,6 +128,7 @@ impl fmt::Debug for RedisConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("command_timeout", &self.command_timeout)
             .field("waiter_lease", &self.waiter_lease)
+            .field("silent_holder_poll", &self.silent_holder_poll)
             .finish()
     }
 }
@@ -129,6 +142,7 @@ pub struct RedisConfigBuilder {
     connect_timeout: Duration,
     command_timeout: Duration,
     waiter_lease: Duration,
+    silent_holder_poll: Duration,
 }
 
 impl fmt::Debug for RedisConfigBuilder {
@@ -142,6 +156,7 @@ impl fmt::Debug for RedisConfigBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("command_timeout", &self.command_timeout)
             .field("waiter_lease", &self.waiter_lease)
+            .field("silent_holder_poll", &self.silent_holder_poll)
             .finish()
     }
 }
@@ -177,6 +192,15 @@ impl RedisConfigBuilder {
     /// the queue for at most this long.
     pub fn waiter_lease(mut self, lease: Duration) -> Self {
         self.waiter_lease = lease;
+        self
+    }
+
+    /// The longest a waiter goes without looking again at a lock held by a client
+    /// that publishes nothing when it releases (default
+    /// [`DEFAULT_SILENT_HOLDER_POLL`]). Such a release is noticed within this long;
+    /// a holder of this crate's publishes, and its waiters do not poll at all.
+    pub fn silent_holder_poll(mut self, interval: Duration) -> Self {
+        self.silent_holder_poll = interval;
         self
     }
 
@@ -224,6 +248,11 @@ impl RedisConfigBuilder {
                 Duration::from_millis(1),
             ),
             ("waiter lease", self.waiter_lease, Duration::from_millis(30)),
+            (
+                "silent holder poll",
+                self.silent_holder_poll,
+                Duration::from_millis(5),
+            ),
         ] {
             lock_core::check_duration(what, value, min, lock_core::MAX_DURATION)?;
         }
@@ -232,6 +261,7 @@ impl RedisConfigBuilder {
             connect_timeout: self.connect_timeout,
             command_timeout: self.command_timeout,
             waiter_lease: self.waiter_lease,
+            silent_holder_poll: self.silent_holder_poll,
         })
     }
 }

@@ -15,14 +15,14 @@ use rand::Rng;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::backend::{attempt, renew_on, sleep_for};
+use crate::backend::{attempt, renew_on, sleep_for, SilentPoll};
 use crate::calls::{self, Call, Request};
 use crate::config::RedisConfig;
 use crate::error::{self as err, BACKEND};
 use crate::keys::{lease_value, Keys};
 use crate::node::Node;
 use crate::pubsub::Interest;
-use crate::scripts::{self, Attempt};
+use crate::scripts::{self, Attempt, Blocker};
 
 /// The longest random pause between two rounds that found no holder but no majority
 /// either (split votes, masters down), so competing clients fall out of step.
@@ -166,10 +166,11 @@ impl RedLockBackend {
 /// What one round across the masters found.
 enum Round {
     Granted(u64),
-    /// No majority. `holder_ms`: the shortest remaining lease of another holder seen
-    /// (negative: a holder without expiry), if any; `answered`: masters that replied.
+    /// No majority. `holder`: the shortest remaining lease of another holder seen
+    /// (negative: a holder without expiry), and whether any holder seen publishes
+    /// nothing when it releases, if any was seen; `answered`: masters that replied.
     Failed {
-        holder_ms: Option<i64>,
+        holder: Option<Blocker>,
         answered: usize,
     },
 }
@@ -209,18 +210,26 @@ async fn round(nodes: Arc<[Node]>, request: Request, timeouts: Vec<Duration>) ->
     .await;
     let mut granted = Vec::new();
     let mut answered = 0;
-    let mut holder_ms: Option<i64> = None;
+    let mut holder: Option<Blocker> = None;
     for (i, reply) in replies {
         match reply {
             Ok(Ok(Attempt::Granted(fence))) => {
                 answered += 1;
                 granted.push((i, fence));
             }
-            Ok(Ok(Attempt::Blocked(ms))) => {
+            Ok(Ok(Attempt::Blocked(blocker))) => {
                 answered += 1;
-                holder_ms = Some(match holder_ms {
-                    Some(prev) if prev >= 0 && (ms < 0 || prev < ms) => prev,
-                    _ => ms,
+                let ms = blocker.ms;
+                holder = Some(match holder {
+                    Some(prev) if prev.ms >= 0 && (ms < 0 || prev.ms < ms) => Blocker {
+                        silent: prev.silent || blocker.silent,
+                        ..prev
+                    },
+                    Some(prev) => Blocker {
+                        silent: prev.silent || blocker.silent,
+                        ..blocker
+                    },
+                    None => blocker,
                 });
             }
             Ok(Err(error)) => tracing::debug!(master = i, %error, "RedLock master failed"),
@@ -267,10 +276,7 @@ async fn round(nodes: Arc<[Node]>, request: Request, timeouts: Vec<Duration>) ->
         }
     });
     join_all(release).await;
-    Ok(Round::Failed {
-        holder_ms,
-        answered,
-    })
+    Ok(Round::Failed { holder, answered })
 }
 
 /// Runs one call per master and collects the answers, by master index, until every
@@ -385,6 +391,7 @@ impl LockBackend for RedLockBackend {
             .map(|node| self.per_node_timeout(node, req.ttl))
             .collect();
         let cap = self.nodes[0].config().waiter_lease() / 3;
+        let mut poll = SilentPoll::new(self.nodes[0].config().silent_holder_poll());
         let mut registrations = Vec::new();
         loop {
             if !registrations.is_empty() {
@@ -417,7 +424,7 @@ impl LockBackend for RedLockBackend {
             let outcome = rx.await.map_err(|_| {
                 Error::backend(BACKEND, "the RedLock round ended without an answer")
             })??;
-            let (holder_ms, answered) = match outcome {
+            let (holder, answered) = match outcome {
                 Round::Granted(fence) => {
                     return Ok(Some(Grant {
                         fence,
@@ -425,10 +432,7 @@ impl LockBackend for RedLockBackend {
                         started_at: round_started,
                     }))
                 }
-                Round::Failed {
-                    holder_ms,
-                    answered,
-                } => (holder_ms, answered),
+                Round::Failed { holder, answered } => (holder, answered),
             };
             if req.deadline.has_passed() {
                 if answered < self.quorum() {
@@ -445,15 +449,15 @@ impl LockBackend for RedLockBackend {
                     .collect();
                 continue;
             }
-            let pause = match holder_ms {
-                Some(ms) => sleep_for(ms, cap, false),
+            let pause = match holder {
+                Some(blocker) => poll.bound(sleep_for(blocker.ms, cap, false), blocker),
                 None => MAX_JITTER.mul_f64(rand::rng().random_range(0.2..1.0)),
             };
             let wake_at = req.deadline.min(Instant::now() + pause);
             let notified =
                 futures::future::select_all(registrations.iter().map(|r| Box::pin(r.notified())));
             tokio::select! {
-                _ = notified, if holder_ms.is_some() => {}
+                _ = notified, if holder.is_some() => {}
                 () = tokio::time::sleep_until(wake_at) => {}
             }
         }

@@ -30,18 +30,33 @@ script!(REDLOCK_SETTLE, "redlock_settle.lua");
 pub(crate) enum Attempt {
     /// Granted with this fencing token.
     Granted(u64),
-    /// Blocked. The holder's remaining lease in ms (or when the next blocker may
-    /// expire); negative when nothing will expire on its own.
-    Blocked(i64),
+    /// Blocked by someone else.
+    Blocked(Blocker),
+}
+
+/// What a blocked acquire learned about what blocks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Blocker {
+    /// The holder's remaining lease in ms (or when the next blocker may expire);
+    /// negative when nothing will expire on its own.
+    pub(crate) ms: i64,
+    /// The holder is another kind of client (redis-py, redsync, a raw `SET NX PX`):
+    /// its release publishes nothing, so a waiter must look again by itself.
+    pub(crate) silent: bool,
 }
 
 impl Attempt {
-    /// Decodes the `{granted, n}` pair every acquire script returns.
-    pub(crate) fn from_reply(reply: (i64, i64)) -> Result<Self, crate::error::Error> {
-        match reply {
-            (1, fence) if fence > 0 => Ok(Attempt::Granted(fence as u64)),
-            (0, wait) => Ok(Attempt::Blocked(wait)),
-            other => Err(crate::error::Error::UnexpectedReply(format!("{other:?}"))),
+    /// Decodes the `{granted, n}` (or `{0, ms, silent}`) reply every acquire script
+    /// returns.
+    pub(crate) fn from_reply(reply: Vec<i64>) -> Result<Self, crate::error::Error> {
+        match reply[..] {
+            [1, fence] if fence > 0 => Ok(Attempt::Granted(fence as u64)),
+            [0, ms] => Ok(Attempt::Blocked(Blocker { ms, silent: false })),
+            [0, ms, silent @ (0 | 1)] => Ok(Attempt::Blocked(Blocker {
+                ms,
+                silent: silent == 1,
+            })),
+            _ => Err(crate::error::Error::UnexpectedReply(format!("{reply:?}"))),
         }
     }
 }
