@@ -1,0 +1,126 @@
+//! `lockctl`: hold a distributed lock around a command, from any shell, on any backend.
+//!
+//! ```text
+//! lockctl run nightly -- ./job.sh
+//! lockctl --url redis://10.0.0.5 run --wait 10s nightly -- ./job.sh
+//! ```
+//!
+//! See `lockctl --help` and the README's lockctl section for commands, environment
+//! variables and exit codes.
+
+mod admin;
+mod cli;
+mod events;
+mod exit;
+mod run;
+mod signals;
+mod state_dir;
+
+use std::process::ExitCode;
+
+use clap::error::ErrorKind;
+use clap::Parser;
+use distributed_locks::{connect, ConnectOptions};
+
+use cli::{Cli, Command};
+use events::Reporter;
+use exit::Failure;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(&error),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            return fail(&Failure::new(
+                exit::FAILED,
+                format!("cannot start: {error}"),
+            ))
+        }
+    };
+    match runtime.block_on(execute(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => fail(&failure),
+    }
+}
+
+async fn execute(cli: Cli) -> Result<u8, Failure> {
+    // Caught before connecting, so Ctrl-C during a slow connect or a wait ends cleanly.
+    let signals = match &cli.command {
+        Command::Run(_) => Some(
+            signals::Signals::catch()
+                .map_err(|e| Failure::new(exit::FAILED, format!("cannot catch signals: {e}")))?,
+        ),
+        _ => None,
+    };
+    let url = match cli.url.clone() {
+        Some(url) => url,
+        None => state_dir::default_url()?,
+    };
+    let mut options = ConnectOptions::default().namespace(cli.namespace.clone());
+    if let Command::Run(args) = &cli.command {
+        options = options.watchdog_lease(args.watchdog_lease);
+    }
+    let client = connect(&url, options).await?;
+    let name = match &cli.command {
+        Command::Run(args) => &args.name,
+        Command::Status { name }
+        | Command::Wait { name, .. }
+        | Command::ForceUnlock { name, .. } => name,
+    };
+    let reporter = Reporter::new(cli.json, name, &cli.namespace, client.backend_name());
+    let outcome = match cli.command {
+        Command::Run(args) => {
+            let signals = signals.expect("caught above for run");
+            run::run(client.clone(), args, reporter, signals).await
+        }
+        Command::Status { name } => admin::status(client.clone(), &name, &reporter).await,
+        Command::Wait { name, wait } => admin::wait(client.clone(), &name, wait, &reporter).await,
+        Command::ForceUnlock { name, yes } => {
+            admin::force_unlock(client.clone(), &name, yes, &reporter).await
+        }
+    };
+    // Releases whatever is still held and finishes clean-ups before the process ends.
+    if let Err(error) = client.shutdown().await {
+        eprintln!("lockctl: {error}");
+    }
+    outcome
+}
+
+/// One line on stderr and the usage exit code; help and version go to stdout as usual.
+fn usage_error(error: &clap::Error) -> ExitCode {
+    match error.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = error.print();
+            return ExitCode::SUCCESS;
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = error.print();
+            return ExitCode::from(exit::USAGE);
+        }
+        _ => {}
+    }
+    // clap's first paragraph (the error, and what is missing), on one line.
+    let rendered = error.render().to_string();
+    let line = rendered
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| l.is_empty())
+        .take_while(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let line = line.trim_start_matches("error: ");
+    eprintln!("lockctl: {line} (see lockctl --help)");
+    ExitCode::from(exit::USAGE)
+}
+
+fn fail(failure: &Failure) -> ExitCode {
+    eprintln!("lockctl: {failure}");
+    ExitCode::from(failure.code)
+}

@@ -1,0 +1,11 @@
+//! lockctl against a real etcd server.
+
+mod common;
+
+use conformance_tests::server::{specs, TestServer};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockctl_on_etcd() {
+    let server = TestServer::start(&specs::ETCD).await.expect("etcd server");
+    common::all_scenarios(&server.url(), "etcd").await;
+}
