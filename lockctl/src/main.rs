@@ -52,7 +52,7 @@ fn main() -> ExitCode {
 
 async fn execute(cli: Cli) -> Result<u8, Failure> {
     // Caught before connecting, so Ctrl-C during a slow connect or a wait ends cleanly.
-    let signals = match &cli.command {
+    let mut signals = match &cli.command {
         Command::Run(_) => Some(
             signals::Signals::catch()
                 .map_err(|e| Failure::new(exit::FAILED, format!("cannot catch signals: {e}")))?,
@@ -67,7 +67,13 @@ async fn execute(cli: Cli) -> Result<u8, Failure> {
     if let Command::Run(args) = &cli.command {
         options = options.watchdog_lease(args.watchdog_lease);
     }
-    let client = connect(&url, options).await?;
+    let client = match signals.as_mut() {
+        Some(signals) => tokio::select! {
+            client = connect(&url, options) => client?,
+            caught = signals.next() => return Ok(exit::for_signal(caught.number())),
+        },
+        None => connect(&url, options).await?,
+    };
     let name = match &cli.command {
         Command::Run(args) => &args.name,
         Command::Status { name }
