@@ -83,7 +83,8 @@ impl Caught {
 
 /// Sends `signal` to the process `pid`.
 pub(crate) fn send(pid: u32, signal: i32) {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
+    // Never 0 or negative: kill(2) would then signal a whole process group, lockctl's own.
+    let Some(pid) = libc::pid_t::try_from(pid).ok().filter(|pid| *pid > 0) else {
         return;
     };
     debug_assert!(signal == SIGKILL || CAUGHT.contains(&signal));
