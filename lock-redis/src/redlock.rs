@@ -219,15 +219,16 @@ async fn round(nodes: Arc<[Node]>, request: Request, timeouts: Vec<Duration>) ->
             }
             Ok(Ok(Attempt::Blocked(blocker))) => {
                 answered += 1;
-                let ms = blocker.ms;
+                // The soonest end of a lease wins (a lease without expiry never does);
+                // silent if any master's holder is.
                 holder = Some(match holder {
-                    Some(prev) if prev.ms >= 0 && (ms < 0 || prev.ms < ms) => Blocker {
-                        silent: prev.silent || blocker.silent,
-                        ..prev
-                    },
                     Some(prev) => Blocker {
+                        ms: if prev.ms >= 0 && (blocker.ms < 0 || prev.ms < blocker.ms) {
+                            prev.ms
+                        } else {
+                            blocker.ms
+                        },
                         silent: prev.silent || blocker.silent,
-                        ..blocker
                     },
                     None => blocker,
                 });

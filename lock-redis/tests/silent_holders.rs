@@ -64,6 +64,36 @@ async fn scripts_run(raw: &mut MultiplexedConnection) -> u64 {
         .sum()
 }
 
+/// One round: our waiter waits on `lock` while a foreign holder has it; `release`
+/// deletes the key as that client would. Returns how long the waiter took to notice.
+async fn time_a_silent_release<B, F>(
+    lock: lock_core::Mutex<B>,
+    settle: Duration,
+    release: F,
+) -> Duration
+where
+    B: lock_core::LockBackend,
+    F: std::future::Future<Output = ()>,
+{
+    let waiter = tokio::spawn(async move {
+        let guard = lock
+            .acquire_with(AcquireOptions::wait_for(Duration::from_secs(20)))
+            .await;
+        (Instant::now(), guard)
+    });
+    // Long enough for the waiter to settle into its wait.
+    tokio::time::sleep(settle).await;
+    release.await;
+    let released = Instant::now();
+    let (granted, guard) = waiter.await.unwrap();
+    guard
+        .expect("granted after the silent release")
+        .release()
+        .await
+        .unwrap();
+    granted - released
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_notices_a_silent_release_within_a_second() {
     let server = RedisServer::start();
@@ -74,24 +104,12 @@ async fn a_waiter_notices_a_silent_release_within_a_second() {
         // Every other round the foreign holder sets no expiry (redis-py, timeout=None).
         let px = (round % 2 == 0).then_some(30_000);
         foreign_set(&mut raw, "silent:job", px).await;
+        let settle = Duration::from_millis(700 + 300 * round as u64);
+        let release = async {
+            let _: i64 = raw.del("silent:job").await.unwrap();
+        };
         let lock = client.lock("job").unwrap();
-        let waiter = tokio::spawn(async move {
-            let guard = lock
-                .acquire_with(AcquireOptions::wait_for(Duration::from_secs(20)))
-                .await;
-            (Instant::now(), guard)
-        });
-        // Long enough for the waiter to settle into its wait.
-        tokio::time::sleep(Duration::from_millis(700 + 300 * round as u64)).await;
-        let _: i64 = raw.del("silent:job").await.unwrap();
-        let released = Instant::now();
-        let (granted, guard) = waiter.await.unwrap();
-        delays.push(granted - released);
-        guard
-            .expect("granted after the silent release")
-            .release()
-            .await
-            .unwrap();
+        delays.push(time_a_silent_release(lock, settle, release).await);
     }
     report("single server", delays);
 }
@@ -114,25 +132,14 @@ async fn a_redlock_waiter_notices_a_silent_release_within_a_second() {
         for raw in &mut raws {
             foreign_set(raw, "silent:job", Some(30_000)).await;
         }
+        let settle = Duration::from_millis(700 + 300 * round as u64);
+        let release = async {
+            for raw in &mut raws {
+                let _: i64 = raw.del("silent:job").await.unwrap();
+            }
+        };
         let lock = client.lock("job").unwrap();
-        let waiter = tokio::spawn(async move {
-            let guard = lock
-                .acquire_with(AcquireOptions::wait_for(Duration::from_secs(20)))
-                .await;
-            (Instant::now(), guard)
-        });
-        tokio::time::sleep(Duration::from_millis(700 + 300 * round as u64)).await;
-        for raw in &mut raws {
-            let _: i64 = raw.del("silent:job").await.unwrap();
-        }
-        let released = Instant::now();
-        let (granted, guard) = waiter.await.unwrap();
-        delays.push(granted - released);
-        guard
-            .expect("granted after the silent release")
-            .release()
-            .await
-            .unwrap();
+        delays.push(time_a_silent_release(lock, settle, release).await);
     }
     report("RedLock, 3 masters", delays);
 }
