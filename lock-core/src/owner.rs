@@ -352,6 +352,12 @@ impl<B: LockBackend> Owner<B> {
             .instrument(span)
             .await
         {
+            Ok(()) if lost_before => {
+                // The backend still had it (its lease outlasts ours by a margin), but
+                // this guard had reported it gone: the holder may not have been alone.
+                tracing::debug!(key = %self.key, fence = lease.held.fence, "released a lease that had run out here");
+                Err(self.lease_lost())
+            }
             Ok(()) => {
                 lease.state.end(LeaseLoss::Released);
                 tracing::debug!(key = %self.key, fence = lease.held.fence, "lock released");

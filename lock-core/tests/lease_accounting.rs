@@ -104,3 +104,27 @@ async fn leases_count_the_validity_the_backend_guarantees() {
     assert!(guard.is_held(), "the watchdog keeps a lease with a margin");
     guard.release().await.unwrap();
 }
+
+/// A lease that ran out here is reported lost by `release`, even when the backend, whose
+/// lease lasts a margin longer, still had it and released it: the holder was told it
+/// held nothing for a while, so its critical section may not have been exclusive.
+#[tokio::test(start_paused = true)]
+async fn release_after_local_expiry_reports_the_loss_whatever_the_backend_says() {
+    let backend = Wrapped::default().with_lease_margin(Duration::from_millis(500));
+    let client = client(&backend, Duration::from_secs(3));
+    let lock = client.lock("expired-here").unwrap();
+    let fixed = lock_core::AcquireOptions::try_once().lease(Duration::from_secs(2));
+    let guard = lock.acquire_with(fixed).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_700)).await;
+    assert!(!guard.is_held(), "past the 1.5 s the backend guarantees");
+    assert!(lock.is_locked().await.unwrap(), "the backend still has it");
+    let err = guard.release().await.unwrap_err();
+    assert!(
+        matches!(err, lock_core::Error::LeaseLost { .. }),
+        "release reported {err:?}"
+    );
+    assert!(
+        !lock.is_locked().await.unwrap(),
+        "and it was still released"
+    );
+}
