@@ -2,12 +2,15 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::backend::Capabilities;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::id::LockId;
 use crate::name::LockName;
 use crate::options::AcquireOptions;
 
@@ -39,6 +42,12 @@ use crate::options::AcquireOptions;
 pub trait DistributedLock: Send + Sync + fmt::Debug {
     /// The lock's name.
     fn name(&self) -> &LockName;
+
+    /// Which lock this is, the same for every owner of it on the same store.
+    fn lock_id(&self) -> LockId;
+
+    /// What the backend under this lock supports.
+    fn capabilities(&self) -> Capabilities;
 
     /// Acquires the lock, waiting and leasing as `options` say.
     ///
@@ -92,6 +101,12 @@ pub trait ReadWriteLock: Send + Sync + fmt::Debug {
     /// The lock's name.
     fn name(&self) -> &LockName;
 
+    /// Which lock this is, the same for every owner of it on the same store.
+    fn lock_id(&self) -> LockId;
+
+    /// What the backend under this lock supports.
+    fn capabilities(&self) -> Capabilities;
+
     /// Acquires the read (shared) side.
     ///
     /// # Errors
@@ -128,6 +143,79 @@ pub trait ReadWriteLock: Send + Sync + fmt::Debug {
     /// # Cancel safety
     /// If dropped, the removal may or may not have happened.
     async fn force_unlock(&self) -> Result<bool>;
+}
+
+/// The plain methods both lock traits have, for an `Arc` that passes them to its
+/// target (async ones stay in the impls, where `async_trait` sees them).
+macro_rules! delegate_to_target {
+    () => {
+        fn name(&self) -> &LockName {
+            (**self).name()
+        }
+
+        fn lock_id(&self) -> LockId {
+            (**self).lock_id()
+        }
+
+        fn capabilities(&self) -> Capabilities {
+            (**self).capabilities()
+        }
+    };
+}
+
+/// A shared lock is the lock: `Arc<dyn DistributedLock>` from a
+/// [`LockProvider`](crate::LockProvider) goes wherever a lock does.
+#[async_trait]
+impl<T: DistributedLock + ?Sized> DistributedLock for Arc<T> {
+    delegate_to_target!();
+
+    async fn acquire_with(&self, options: AcquireOptions) -> Result<LockGuard> {
+        (**self).acquire_with(options).await
+    }
+
+    fn hold_count(&self) -> u32 {
+        (**self).hold_count()
+    }
+
+    async fn is_locked(&self) -> Result<bool> {
+        (**self).is_locked().await
+    }
+
+    async fn force_unlock(&self) -> Result<bool> {
+        (**self).force_unlock().await
+    }
+}
+
+impl<T: FairLock + ?Sized> FairLock for Arc<T> {}
+
+/// A shared read-write lock is the lock, as for [`DistributedLock`].
+#[async_trait]
+impl<T: ReadWriteLock + ?Sized> ReadWriteLock for Arc<T> {
+    delegate_to_target!();
+
+    async fn read_with(&self, options: AcquireOptions) -> Result<LockGuard> {
+        (**self).read_with(options).await
+    }
+
+    async fn write_with(&self, options: AcquireOptions) -> Result<LockGuard> {
+        (**self).write_with(options).await
+    }
+
+    fn read_hold_count(&self) -> u32 {
+        (**self).read_hold_count()
+    }
+
+    fn write_hold_count(&self) -> u32 {
+        (**self).write_hold_count()
+    }
+
+    async fn is_locked(&self) -> Result<bool> {
+        (**self).is_locked().await
+    }
+
+    async fn force_unlock(&self) -> Result<bool> {
+        (**self).force_unlock().await
+    }
 }
 
 fn none_on_timeout(result: Result<LockGuard>) -> Result<Option<LockGuard>> {

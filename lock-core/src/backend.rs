@@ -9,11 +9,11 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::lease::LossNotifier;
 use crate::name::LockKey;
-use crate::options::Deadline;
+use crate::options::{Deadline, Lease};
 
 /// Which lock a request is for. Exclusive, fair and read-write locks on one name are
 /// separate locks that do not exclude each other; they share only the fencing counter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LockKind {
     /// [`DistributedLock`](crate::DistributedLock): one holder, no order among waiters.
     Exclusive,
@@ -37,7 +37,7 @@ impl LockKind {
 }
 
 /// A lock type, for queries that cover both sides of a read-write lock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LockFamily {
     /// Exclusive locks.
     Exclusive,
@@ -99,6 +99,21 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
+    /// [`Error::Unsupported`](crate::Error::Unsupported) naming what `backend` lacks for
+    /// a `kind` lock with `lease`, checked before anything is sent.
+    pub(crate) fn require(self, backend: &'static str, kind: LockKind, lease: Lease) -> Result<()> {
+        let missing = match kind {
+            LockKind::Fair if !self.fair => Some("fair locks"),
+            LockKind::Read | LockKind::Write if !self.read_write => Some("read-write locks"),
+            _ if matches!(lease, Lease::Fixed(_)) && !self.fixed_lease => Some("fixed leases"),
+            _ => None,
+        };
+        match missing {
+            Some(operation) => Err(crate::Error::Unsupported { backend, operation }),
+            None => Ok(()),
+        }
+    }
+
     /// Everything supported.
     pub const ALL: Capabilities = Capabilities {
         fair: true,
@@ -237,6 +252,17 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
 
     /// What this backend supports.
     fn capabilities(&self) -> Capabilities;
+
+    /// Where this backend keeps its locks, as text that is the same for every client of
+    /// the same store and differs between stores: server addresses, database, key
+    /// prefix or table, never a password. Two handles whose backends give the same
+    /// name, location, key and lock family name the same lock; a
+    /// [`MultiLock`](crate::MultiLock) orders its members by it (after the key) and
+    /// refuses one lock listed twice. The default, empty, suits a backend with one
+    /// store per process.
+    fn location(&self) -> String {
+        String::new()
+    }
 
     /// How long the client may count on a lease of `ttl`, from the send of the request
     /// that won, renewed or extended it. `ttl` unless the servers may end it sooner by

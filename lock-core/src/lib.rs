@@ -10,7 +10,9 @@
 //! * **guards** ([`LockGuard`]) with fencing tokens, `release().await`, loss reporting
 //!   and best-effort release on drop;
 //! * the **watchdog**: one task per client renewing every lease in one batched call;
-//! * **deadlines** for waiting, **argument checks**, **namespaces** and `tracing` events.
+//! * **deadlines** for waiting, **argument checks**, **namespaces** and `tracing` events;
+//! * [`MultiLock`]: several locks, on any backends, taken all or nothing in an order
+//!   that cannot deadlock.
 //!
 //! ```
 //! use std::time::Duration;
@@ -69,9 +71,11 @@ mod cleanups;
 mod client;
 mod error;
 mod guard;
+mod id;
 mod lease;
 mod locks;
 pub mod memory;
+mod multi;
 mod name;
 mod options;
 mod owner;
@@ -94,8 +98,12 @@ pub use cleanups::{Cleanups, PendingCleanup};
 pub use client::{LockClient, LockClientBuilder, LockProvider};
 pub use error::{BoxError, Error, Result};
 pub use guard::LockGuard;
+pub use id::LockId;
 pub use lease::{LeaseLoss, LossNotifier};
 pub use locks::{FairMutex, Mutex, RwLock};
+pub use multi::{
+    MemberError, MemberLoss, MultiGuard, MultiLock, MultiLockBuilder, MultiReleaseError,
+};
 pub use name::{
     LockKey, LockName, Namespace, DEFAULT_NAMESPACE, MAX_NAME_BYTES, NAMESPACE_SEPARATORS,
 };

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::api::{DistributedLock, FairLock, ReadWriteLock};
-use crate::backend::{LockBackend, LockFamily, LockKind};
+use crate::backend::{Capabilities, LockBackend, LockFamily, LockKind};
 use crate::client::ClientInner;
 use crate::error::Result;
 use crate::guard::LockGuard;
+use crate::id::LockId;
 use crate::name::{LockKey, LockName};
 use crate::options::AcquireOptions;
 use crate::owner::Owner;
@@ -82,6 +83,14 @@ macro_rules! exclusive_lock {
                 self.owner.key().name()
             }
 
+            fn lock_id(&self) -> LockId {
+                self.owner.lock_id($family)
+            }
+
+            fn capabilities(&self) -> Capabilities {
+                self.owner.backend().capabilities()
+            }
+
             async fn acquire_with(&self, options: AcquireOptions) -> Result<LockGuard> {
                 self.owner.acquire($kind, options).await
             }
@@ -116,6 +125,14 @@ impl<B: LockBackend> FairLock for FairMutex<B> {}
 impl<B: LockBackend> ReadWriteLock for RwLock<B> {
     fn name(&self) -> &LockName {
         self.owner.key().name()
+    }
+
+    fn lock_id(&self) -> LockId {
+        self.owner.lock_id(LockFamily::ReadWrite)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.owner.backend().capabilities()
     }
 
     async fn read_with(&self, options: AcquireOptions) -> Result<LockGuard> {

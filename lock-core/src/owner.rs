@@ -10,10 +10,13 @@ use futures::FutureExt;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{AcquireRequest, HeldLease, LockBackend, LockKind, OwnerToken, Renewal};
+use crate::backend::{
+    AcquireRequest, HeldLease, LockBackend, LockFamily, LockKind, OwnerToken, Renewal,
+};
 use crate::client::ClientInner;
 use crate::error::{Error, Result};
 use crate::guard::{HoldOps, LockGuard};
+use crate::id::LockId;
 use crate::lease::{LeaseLoss, LeaseState, LossNotifier};
 use crate::name::LockKey;
 use crate::options::{validate_lease, AcquireOptions, Lease, Wait};
@@ -115,6 +118,11 @@ impl<B: LockBackend> Owner<B> {
 
     pub(crate) fn backend(&self) -> &B {
         &self.client.backend
+    }
+
+    pub(crate) fn lock_id(&self, family: LockFamily) -> LockId {
+        let backend = &self.client.backend;
+        LockId::new(self.key.clone(), family, backend.name(), backend.location())
     }
 
     fn holds(&self) -> MutexGuard<'_, Holds<B>> {
@@ -236,18 +244,8 @@ impl<B: LockBackend> Owner<B> {
     }
 
     fn check_supported(&self, kind: LockKind, lease: Lease) -> Result<()> {
-        let caps = self.client.backend.capabilities();
-        let backend = self.client.backend.name();
-        let missing = match kind {
-            LockKind::Fair if !caps.fair => Some("fair locks"),
-            LockKind::Read | LockKind::Write if !caps.read_write => Some("read-write locks"),
-            _ if matches!(lease, Lease::Fixed(_)) && !caps.fixed_lease => Some("fixed leases"),
-            _ => None,
-        };
-        match missing {
-            Some(operation) => Err(Error::Unsupported { backend, operation }),
-            None => Ok(()),
-        }
+        let backend = &self.client.backend;
+        backend.capabilities().require(backend.name(), kind, lease)
     }
 
     /// Adds a hold to a live lease of this owner, if there is one. A lost lease is

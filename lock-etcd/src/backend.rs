@@ -388,6 +388,10 @@ impl LockBackend for EtcdBackend {
         BACKEND
     }
 
+    fn location(&self) -> String {
+        self.inner.config.endpoints().join(",")
+    }
+
     async fn settle(&self) {
         self.inner.cleanups.settled().await;
     }

@@ -316,6 +316,10 @@ impl LockBackend for RedisBackend {
         BACKEND
     }
 
+    fn location(&self) -> String {
+        self.node.config().location()
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::ALL
     }

@@ -106,6 +106,11 @@ impl RedisConfig {
         })
     }
 
+    /// `host:port/db`: the same for every client of this database.
+    pub(crate) fn location(&self) -> String {
+        format!("{}/{}", self.address(), self.info.redis_settings().db())
+    }
+
     /// `host:port` (or the socket path), for errors and traces.
     pub(crate) fn address(&self) -> String {
         match self.info.addr() {

@@ -355,6 +355,11 @@ impl LockBackend for RedLockBackend {
         BACKEND
     }
 
+    fn location(&self) -> String {
+        let masters: Vec<String> = self.nodes.iter().map(|n| n.config().location()).collect();
+        masters.join(",")
+    }
+
     fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities::ALL;
         caps.fair = false;

@@ -169,6 +169,14 @@ impl LockBackend for SqlBackend {
         self.inner.db.name()
     }
 
+    fn location(&self) -> String {
+        format!(
+            "{} tables {}",
+            self.inner.db.url.location(),
+            self.inner.table_prefix
+        )
+    }
+
     async fn settle(&self) {
         self.inner.db.cleanups.settled().await;
     }

@@ -34,6 +34,25 @@ pub(crate) fn redacted(url: &str) -> String {
     }
 }
 
+impl DbUrl {
+    /// The server and database (or the SQLite file), without credentials or options:
+    /// the same for every client of this database.
+    pub(crate) fn location(&self) -> String {
+        match url::Url::parse(&self.driver_url) {
+            Ok(mut parsed) => {
+                let _ = parsed.set_username("");
+                let _ = parsed.set_password(None);
+                parsed.set_query(None);
+                parsed.to_string()
+            }
+            Err(_) => {
+                let without_options = self.driver_url.split('?').next().unwrap_or_default();
+                redacted(without_options)
+            }
+        }
+    }
+}
+
 /// Checks `url` and says which database it names.
 ///
 /// Accepted: `postgres://` / `postgresql://`, `mysql://` / `mariadb://` (both with a

@@ -233,6 +233,15 @@ impl LockBackend for ZkBackend {
         BACKEND
     }
 
+    fn location(&self) -> String {
+        let config = self.config();
+        format!(
+            "{}{}",
+            config.connect_string(),
+            config.chroot().unwrap_or_default()
+        )
+    }
+
     async fn settle(&self) {
         self.inner.cleanups.settled().await;
     }

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use lock_core::{
-    AcquireOptions, DistributedLock, LockFamily, LockGuard, LockName, LockProvider, ReadWriteLock,
-    Result,
+    AcquireOptions, Capabilities, DistributedLock, LockFamily, LockGuard, LockId, LockName,
+    LockProvider, ReadWriteLock, Result,
 };
 
 use super::{Needs, FAIR, NOTHING, RW};
@@ -69,6 +69,14 @@ struct WriteSide(Arc<dyn ReadWriteLock>);
 impl DistributedLock for WriteSide {
     fn name(&self) -> &LockName {
         self.0.name()
+    }
+
+    fn lock_id(&self) -> LockId {
+        self.0.lock_id()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
     }
 
     async fn acquire_with(&self, options: AcquireOptions) -> Result<LockGuard> {

@@ -4,6 +4,7 @@ mod args;
 mod cancel;
 mod fair;
 mod flavor;
+mod multi;
 mod mutex;
 mod process;
 mod rwlock;
@@ -257,6 +258,41 @@ pub fn all_cases() -> Vec<Case> {
             "args::lock_kinds_are_separate",
             NOTHING,
             Box::new(|ctx| args::lock_kinds_are_separate(ctx).boxed()),
+        ),
+        case(
+            "multi::overlapping_sets_do_not_deadlock",
+            NOTHING,
+            Box::new(|ctx| multi::overlapping_sets_do_not_deadlock(ctx).boxed()),
+        ),
+        case(
+            "multi::mixed_kinds",
+            FAIR.and(RW),
+            Box::new(|ctx| multi::mixed_kinds(ctx).boxed()),
+        ),
+        case(
+            "multi::held_member_fails_the_whole",
+            NOTHING,
+            Box::new(|ctx| multi::held_member_fails_the_whole(ctx).boxed()),
+        ),
+        case(
+            "multi::member_loss_is_reported",
+            NOTHING,
+            Box::new(|ctx| multi::member_loss_is_reported(ctx).boxed()),
+        ),
+        case(
+            "multi::cancelled_acquire_leaves_nothing",
+            NOTHING,
+            Box::new(|ctx| multi::cancelled_acquire_leaves_nothing(ctx).boxed()),
+        ),
+        case(
+            "multi::fixed_lease_counts_from_the_last_grant",
+            FIXED,
+            Box::new(|ctx| multi::fixed_lease_counts_from_the_last_grant(ctx).boxed()),
+        ),
+        case(
+            "multi::reentry_keeps_earlier_holds",
+            NOTHING,
+            Box::new(|ctx| multi::reentry_keeps_earlier_holds(ctx).boxed()),
         ),
         case(
             "process::killed_holder_frees_lock",

@@ -14,6 +14,7 @@
 mod table;
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -43,9 +44,21 @@ use table::{Attempt, Outcome, Table};
 /// assert!(b.lock("shared")?.try_acquire().await?.is_some());
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct MemoryBackend {
     table: Arc<Mutex<Table>>,
+    /// Tells this backend's locks from those of other instances in the process.
+    instance: u64,
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        static INSTANCES: AtomicU64 = AtomicU64::new(1);
+        MemoryBackend {
+            table: Arc::default(),
+            instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
+        }
+    }
 }
 
 impl MemoryBackend {
@@ -133,6 +146,10 @@ impl LockBackend for MemoryBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::ALL.with_cross_process(false)
+    }
+
+    fn location(&self) -> String {
+        format!("instance {}", self.instance)
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<()>>> {

@@ -125,6 +125,10 @@ impl LockBackend for Wrapped {
             .unwrap_or_else(|| self.inner.capabilities())
     }
 
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+
     fn lease_validity(&self, ttl: Duration) -> Duration {
         ttl.saturating_sub(*self.hooks.lease_margin.lock().unwrap())
     }

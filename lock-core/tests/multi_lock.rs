@@ -1,0 +1,262 @@
+//! MultiLock rules that need no particular server: what `build` refuses, the one
+//! order, capability checks before anything is taken, clean-up after a failed member,
+//! and release reports. The behaviour under contention runs on every backend in the
+//! conformance suite (`multi::` cases).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use lock_core::memory::MemoryBackend;
+use lock_core::prelude::*;
+use lock_core::{AcquireOptions, Capabilities, Error, LockClient, LockKind, MultiLock};
+
+mod support;
+
+use support::Wrapped;
+
+fn invalid(result: lock_core::Result<MultiLock>) -> String {
+    match result {
+        Err(Error::InvalidArgument { message }) => message,
+        other => panic!("expected an invalid argument, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn unsupported_members_are_refused_before_anything_is_taken() {
+    let caps = Capabilities::ALL
+        .with_fair(false)
+        .with_read_write(false)
+        .with_fixed_lease(false);
+    let backend = Wrapped::default().with_capabilities(caps);
+    let calls = backend.calls.clone();
+    let client = LockClient::new(backend);
+
+    let a = || client.lock("a").unwrap();
+    let fair = MultiLock::builder()
+        .lock(a())
+        .lock(client.fair_lock("b").unwrap());
+    let read = MultiLock::builder()
+        .lock(a())
+        .read(client.rw_lock("b").unwrap());
+    for (builder, missing) in [(fair, "fair locks"), (read, "read-write locks")] {
+        let built = builder.build();
+        assert!(
+            matches!(built, Err(Error::Unsupported { operation, .. }) if operation == missing),
+            "{built:?}"
+        );
+    }
+
+    let plain = MultiLock::builder()
+        .lock(client.lock("a").unwrap())
+        .lock(client.lock("b").unwrap())
+        .build()
+        .unwrap();
+    let fixed = plain
+        .acquire_with(AcquireOptions::try_once().lease(Duration::from_secs(1)))
+        .await;
+    assert!(
+        matches!(
+            fixed,
+            Err(Error::Unsupported {
+                operation: "fixed leases",
+                ..
+            })
+        ),
+        "{fixed:?}"
+    );
+    assert_eq!(
+        calls.acquire.load(Ordering::SeqCst),
+        0,
+        "something was taken"
+    );
+}
+
+#[tokio::test]
+async fn one_lock_listed_twice_is_refused() {
+    let backend = MemoryBackend::new();
+    let client = LockClient::new(backend.clone());
+    let other_client = LockClient::new(backend);
+
+    let empty = invalid(MultiLock::builder().build());
+    assert!(empty.contains("at least one"), "{empty}");
+
+    let two_handles = invalid(
+        MultiLock::builder()
+            .lock(client.lock("a").unwrap())
+            .lock(client.lock("b").unwrap())
+            .lock(other_client.lock("a").unwrap())
+            .build(),
+    );
+    assert!(
+        two_handles.contains("locks/a") && two_handles.contains("twice"),
+        "{two_handles}"
+    );
+
+    let rw = client.rw_lock("table").unwrap();
+    let both_sides = invalid(MultiLock::builder().read(rw.clone()).write(rw).build());
+    assert!(both_sides.contains("write side"), "{both_sides}");
+
+    // Not the same lock: another store, another namespace, another lock family.
+    let elsewhere = LockClient::new(MemoryBackend::new());
+    let billing = LockClient::builder(MemoryBackend::new())
+        .namespace("billing")
+        .build()
+        .unwrap();
+    let distinct = MultiLock::builder()
+        .lock(client.lock("a").unwrap())
+        .lock(elsewhere.lock("a").unwrap())
+        .lock(billing.lock("a").unwrap())
+        .lock(client.fair_lock("a").unwrap())
+        .write(client.rw_lock("a").unwrap())
+        .build()
+        .unwrap();
+    assert_eq!(distinct.members().len(), 5);
+    let guard = distinct.try_acquire().await.unwrap().expect("all free");
+    assert_eq!(guard.guards().len(), 5);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn members_are_taken_in_one_order_whatever_the_builder_order() {
+    let backend = MemoryBackend::new();
+    let one = LockClient::new(backend.clone());
+    let two = LockClient::new(backend);
+    let first = MultiLock::builder()
+        .lock(one.lock("c").unwrap())
+        .write(one.rw_lock("a").unwrap())
+        .lock(one.lock("b").unwrap())
+        .build()
+        .unwrap();
+    let second = MultiLock::builder()
+        .lock(two.lock("b").unwrap())
+        .lock(two.lock("c").unwrap())
+        .write(two.rw_lock("a").unwrap())
+        .build()
+        .unwrap();
+    let order = |m: &MultiLock| -> Vec<(String, LockKind)> {
+        m.members()
+            .map(|(id, kind)| (id.name().to_string(), kind))
+            .collect()
+    };
+    assert_eq!(order(&first), order(&second));
+    assert_eq!(
+        order(&first),
+        [
+            ("a".to_owned(), LockKind::Write),
+            ("b".to_owned(), LockKind::Exclusive),
+            ("c".to_owned(), LockKind::Exclusive)
+        ]
+    );
+    let guard = first.acquire().await.unwrap();
+    let tokens: Vec<u64> = guard.fencing_tokens().map(|(_, token)| token).collect();
+    assert_eq!(tokens.len(), 3);
+    assert_eq!(guard.fencing_token("b"), Some(tokens[1]));
+    assert_eq!(guard.fencing_token("nope"), None);
+    assert!(second.try_acquire().await.unwrap().is_none());
+    guard.release().await.unwrap();
+}
+
+/// A member that fails with an error other than a timeout (here: an upgrade its owner
+/// may not make) leaves nothing of the multi-lock held, and returns that error.
+#[tokio::test]
+async fn a_failing_member_gives_back_what_was_taken() {
+    let backend = Wrapped::default();
+    let calls = backend.calls.clone();
+    let client = LockClient::new(backend);
+    let first = client.lock("a").unwrap();
+    let table = client.rw_lock("table").unwrap();
+    let read = table.read().await.unwrap();
+    let lock = MultiLock::builder()
+        .lock(first.clone())
+        .write(table.clone())
+        .build()
+        .unwrap();
+    let err = lock.acquire().await.unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    assert_eq!(first.hold_count(), 0);
+    assert!(!first.is_locked().await.unwrap());
+    assert_eq!(calls.release.load(Ordering::SeqCst), 1, "`a` released once");
+    assert_eq!(table.read_hold_count(), 1, "the earlier read hold stays");
+    read.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn dropping_the_guard_releases_every_member() {
+    let backend = MemoryBackend::new();
+    let client = LockClient::new(backend.clone());
+    let lock = MultiLock::builder()
+        .lock(client.lock("a").unwrap())
+        .read(client.rw_lock("b").unwrap())
+        .build()
+        .unwrap();
+    let guard = lock.acquire().await.unwrap();
+    assert!(lock.is_held_by_me());
+    drop(guard);
+    assert!(!lock.is_held_by_me());
+    let other = LockClient::new(backend);
+    let a = other.lock("a").unwrap();
+    let b = other.rw_lock("b").unwrap();
+    let a = tokio::time::timeout(Duration::from_secs(5), a.acquire()).await;
+    let b = tokio::time::timeout(Duration::from_secs(5), b.write()).await;
+    a.unwrap().unwrap().release().await.unwrap();
+    b.unwrap().unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lost_member_is_named_by_lost_and_release() {
+    let backend = MemoryBackend::new();
+    let client = LockClient::builder(backend.clone())
+        .watchdog_lease(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let lock = MultiLock::builder()
+        .lock(client.lock("a").unwrap())
+        .lock(client.lock("b").unwrap())
+        .build()
+        .unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let lost = guard.lost();
+    assert!(LockClient::new(backend)
+        .lock("b")
+        .unwrap()
+        .force_unlock()
+        .await
+        .unwrap());
+    let loss = tokio::time::timeout(Duration::from_secs(5), lost)
+        .await
+        .unwrap();
+    assert_eq!(loss.id.name().as_str(), "b");
+    assert_eq!(loss.kind, LockKind::Exclusive);
+    assert!(
+        loss.to_string()
+            .starts_with("lock locks/b (exclusive, memory"),
+        "{loss}"
+    );
+    assert!(!guard.is_held());
+    let err = guard.release().await.unwrap_err();
+    assert!(err.to_string().starts_with("1 of 2 locks"), "{err}");
+    let err = Error::from(err);
+    assert!(
+        matches!(err, Error::LeaseLost { ref name } if name == "b"),
+        "{err}"
+    );
+    assert!(!client.lock("a").unwrap().is_locked().await.unwrap());
+}
+
+#[tokio::test]
+async fn released_guard_reports_released_and_extend_checks_its_ttl() {
+    let client = LockClient::new(MemoryBackend::new());
+    let lock = MultiLock::builder()
+        .lock(client.lock("a").unwrap())
+        .lock(client.lock("b").unwrap())
+        .build()
+        .unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let err = guard.extend(Duration::ZERO).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    assert!(guard.is_held(), "a refused extend changed nothing");
+    guard.extend(Duration::from_secs(60)).await.unwrap();
+    let lost = guard.lost();
+    guard.release().await.unwrap();
+    assert_eq!(lost.await.reason, lock_core::LeaseLoss::Released);
+}
