@@ -295,6 +295,11 @@ pub fn all_cases() -> Vec<Case> {
             Box::new(|ctx| multi::reentry_keeps_earlier_holds(ctx).boxed()),
         ),
         case(
+            "multi::unsupported_refused_before_anything_is_taken",
+            NOTHING,
+            Box::new(|ctx| multi::unsupported_refused_before_anything_is_taken(ctx).boxed()),
+        ),
+        case(
             "process::killed_holder_frees_lock",
             PROCESS,
             Box::new(|ctx| process::killed_holder_frees_lock(ctx).boxed()),

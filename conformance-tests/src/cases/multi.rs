@@ -316,3 +316,48 @@ pub(crate) async fn reentry_keeps_earlier_holds(ctx: &Ctx) {
     refused("a is still held", other.try_acquire().await);
     ok("release", outer.release().await);
 }
+
+/// What a backend lacks is refused before anything is taken: a fair or read-write
+/// member by `build`, a fixed lease by the acquire. What it has works in one multi-lock.
+pub(crate) async fn unsupported_refused_before_anything_is_taken(ctx: &Ctx) {
+    let caps = ctx.capabilities();
+    let client = ctx.client().await;
+    let a = || ok("lock", client.lock("a"));
+    let fair = MultiLock::builder()
+        .lock(a())
+        .lock(ok("fair lock", client.fair_lock("f")));
+    let read = MultiLock::builder()
+        .lock(a())
+        .read(ok("rw lock", client.rw_lock("r")));
+    for (builder, supported, missing) in [
+        (fair, caps.fair, "fair locks"),
+        (read, caps.read_write, "read-write locks"),
+    ] {
+        match builder.build() {
+            Ok(lock) if supported => {
+                let guard = ok("try", lock.try_acquire().await).expect("all free");
+                ok("release", guard.release().await.map_err(Error::from));
+            }
+            Err(Error::Unsupported { operation, .. }) if !supported => {
+                assert_eq!(operation, missing);
+            }
+            other => panic!("{missing} (supported: {supported}): {other:?}"),
+        }
+    }
+    let plain = exclusive(&*client, &["a", "b"]);
+    let fixed = plain
+        .acquire_with(AcquireOptions::try_once().lease(ctx.short_lease() * 10))
+        .await;
+    match fixed {
+        Ok(guard) if caps.fixed_lease => {
+            ok("release", guard.release().await.map_err(Error::from));
+        }
+        Err(Error::Unsupported { operation, .. }) if !caps.fixed_lease => {
+            assert_eq!(operation, "fixed leases");
+        }
+        other => panic!("fixed lease (supported: {}): {other:?}", caps.fixed_lease),
+    }
+    free(ctx, "after the refusals", "a").await;
+    free(ctx, "after the refusals", "b").await;
+    nothing_left(ctx).await;
+}
