@@ -291,6 +291,7 @@ mod tests {
     fn urls_are_checked_without_panics_or_leaked_passwords() {
         let ok = RedisConfig::from_url("redis://user:pw@127.0.0.1:6380/3").unwrap();
         assert_eq!(ok.address(), "127.0.0.1:6380");
+        assert_eq!(ok.location(), "127.0.0.1:6380/3");
         assert_eq!(ok.info.redis_settings().db(), 3);
         assert_eq!(ok.info.redis_settings().password(), Some("pw"));
         for bad in [

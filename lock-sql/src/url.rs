@@ -120,6 +120,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn locations_name_the_database_without_credentials_or_options() {
+        let pg = parse("postgres://app:s3cret@db.internal:5432/app?sslmode=require").unwrap();
+        assert_eq!(pg.location(), "postgres://db.internal:5432/app");
+        let my = parse("mysql://root:pw@127.0.0.1:3306/locks").unwrap();
+        assert_eq!(my.location(), "mysql://127.0.0.1:3306/locks");
+        let file = parse("sqlite:///var/lib/app/locks.db").unwrap();
+        assert!(file
+            .location()
+            .starts_with("sqlite:///var/lib/app/locks.db"));
+        assert!(!file.location().contains("mode="), "{}", file.location());
+    }
+
+    #[test]
     fn dialects_from_schemes() {
         assert_eq!(
             parse("postgres://u:p@127.0.0.1:5432/db").unwrap().dialect,
