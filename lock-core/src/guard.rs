@@ -121,9 +121,10 @@ impl LockGuard {
     /// backend and wakes a waiter.
     ///
     /// # Errors
-    /// [`Error::LeaseLost`](crate::Error::LeaseLost) if the lease had already been lost
-    /// (the backend refused, as another owner or acquisition holds the lock now; that
-    /// holder is untouched). A backend error if the release could not be sent; then the
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) if the lease had already been lost:
+    /// the backend refused, as another owner or acquisition holds the lock now (that
+    /// holder is untouched), or this guard had already reported it not held (then a
+    /// backend that still had it, its lease lasting a margin longer, lets it go too). A backend error if the release could not be sent; then the
     /// lease expires on its own.
     ///
     /// # Cancel safety
