@@ -15,10 +15,10 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use tokio::time::Instant;
 
 use crate::calls::{self, Call, Request};
-use crate::config::RedisConfig;
+use crate::config::{RedisConfig, ReplicaAcks, TooFewReplicas};
 use crate::error::{self as err, BACKEND};
 use crate::keys::{lease_value, Keys};
-use crate::node::Node;
+use crate::node::{Line, Node};
 use crate::scripts::{Attempt, Blocker};
 
 /// Leases per renewal script call; larger batches are split so one call never blocks
@@ -152,15 +152,27 @@ pub(crate) async fn attempt(
     permit: Option<OwnedMutexGuard<()>>,
 ) -> Result<Attempt> {
     let call_node = node.clone();
-    let call_timeout = node.call_timeout();
+    let acks = node.config().replica_acks();
+    let acks_wait = acks.map_or(Duration::ZERO, |acks| acks.timeout);
+    let call_timeout = node.call_timeout() + acks_wait;
     // A grant that arrives after its lease would have run out needs no undo.
     let reply_limit = call_timeout + lease;
+    let line = if acks.is_some() {
+        Line::Acks
+    } else {
+        Line::Command
+    };
     let mut in_flight = InFlight {
         call: Some(Box::pin(async move {
-            call_node
-                .call_within::<Vec<i64>>("acquire", &call, reply_limit)
+            let attempt = call_node
+                .call_within::<Vec<i64>>("acquire", line, &call, reply_limit)
                 .await
-                .and_then(|reply| Attempt::from_reply(reply).map_err(Error::from))
+                .and_then(|reply| Attempt::from_reply(reply).map_err(Error::from))?;
+            let acked = match (&attempt, acks) {
+                (Attempt::Granted(_), Some(acks)) => Some(replicas_acked(&call_node, acks).await),
+                _ => None,
+            };
+            Ok((attempt, acked))
         })),
         node: node.clone(),
         undo: Some(Box::new(undo)),
@@ -176,10 +188,49 @@ pub(crate) async fn attempt(
             })
         })?;
     in_flight.call = None;
-    result
+    let (attempt, acked) = result?;
+    let (Attempt::Granted(fence), Some(acked), Some(acks)) = (&attempt, acked, acks) else {
+        return Ok(attempt);
+    };
+    let shortfall = match acked {
+        Ok(n) if n >= i64::from(acks.replicas) => return Ok(attempt),
+        Ok(n) => format!(
+            "only {n} of {} replicas acknowledged the grant within {:?}",
+            acks.replicas, acks.timeout
+        ),
+        Err(err) => format!("could not learn whether replicas have the grant: {err}"),
+    };
+    if acks.on_too_few == TooFewReplicas::KeepAndWarn {
+        tracing::warn!(fence, "{shortfall}; keeping the lock as configured");
+        return Ok(attempt);
+    }
+    if let Some(undo) = in_flight.undo.take() {
+        if let Err(error) = node.call::<i64>("release", &undo(*fence)).await {
+            tracing::warn!(%error, "could not release a grant too few replicas have; its lease will run out");
+        }
+    }
+    Err(err::Error::TooFewReplicas(format!("{shortfall}; released it")).into())
 }
 
-type AttemptCall = Pin<Box<dyn Future<Output = Result<Attempt>> + Send>>;
+/// How many replicas have everything the acks connection wrote so far (`WAIT`).
+async fn replicas_acked(node: &Node, acks: ReplicaAcks) -> Result<i64> {
+    let timeout_ms = u64::try_from(acks.timeout.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    let mut wait = redis::cmd("WAIT");
+    wait.arg(acks.replicas).arg(timeout_ms);
+    node.query_on(
+        "WAIT",
+        Line::Acks,
+        &wait,
+        node.call_timeout() + acks.timeout,
+    )
+    .await
+}
+
+/// The acquire call's outcome and, for a grant under replica acknowledgement, how
+/// many replicas have it.
+type AttemptCall = Pin<Box<dyn Future<Output = Result<(Attempt, Option<Result<i64>>)>> + Send>>;
 
 /// An acquire call that may be abandoned half way; see [`attempt`].
 struct InFlight {
@@ -201,7 +252,7 @@ impl Drop for InFlight {
         let permit = self.permit.take();
         self.node.cleanups().spawn_on(&runtime, async move {
             let _permit = permit;
-            if let Ok(Attempt::Granted(fence)) = call.await {
+            if let Ok((Attempt::Granted(fence), _)) = call.await {
                 tracing::debug!(fence, "acquire abandoned after it was granted; releasing");
                 let _ = node.call::<i64>("release", &undo(fence)).await;
             }
@@ -261,6 +312,56 @@ impl Drop for Place {
             let _permit = in_flight.lock_owned().await;
             let _ = node.call::<i64>("leave", &call).await;
         });
+    }
+}
+
+/// The first pause after a failed call while a Sentinel failover may be under way.
+const FIRST_OUTAGE_PAUSE: Duration = Duration::from_millis(50);
+/// The longest pause between calls during one.
+const MAX_OUTAGE_PAUSE: Duration = Duration::from_millis(500);
+
+/// A waiter's calls failing in a row. Under Sentinel, a waiter rides out retryable
+/// failures (the primary down, the sentinels electing another) for up to the
+/// [failover grace](crate::RedisConfigBuilder::failover_grace), within its own wait
+/// limit; then, and at once for a one-shot try or on a single server, the error is
+/// the caller's.
+struct Outage {
+    since: Option<Instant>,
+    pause: Duration,
+    grace: Option<Duration>,
+}
+
+impl Outage {
+    fn new(node: &Node) -> Self {
+        Outage {
+            since: None,
+            pause: FIRST_OUTAGE_PAUSE,
+            grace: node
+                .follows_failover()
+                .then(|| node.config().failover_grace()),
+        }
+    }
+
+    /// Returns `error` if it is not to be ridden out; else sleeps before the next try.
+    async fn ride_out(&mut self, error: Error, req: &AcquireRequest<'_>) -> Result<()> {
+        let since = *self.since.get_or_insert_with(Instant::now);
+        let ride = self.grace.is_some_and(|grace| since.elapsed() < grace)
+            && error.is_retryable()
+            && !err::is_replica_shortfall(&error)
+            && !req.deadline.has_passed();
+        if !ride {
+            return Err(error);
+        }
+        tracing::debug!(%error, "call failed during a wait; trying again (the primary may be failing over)");
+        tokio::time::sleep_until(req.deadline.min(Instant::now() + self.pause)).await;
+        self.pause = (self.pause * 2).min(MAX_OUTAGE_PAUSE);
+        Ok(())
+    }
+
+    /// A call went through: the next failure starts a new outage.
+    fn over(&mut self) {
+        self.since = None;
+        self.pause = FIRST_OUTAGE_PAUSE;
     }
 }
 
@@ -336,9 +437,13 @@ impl LockBackend for RedisBackend {
         let refresh = self.node.config().waiter_lease() / 3;
         let mut poll = SilentPoll::new(self.node.config().silent_holder_poll());
         let mut registration = None;
+        let mut outage = Outage::new(&self.node);
         loop {
             if let Some(registration) = &registration {
-                crate::pubsub::Registration::ready(registration).await?;
+                if let Err(error) = crate::pubsub::Registration::ready(registration).await {
+                    outage.ride_out(error, &req).await?;
+                    continue;
+                }
             }
             let permit = if registers {
                 Some(place.permit().await)
@@ -354,7 +459,15 @@ impl LockBackend for RedisBackend {
                 move |fence| undo.release(fence),
                 permit,
             )
-            .await?;
+            .await;
+            let attempt = match attempt {
+                Ok(attempt) => attempt,
+                Err(error) => {
+                    outage.ride_out(error, &req).await?;
+                    continue;
+                }
+            };
+            outage.over();
             let blocker = match attempt {
                 Attempt::Granted(fence) => {
                     place.disarm();

@@ -17,6 +17,10 @@ pub const DEFAULT_WAITER_LEASE: Duration = Duration::from_secs(6);
 /// does not publish its release (redis-py, redsync, a raw `SET NX PX`), unless
 /// configured. It looks after 20 ms first, then doubles up to this.
 pub const DEFAULT_SILENT_HOLDER_POLL: Duration = Duration::from_millis(150);
+/// How long a waiting acquire keeps trying through failures under Sentinel, unless
+/// configured: Sentinel's own default takes 30 s to call a primary down, and then
+/// elects and promotes a replica.
+pub const DEFAULT_FAILOVER_GRACE: Duration = Duration::from_secs(60);
 
 /// The connection settings of one Redis server: its URL, credentials and timeouts.
 ///
@@ -40,15 +44,73 @@ pub const DEFAULT_SILENT_HOLDER_POLL: Duration = Duration::from_millis(150);
 ///
 /// assert!(RedisConfig::from_url("http://example.com").is_err());
 /// assert!(RedisConfig::from_url("not a url").is_err());
+///
+/// let sentinel = RedisConfig::from_url("redis+sentinel://10.0.0.1,10.0.0.2:26380/locks/2")?;
+/// assert_eq!(sentinel.sentinel_service(), Some("locks"));
 /// # Ok::<(), lock_core::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct RedisConfig {
+    /// The server (for Sentinel: only its credentials and database count).
     info: redis::ConnectionInfo,
+    sentinel: Option<SentinelSettings>,
     connect_timeout: Duration,
     command_timeout: Duration,
     waiter_lease: Duration,
     silent_holder_poll: Duration,
+    failover_grace: Duration,
+    replica_acks: Option<ReplicaAcks>,
+}
+
+/// Where Sentinel is asked for the primary.
+#[derive(Clone)]
+pub(crate) struct SentinelSettings {
+    /// `host:port` of each sentinel, in the URL's order.
+    pub(crate) sentinels: Vec<String>,
+    pub(crate) service: String,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+}
+
+impl SentinelSettings {
+    /// A `redis://` URL for each sentinel, with the sentinels' credentials.
+    pub(crate) fn urls(&self) -> Vec<redis::ConnectionInfo> {
+        let mut settings = redis::RedisConnectionInfo::default();
+        if let Some(username) = &self.username {
+            settings = settings.set_username(username);
+        }
+        if let Some(password) = &self.password {
+            settings = settings.set_password(password);
+        }
+        self.sentinels
+            .iter()
+            .filter_map(|addr| addr.as_str().into_connection_info().ok())
+            .map(|info| info.set_redis_settings(settings.clone()))
+            .collect()
+    }
+}
+
+/// Replica acknowledgement of every grant (`WAIT`), set by
+/// [`RedisConfigBuilder::replica_acks`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaAcks {
+    /// How many replicas must have the grant.
+    pub replicas: u32,
+    /// How long to wait for them.
+    pub timeout: Duration,
+    /// What a grant that too few replicas acknowledged becomes.
+    pub on_too_few: TooFewReplicas,
+}
+
+/// What an acquire does when fewer replicas than asked acknowledged its grant in time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TooFewReplicas {
+    /// Release the grant and fail with [`Error::Unavailable`] (retryable): nothing is
+    /// held, so nobody is locked out by a grant the caller never saw.
+    #[default]
+    Release,
+    /// Keep the lock, log a warning, and return the guard as usual.
+    KeepAndWarn,
 }
 
 impl RedisConfig {
@@ -66,10 +128,14 @@ impl RedisConfig {
             url: url.to_owned(),
             username: None,
             password: None,
+            sentinel_username: None,
+            sentinel_password: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             waiter_lease: DEFAULT_WAITER_LEASE,
             silent_holder_poll: DEFAULT_SILENT_HOLDER_POLL,
+            failover_grace: DEFAULT_FAILOVER_GRACE,
+            replica_acks: None,
         }
     }
 
@@ -95,24 +161,63 @@ impl RedisConfig {
         self.silent_holder_poll
     }
 
+    /// The Sentinel service whose primary this names, if it is a `redis+sentinel://`
+    /// configuration.
+    pub fn sentinel_service(&self) -> Option<&str> {
+        self.sentinel.as_ref().map(|s| s.service.as_str())
+    }
+
+    /// How long a waiting acquire keeps trying through failures under Sentinel.
+    pub fn failover_grace(&self) -> Duration {
+        self.failover_grace
+    }
+
+    /// The replica acknowledgement every grant waits for, if any.
+    pub fn replica_acks(&self) -> Option<ReplicaAcks> {
+        self.replica_acks
+    }
+
     /// The longest a call may take: connecting and then answering.
     pub(crate) fn call_timeout(&self) -> Duration {
         self.connect_timeout + self.command_timeout
     }
 
-    pub(crate) fn client(&self) -> Result<redis::Client> {
-        redis::Client::open(self.info.clone()).map_err(|err| {
+    /// The client of the one server (for Sentinel: of the primary at `addr`).
+    pub(crate) fn client_at(&self, addr: Option<redis::ConnectionAddr>) -> Result<redis::Client> {
+        let mut info = self.info.clone();
+        if let Some(addr) = addr {
+            info = info.set_addr(addr);
+        }
+        redis::Client::open(info).map_err(|err| {
             Error::invalid_argument(format!("invalid Redis connection settings: {err}"))
         })
     }
 
-    /// `host:port/db`: the same for every client of this database.
+    pub(crate) fn sentinel(&self) -> Option<&SentinelSettings> {
+        self.sentinel.as_ref()
+    }
+
+    /// The data nodes' credentials and database, for clients Sentinel points at.
+    pub(crate) fn redis_settings(&self) -> &redis::RedisConnectionInfo {
+        self.info.redis_settings()
+    }
+
+    /// `host:port/db` (for Sentinel: `sentinel host:port,.../service/db`): the same for
+    /// every client of this database.
     pub(crate) fn location(&self) -> String {
         format!("{}/{}", self.address(), self.info.redis_settings().db())
     }
 
-    /// `host:port` (or the socket path), for errors and traces.
+    /// `host:port` (or the socket path; for Sentinel, the sentinels and the service),
+    /// for errors and traces.
     pub(crate) fn address(&self) -> String {
+        if let Some(sentinel) = &self.sentinel {
+            return format!(
+                "sentinel {}/{}",
+                sentinel.sentinels.join(","),
+                sentinel.service
+            );
+        }
         match self.info.addr() {
             ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
             ConnectionAddr::TcpTls { host, port, .. } => format!("{host}:{port} (TLS)"),
@@ -134,6 +239,8 @@ impl fmt::Debug for RedisConfig {
             .field("command_timeout", &self.command_timeout)
             .field("waiter_lease", &self.waiter_lease)
             .field("silent_holder_poll", &self.silent_holder_poll)
+            .field("failover_grace", &self.failover_grace)
+            .field("replica_acks", &self.replica_acks)
             .finish()
     }
 }
@@ -144,10 +251,14 @@ pub struct RedisConfigBuilder {
     url: String,
     username: Option<String>,
     password: Option<String>,
+    sentinel_username: Option<String>,
+    sentinel_password: Option<String>,
     connect_timeout: Duration,
     command_timeout: Duration,
     waiter_lease: Duration,
     silent_holder_poll: Duration,
+    failover_grace: Duration,
+    replica_acks: Option<ReplicaAcks>,
 }
 
 impl fmt::Debug for RedisConfigBuilder {
@@ -158,15 +269,82 @@ impl fmt::Debug for RedisConfigBuilder {
             .field("scheme", &scheme)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("sentinel_username", &self.sentinel_username)
+            .field(
+                "sentinel_password",
+                &self.sentinel_password.as_ref().map(|_| "<redacted>"),
+            )
             .field("connect_timeout", &self.connect_timeout)
             .field("command_timeout", &self.command_timeout)
             .field("waiter_lease", &self.waiter_lease)
             .field("silent_holder_poll", &self.silent_holder_poll)
+            .field("failover_grace", &self.failover_grace)
+            .field("replica_acks", &self.replica_acks)
             .finish()
     }
 }
 
 impl RedisConfigBuilder {
+    /// The ACL user name the sentinels want (Sentinel only; the URL's credentials are
+    /// the data nodes').
+    pub fn sentinel_username(mut self, username: impl Into<String>) -> Self {
+        self.sentinel_username = Some(username.into());
+        self
+    }
+
+    /// How long a waiting acquire keeps trying while calls fail under Sentinel (default
+    /// [`DEFAULT_FAILOVER_GRACE`]): a primary that dies while others wait is replaced
+    /// by a failover, and waiters should still get the lock afterwards. Each wait's
+    /// own limit still applies, and a one-shot try fails at once. On a single server
+    /// a failure is the caller's at once.
+    pub fn failover_grace(mut self, grace: Duration) -> Self {
+        self.failover_grace = grace;
+        self
+    }
+
+    /// The password the sentinels want (Sentinel only).
+    pub fn sentinel_password(mut self, password: impl Into<String>) -> Self {
+        self.sentinel_password = Some(password.into());
+        self
+    }
+
+    /// Makes every grant wait until `replicas` replicas have it (`WAIT replicas
+    /// timeout` on the connection that wrote it), off by default.
+    ///
+    /// This narrows the window in which a failover promotes a replica that never
+    /// received the grant and hands the lock out again; it does not close it (a
+    /// replica may acknowledge and still lose the write, and a renewal is not waited
+    /// for). Only the fencing token protects against that. A grant that fewer replicas
+    /// acknowledge in `timeout` is released and the acquire fails with a retryable
+    /// [`Error::Unavailable`], unless [`TooFewReplicas::KeepAndWarn`] is chosen.
+    ///
+    /// Costs one more round trip per grant (on a connection of its own, so a `WAIT`
+    /// held up by a slow replica never delays releases or renewals).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_redis::{RedisConfig, TooFewReplicas};
+    ///
+    /// let config = RedisConfig::builder("redis+sentinel://127.0.0.1:26379/locks")
+    ///     .replica_acks(1, Duration::from_millis(200), TooFewReplicas::Release)
+    ///     .build()?;
+    /// assert_eq!(config.replica_acks().unwrap().replicas, 1);
+    /// # Ok::<(), lock_core::Error>(())
+    /// ```
+    pub fn replica_acks(
+        mut self,
+        replicas: u32,
+        timeout: Duration,
+        on_too_few: TooFewReplicas,
+    ) -> Self {
+        self.replica_acks = Some(ReplicaAcks {
+            replicas,
+            timeout,
+            on_too_few,
+        });
+        self
+    }
+
     /// The ACL user name, overriding the URL's.
     pub fn username(mut self, username: impl Into<String>) -> Self {
         self.username = Some(username.into());
@@ -215,8 +393,19 @@ impl RedisConfigBuilder {
     /// [`Error::InvalidArgument`] saying what is wrong.
     pub fn build(self) -> Result<RedisConfig> {
         let scheme = self.url.split_once("://").map(|(scheme, _)| scheme);
+        let mut sentinel = None;
+        let mut url = self.url.clone();
         match scheme {
             Some("redis") => {}
+            Some("redis+sentinel") => {
+                let (settings, data_url) = parse_sentinel_url(&self.url)?;
+                sentinel = Some(SentinelSettings {
+                    username: self.sentinel_username.clone(),
+                    password: self.sentinel_password.clone(),
+                    ..settings
+                });
+                url = data_url;
+            }
             Some("rediss") if cfg!(feature = "tls") => {}
             Some("rediss") => {
                 return Err(Error::invalid_argument(
@@ -225,12 +414,12 @@ impl RedisConfigBuilder {
             }
             _ => {
                 return Err(Error::invalid_argument(format!(
-                    "Redis URL must start with redis:// or rediss:// (got {:?})",
+                    "Redis URL must start with redis://, rediss:// or redis+sentinel:// (got {:?})",
                     redact(&self.url)
                 )))
             }
         }
-        let info = self.url.as_str().into_connection_info().map_err(|err| {
+        let info = url.as_str().into_connection_info().map_err(|err| {
             Error::invalid_argument(format!("invalid Redis URL {:?}: {err}", redact(&self.url)))
         })?;
         let mut redis = info.redis_settings().clone();
@@ -258,17 +447,99 @@ impl RedisConfigBuilder {
                 self.silent_holder_poll,
                 Duration::from_millis(5),
             ),
+            ("failover grace", self.failover_grace, Duration::ZERO),
         ] {
             lock_core::check_duration(what, value, min, lock_core::MAX_DURATION)?;
         }
+        if let Some(acks) = &self.replica_acks {
+            if acks.replicas == 0 {
+                return Err(Error::invalid_argument(
+                    "replica acknowledgement needs at least one replica",
+                ));
+            }
+            lock_core::check_duration(
+                "replica acknowledgement timeout",
+                acks.timeout,
+                Duration::from_millis(1),
+                lock_core::MAX_DURATION,
+            )?;
+        }
         Ok(RedisConfig {
             info,
+            sentinel,
             connect_timeout: self.connect_timeout,
             command_timeout: self.command_timeout,
             waiter_lease: self.waiter_lease,
             silent_holder_poll: self.silent_holder_poll,
+            failover_grace: self.failover_grace,
+            replica_acks: self.replica_acks,
         })
     }
+}
+
+/// The default port of a sentinel.
+const SENTINEL_PORT: u16 = 26379;
+
+/// Splits `redis+sentinel://[userinfo@]hosts/service[/db]` into the sentinels and a
+/// `redis://` URL that carries the data nodes' credentials and database (its host is
+/// only a placeholder: Sentinel names the primary).
+fn parse_sentinel_url(url: &str) -> Result<(SentinelSettings, String)> {
+    let bad = |why: &str| {
+        Error::invalid_argument(format!("invalid Sentinel URL {:?}: {why}", redact(url)))
+    };
+    let rest = url
+        .strip_prefix("redis+sentinel://")
+        .ok_or_else(|| bad("expected redis+sentinel://"))?;
+    let (userinfo, rest) = match rest.rfind('@') {
+        Some(at) => (&rest[..=at], &rest[at + 1..]),
+        None => ("", rest),
+    };
+    let (hosts, path) = rest
+        .split_once('/')
+        .ok_or_else(|| bad("no service name (…/service)"))?;
+    let (service, db) = match path.split_once('/') {
+        Some((service, db)) => (service, db),
+        None => (path, "0"),
+    };
+    if service.is_empty() {
+        return Err(bad("empty service name"));
+    }
+    if db.parse::<u16>().is_err() {
+        return Err(bad("the database must be a number"));
+    }
+    let mut sentinels = Vec::new();
+    for host in hosts.split(',') {
+        sentinels.push(sentinel_address(host).ok_or_else(|| bad("bad sentinel address"))?);
+    }
+    let settings = SentinelSettings {
+        sentinels,
+        service: service.to_owned(),
+        username: None,
+        password: None,
+    };
+    Ok((settings, format!("redis://{userinfo}127.0.0.1/{db}")))
+}
+
+/// `host[:port]` (IPv6 in brackets) as `redis://host:port`, port 26379 unless given.
+fn sentinel_address(host: &str) -> Option<String> {
+    let (name, port) = if let Some(v6) = host.strip_prefix('[') {
+        let (addr, after) = v6.split_once(']')?;
+        let port = match after.strip_prefix(':') {
+            Some(port) => port.parse().ok()?,
+            None if after.is_empty() => SENTINEL_PORT,
+            None => return None,
+        };
+        (format!("[{addr}]"), port)
+    } else {
+        match host.split_once(':') {
+            Some((name, port)) => (name.to_owned(), port.parse().ok()?),
+            None => (host.to_owned(), SENTINEL_PORT),
+        }
+    };
+    let valid = !name.is_empty()
+        && port != 0
+        && !name.contains(|c: char| c.is_whitespace() || "/?#@".contains(c));
+    valid.then(|| format!("redis://{name}:{port}"))
 }
 
 /// The URL without its password, for error messages.
@@ -313,5 +584,48 @@ mod tests {
             .build()
             .unwrap_err();
         assert!(err.to_string().contains("command timeout"), "{err}");
+    }
+
+    #[test]
+    fn sentinel_urls_name_the_sentinels_the_service_and_the_data_nodes_credentials() {
+        let config =
+            RedisConfig::from_url("redis+sentinel://u:pw@10.0.0.1,10.0.0.2:26380,[::1]/locks/4")
+                .unwrap();
+        let sentinel = config.sentinel().unwrap();
+        assert_eq!(
+            sentinel.sentinels,
+            [
+                "redis://10.0.0.1:26379",
+                "redis://10.0.0.2:26380",
+                "redis://[::1]:26379"
+            ]
+        );
+        assert_eq!(config.sentinel_service(), Some("locks"));
+        assert_eq!(config.redis_settings().db(), 4);
+        assert_eq!(config.redis_settings().password(), Some("pw"));
+        assert_eq!(sentinel.urls().len(), 3);
+        assert!(!config.location().contains("pw"), "{}", config.location());
+        assert!(config.location().contains("locks"));
+        let plain = RedisConfig::from_url("redis+sentinel://h/svc").unwrap();
+        assert_eq!(plain.redis_settings().db(), 0);
+        for bad in [
+            "redis+sentinel://h",
+            "redis+sentinel://h/",
+            "redis+sentinel://h:x/svc",
+            "redis+sentinel://h:0/svc",
+            "redis+sentinel:///svc",
+            "redis+sentinel://a,,b/svc",
+            "redis+sentinel://h/svc/notadb",
+            "redis+sentinel://:secret@[::1/svc",
+        ] {
+            let err = RedisConfig::from_url(bad).unwrap_err();
+            assert!(matches!(err, Error::InvalidArgument { .. }), "{bad}: {err}");
+            assert!(!err.to_string().contains("secret"), "{err}");
+        }
+        let err = RedisConfig::builder("redis://h")
+            .replica_acks(0, Duration::from_millis(5), TooFewReplicas::Release)
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("replica"), "{err}");
     }
 }

@@ -22,6 +22,8 @@ pub(crate) enum Error {
     UnexpectedReply(String),
     /// Too few RedLock masters answered.
     NoQuorum { answered: usize, needed: usize },
+    /// A grant fewer replicas acknowledged than configured; it was released.
+    TooFewReplicas(String),
 }
 
 impl std::fmt::Display for Error {
@@ -36,6 +38,7 @@ impl std::fmt::Display for Error {
                 f,
                 "only {answered} Redis masters answered; a majority of {needed} is needed"
             ),
+            Error::TooFewReplicas(what) => write!(f, "{what}"),
         }
     }
 }
@@ -60,13 +63,14 @@ impl Error {
     /// server's own "busy, try again" answers (LOADING, TRYAGAIN, MASTERDOWN, ...).
     fn is_retryable(&self) -> bool {
         match self {
-            Error::TimedOut { .. } | Error::NoQuorum { .. } => true,
+            Error::TimedOut { .. } | Error::NoQuorum { .. } | Error::TooFewReplicas(_) => true,
             Error::UnexpectedReply(_) => false,
             Error::Redis(err) => {
                 err.is_io_error()
                     || err.is_timeout()
                     || err.is_connection_dropped()
                     || err.is_connection_refusal()
+                    || is_read_only(err)
                     || matches!(
                         err.retry_method(),
                         RetryMethod::Reconnect
@@ -79,6 +83,27 @@ impl Error {
     }
 }
 
+/// `READONLY`: the server is a replica now (a demoted primary after a failover).
+/// A script's write on a replica may come back as a script error that only quotes it.
+fn is_read_only(err: &RedisError) -> bool {
+    err.code() == Some("READONLY")
+        || err
+            .detail()
+            .is_some_and(|detail| detail.contains("read only replica"))
+}
+
+/// Whether `err` may mean that the primary moved (a failover): the connection was
+/// refused or dropped, the server says it is a replica now, or it cannot serve
+/// because its primary is down.
+pub(crate) fn may_have_moved(err: &RedisError) -> bool {
+    err.is_io_error()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || err.is_timeout()
+        || is_read_only(err)
+        || err.code() == Some("MASTERDOWN")
+}
+
 impl From<Error> for lock_core::Error {
     fn from(err: Error) -> Self {
         if err.is_retryable() {
@@ -86,6 +111,18 @@ impl From<Error> for lock_core::Error {
         } else {
             lock_core::Error::backend(BACKEND, err)
         }
+    }
+}
+
+/// Whether `err` is a grant given back because too few replicas had it: retryable, but
+/// not a sign of a failover, so a waiter does not ride it out.
+pub(crate) fn is_replica_shortfall(err: &lock_core::Error) -> bool {
+    match err {
+        lock_core::Error::Unavailable { source, .. } => matches!(
+            source.downcast_ref::<Error>(),
+            Some(Error::TooFewReplicas(_))
+        ),
+        _ => false,
     }
 }
 
@@ -125,5 +162,11 @@ mod tests {
         assert!(!lock_core::Error::from(reply).is_retryable());
         let wrong_type: RedisError = (redis::ErrorKind::UnexpectedReturnType, "WRONGTYPE").into();
         assert!(!lock_core::Error::from(Error::Redis(wrong_type)).is_retryable());
+        let demoted = RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+            "You can't write against a read only replica.",
+        ));
+        assert!(may_have_moved(&demoted), "{demoted:?}");
+        assert!(lock_core::Error::from(Error::Redis(demoted)).is_retryable());
     }
 }

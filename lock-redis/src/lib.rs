@@ -1,6 +1,6 @@
 //! Redis backend for [lock-core](lock_core): exclusive, fair and read-write locks on
-//! one Redis server ([`RedisBackend`]), and RedLock over several independent masters
-//! ([`RedLockBackend`]).
+//! one Redis server or the primary Redis Sentinel names ([`RedisBackend`]), and RedLock
+//! over several independent masters ([`RedLockBackend`]).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -26,6 +26,8 @@
 //!   subscribes (one more round trip on the pub/sub connection, none if another waiter
 //!   of this process already listens on the lock) and tries again.
 //! * **Release:** one. **Renewal tick:** one per 1000 leases, whatever the locks.
+//! * **With [replica acknowledgement](RedisConfigBuilder::replica_acks):** one more
+//!   per grant (`WAIT`).
 //!
 //! # Layout
 //!
@@ -68,11 +70,24 @@
 //! read lock: downgrade), so a stream of readers cannot starve a writer. Readers can
 //! starve under a stream of writers.
 //!
+//! # Sentinel
+//!
+//! With a `redis+sentinel://host:port,host:port/service` URL the backend asks the
+//! sentinels for the primary of `service` (and checks its `ROLE`) on first use, and
+//! again after a failure that may mean it moved: a refused or dropped connection, no
+//! answer, `READONLY` from a demoted primary. The failing call runs once more on the
+//! primary they name. A waiting acquire rides out a failover within its wait limit
+//! and the [failover grace](RedisConfigBuilder::failover_grace); a one-shot try fails
+//! at once with a retryable [`lock_core::Error::Unavailable`].
+//!
 //! # What Redis does not promise
 //!
-//! A single Redis server is enough for locks that save work; a failover to a replica
-//! that had not yet received the lease can grant it twice. Use the fencing token
-//! wherever correctness matters, or a consensus-backed backend.
+//! A single Redis server is enough for locks that save work. Replication is
+//! asynchronous: a failover to a replica that had not yet received the lease can
+//! grant it twice (the holder learns of the loss at its next renewal).
+//! [Replica acknowledgement](RedisConfigBuilder::replica_acks) narrows that window
+//! but cannot close it. Use the fencing token wherever correctness matters, or a
+//! consensus-backed backend.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 mod backend;
@@ -81,14 +96,16 @@ mod config;
 mod error;
 mod keys;
 mod node;
+mod primary;
 mod pubsub;
 mod redlock;
 mod scripts;
 
 pub use backend::RedisBackend;
 pub use config::{
-    RedisConfig, RedisConfigBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_SILENT_HOLDER_POLL, DEFAULT_WAITER_LEASE,
+    RedisConfig, RedisConfigBuilder, ReplicaAcks, TooFewReplicas, DEFAULT_COMMAND_TIMEOUT,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAILOVER_GRACE, DEFAULT_SILENT_HOLDER_POLL,
+    DEFAULT_WAITER_LEASE,
 };
 pub use redis;
 pub use redlock::RedLockBackend;

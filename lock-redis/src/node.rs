@@ -1,5 +1,6 @@
-//! One Redis server: a command connection, a pub/sub connection, and the script calls
-//! both backends make, each bounded by the configured timeouts.
+//! One Redis server (or Sentinel-managed primary): a command connection, a pub/sub
+//! connection, and the script calls both backends make, each bounded by the configured
+//! timeouts.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,7 +11,18 @@ use redis::{FromRedisValue, ScriptInvocation};
 
 use crate::config::RedisConfig;
 use crate::error;
+use crate::primary::Primary;
 use crate::pubsub::PubSub;
+
+/// Which of a node's command connections a call uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Line {
+    /// Every call but those below.
+    Command,
+    /// Grants that wait for replicas (`WAIT` blocks its connection until they answer,
+    /// which must not hold up releases and renewals).
+    Acks,
+}
 
 /// A connection to one server. Cloning shares it.
 #[derive(Clone, Debug)]
@@ -21,9 +33,11 @@ pub(crate) struct Node {
 #[derive(Debug)]
 struct NodeInner {
     config: RedisConfig,
-    client: redis::Client,
-    /// Made on first use, inside the runtime (the manager spawns a task).
-    conn: Mutex<Option<ConnectionManager>>,
+    primary: Arc<Primary>,
+    /// Made on first use, inside the runtime (the manager spawns a task), for the
+    /// primary of the generation beside it.
+    conn: Mutex<Option<(u64, ConnectionManager)>>,
+    acks_conn: Mutex<Option<(u64, ConnectionManager)>>,
     pubsub: PubSub,
     /// Undos and queue removals left running by dropped or timed-out calls.
     cleanups: Cleanups,
@@ -35,17 +49,18 @@ impl Node {
         // pick ring unless the application installed one already.
         #[cfg(feature = "tls")]
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = config.client()?;
+        let primary = Arc::new(Primary::new(&config)?);
         let pubsub = PubSub::new(
-            client.clone(),
+            primary.clone(),
             config.connect_timeout(),
             config.command_timeout(),
         );
         Ok(Node {
             inner: Arc::new(NodeInner {
                 config,
-                client,
+                primary,
                 conn: Mutex::new(None),
+                acks_conn: Mutex::new(None),
                 pubsub,
                 cleanups: Cleanups::default(),
             }),
@@ -54,6 +69,11 @@ impl Node {
 
     pub(crate) fn config(&self) -> &RedisConfig {
         &self.inner.config
+    }
+
+    /// Whether the primary can move (Sentinel).
+    pub(crate) fn follows_failover(&self) -> bool {
+        self.inner.primary.follows_failover()
     }
 
     pub(crate) fn pubsub(&self) -> &PubSub {
@@ -65,18 +85,22 @@ impl Node {
         &self.inner.cleanups
     }
 
-    /// The command connection. The manager reconnects by itself after a failure; a
-    /// call made while the server is down fails after one connection attempt.
-    fn conn(&self) -> Result<ConnectionManager> {
-        let mut conn = self
-            .inner
-            .conn
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(conn) = &*conn {
-            return Ok(conn.clone());
-        }
+    /// A command connection to the current primary, and the primary's generation. The
+    /// manager reconnects by itself after a failure; a call made while the server is
+    /// down fails after one connection attempt.
+    async fn conn(&self, line: Line) -> Result<(u64, ConnectionManager)> {
         let config = &self.inner.config;
+        let (generation, client) = self.inner.primary.client(config.call_timeout()).await?;
+        let slot = match line {
+            Line::Command => &self.inner.conn,
+            Line::Acks => &self.inner.acks_conn,
+        };
+        let mut conn = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((made_for, conn)) = &*conn {
+            if *made_for == generation {
+                return Ok((generation, conn.clone()));
+            }
+        }
         let settings = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout()))
             // Every call is bounded by `within` instead: an acquire abandoned on its
@@ -86,13 +110,64 @@ impl Node {
             .set_number_of_retries(0)
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(500));
-        let manager = self
-            .inner
-            .client
+        let manager = client
             .get_connection_manager_lazy(settings)
             .map_err(error::map)?;
-        *conn = Some(manager.clone());
-        Ok(manager)
+        *conn = Some((generation, manager.clone()));
+        Ok((generation, manager))
+    }
+
+    /// Runs `call` on a command connection, all within `limit`.
+    ///
+    /// A call that finds the connection dropped (the server restarted, or closed it)
+    /// runs once more, on the connection the manager makes in its place: without that,
+    /// the first call of every client after a restart would fail. Under Sentinel, a
+    /// failure that may mean the primary moved (see [`error::may_have_moved`]) makes
+    /// the node ask the sentinels again, and the call runs once more on the primary
+    /// they name. Repeating is safe for every call made here: releases, renewals and
+    /// queue removals are idempotent, and an acquire whose first run was granted finds
+    /// its own key and takes it over with a new fence (see the acquire scripts).
+    async fn run<T, Fut>(
+        &self,
+        what: &'static str,
+        line: Line,
+        limit: Duration,
+        call: impl Fn(ConnectionManager) -> Fut,
+    ) -> Result<T>
+    where
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let primary = &self.inner.primary;
+        let mut used = None;
+        let attempt = async {
+            let (generation, conn) = self.conn(line).await?;
+            used = Some(generation);
+            match call(conn.clone()).await {
+                Err(err) if primary.follows_failover() && error::may_have_moved(&err) => {
+                    tracing::debug!(what, error = %err, "the primary may have moved; calling again on the one Sentinel names");
+                    primary.forget(generation);
+                    let (generation, conn) = self.conn(line).await?;
+                    used = Some(generation);
+                    call(conn).await.map_err(error::map)
+                }
+                Err(err) if err.is_connection_dropped() && !err.is_connection_refusal() => {
+                    tracing::debug!(what, error = %err, "connection dropped; calling again on a new one");
+                    call(conn).await.map_err(error::map)
+                }
+                other => other.map_err(error::map),
+            }
+        };
+        let result = tokio::time::timeout(limit, attempt).await;
+        match result {
+            Ok(result) => result,
+            Err(_) => {
+                // A primary that hangs may have been replaced: look again next time.
+                if let Some(generation) = used {
+                    primary.forget(generation);
+                }
+                Err(error::Error::TimedOut { what, after: limit }.into())
+            }
+        }
     }
 
     /// Runs a script; no answer within connect + command timeout is
@@ -102,40 +177,15 @@ impl Node {
         what: &'static str,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T> {
-        self.run(what, self.call_timeout(), |mut conn| async move {
-            invocation.invoke_async(&mut conn).await
-        })
+        self.run(
+            what,
+            Line::Command,
+            self.call_timeout(),
+            |mut conn| async move { invocation.invoke_async(&mut conn).await },
+        )
         .await
     }
 
-    /// Runs `call` on the command connection, all within `limit`. A call that finds
-    /// the connection dropped (the server restarted, or closed it) runs once more, on
-    /// the connection the manager makes in its place: without that, the first call of
-    /// every client after a restart would fail. Repeating is safe for every call made
-    /// here: releases, renewals and queue removals are idempotent, and an acquire whose
-    /// first run was granted finds its own key and takes it over with a new fence (see
-    /// the acquire scripts).
-    async fn run<T, Fut>(
-        &self,
-        what: &'static str,
-        limit: Duration,
-        call: impl Fn(ConnectionManager) -> Fut,
-    ) -> Result<T>
-    where
-        Fut: std::future::Future<Output = redis::RedisResult<T>>,
-    {
-        let conn = self.conn()?;
-        let once_more_if_dropped = async {
-            match call(conn.clone()).await {
-                Err(err) if err.is_connection_dropped() && !err.is_connection_refusal() => {
-                    tracing::debug!(what, error = %err, "connection dropped; calling again on a new one");
-                    call(conn).await
-                }
-                other => other,
-            }
-        };
-        error::within(what, limit, once_more_if_dropped).await
-    }
     /// How long one call may take: connect plus command timeout.
     pub(crate) fn call_timeout(&self) -> Duration {
         self.inner.config.call_timeout()
@@ -150,15 +200,17 @@ impl Node {
         self.eval(what, &call.invocation()).await
     }
 
-    /// Runs one of the crate's script calls, waiting for its reply up to `limit`.
+    /// Runs one of the crate's script calls on `line`, waiting for its reply up to
+    /// `limit`.
     pub(crate) async fn call_within<T: FromRedisValue>(
         &self,
         what: &'static str,
+        line: Line,
         call: &crate::calls::Call,
         limit: Duration,
     ) -> Result<T> {
         let invocation = call.invocation();
-        self.run(what, limit, |mut conn| {
+        self.run(what, line, limit, |mut conn| {
             let invocation = &invocation;
             async move { invocation.invoke_async(&mut conn).await }
         })
@@ -171,7 +223,19 @@ impl Node {
         what: &'static str,
         cmd: &redis::Cmd,
     ) -> Result<T> {
-        self.run(what, self.call_timeout(), |mut conn| async move {
+        self.query_on(what, Line::Command, cmd, self.call_timeout())
+            .await
+    }
+
+    /// Runs a plain command on `line`, waiting for its reply up to `limit`.
+    pub(crate) async fn query_on<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        line: Line,
+        cmd: &redis::Cmd,
+        limit: Duration,
+    ) -> Result<T> {
+        self.run(what, line, limit, |mut conn| async move {
             cmd.query_async(&mut conn).await
         })
         .await

@@ -23,6 +23,7 @@ use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::Notify;
 
 use crate::error;
+use crate::primary::Primary;
 
 /// Which messages on a channel wake a waiter.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -103,7 +104,7 @@ impl State {
 
 #[derive(Debug)]
 struct Inner {
-    client: redis::Client,
+    primary: Arc<Primary>,
     connect_timeout: Duration,
     command_timeout: Duration,
     state: Mutex<State>,
@@ -137,13 +138,13 @@ pub(crate) struct PubSub {
 impl PubSub {
     /// No I/O: the connection is made by the first [`Registration::ready`].
     pub(crate) fn new(
-        client: redis::Client,
+        primary: Arc<Primary>,
         connect_timeout: Duration,
         command_timeout: Duration,
     ) -> Self {
         PubSub {
             inner: Arc::new(Inner {
-                client,
+                primary,
                 connect_timeout,
                 command_timeout,
                 state: Mutex::new(State::default()),
@@ -313,14 +314,25 @@ async fn unsubscribe(inner: Weak<Inner>, channel: String) {
     }
 }
 
-/// Opens a new pub/sub connection and starts its reader task.
+/// Opens a new pub/sub connection to the current primary and starts its reader task.
+/// (Under Sentinel, a subscription left on a demoted primary still hears releases: a
+/// primary's `PUBLISH` reaches its replicas' subscribers too.)
 async fn connect(inner: &Arc<Inner>) -> lock_core::Result<(u64, PubSubSink)> {
+    let (primary, client) = inner.primary.client(inner.connect_timeout).await?;
     let pubsub = error::within(
         "connecting for pub/sub",
         inner.connect_timeout,
-        inner.client.get_async_pubsub(),
+        client.get_async_pubsub(),
     )
-    .await?;
+    .await;
+    let pubsub = match pubsub {
+        Ok(pubsub) => pubsub,
+        Err(err) => {
+            // Refused or no answer: the primary may have moved.
+            inner.primary.forget(primary);
+            return Err(err);
+        }
+    };
     let (sink, stream) = pubsub.split();
     let generation = {
         let mut state = lock(&inner.state);

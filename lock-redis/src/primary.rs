@@ -1,0 +1,163 @@
+//! Where the primary is: one fixed server, or wherever Redis Sentinel says it is now.
+//!
+//! Connections ask [`Primary::client`] for the current primary each time they are
+//! (re)made. A failure that may mean the primary moved (refused or dropped connection,
+//! `READONLY` from a demoted primary, no answer) makes the connection's owner call
+//! [`Primary::forget`]; the next [`Primary::client`] asks the sentinels again. A
+//! generation number keeps a late `forget` from throwing away a newer answer.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use lock_core::Result;
+use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
+
+use crate::config::RedisConfig;
+use crate::error;
+
+/// The primary of one deployment.
+pub(crate) struct Primary {
+    lookup: Option<Lookup>,
+    current: Mutex<Current>,
+}
+
+struct Lookup {
+    /// Ordered by the async mutex: one question to the sentinels at a time.
+    sentinel: tokio::sync::Mutex<Sentinel>,
+    service: String,
+    node: SentinelNodeConnectionInfo,
+}
+
+struct Current {
+    generation: u64,
+    client: Option<redis::Client>,
+}
+
+impl std::fmt::Debug for Primary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let current = self.current();
+        f.debug_struct("Primary")
+            .field(
+                "sentinel_service",
+                &self.lookup.as_ref().map(|l| &l.service),
+            )
+            .field("generation", &current.generation)
+            .field(
+                "address",
+                &current
+                    .client
+                    .as_ref()
+                    .map(|c| c.get_connection_info().addr()),
+            )
+            .finish()
+    }
+}
+
+impl Primary {
+    /// No I/O: a Sentinel deployment's primary is looked up on first use.
+    pub(crate) fn new(config: &RedisConfig) -> Result<Self> {
+        let Some(settings) = config.sentinel() else {
+            return Ok(Primary {
+                lookup: None,
+                current: Mutex::new(Current {
+                    generation: 0,
+                    client: Some(config.client_at(None)?),
+                }),
+            });
+        };
+        let sentinel = Sentinel::build(settings.urls()).map_err(|err| {
+            lock_core::Error::invalid_argument(format!("invalid Sentinel settings: {err}"))
+        })?;
+        let node = SentinelNodeConnectionInfo::default()
+            .set_redis_connection_info(config.redis_settings().clone());
+        Ok(Primary {
+            lookup: Some(Lookup {
+                sentinel: tokio::sync::Mutex::new(sentinel),
+                service: settings.service.clone(),
+                node,
+            }),
+            current: Mutex::new(Current {
+                generation: 0,
+                client: None,
+            }),
+        })
+    }
+
+    /// Whether the primary can move (Sentinel), so failures should make us look again.
+    pub(crate) fn follows_failover(&self) -> bool {
+        self.lookup.is_some()
+    }
+
+    fn current(&self) -> MutexGuard<'_, Current> {
+        // Each critical section leaves the state whole.
+        self.current
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The current primary and its generation, asking the sentinels (within `limit`)
+    /// if it is not known.
+    ///
+    /// # Errors
+    /// [`lock_core::Error::Unavailable`] if no sentinel names a primary that says it
+    /// is one (during a failover, or with every sentinel down).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped lookup changes nothing.
+    pub(crate) async fn client(&self, limit: Duration) -> Result<(u64, redis::Client)> {
+        let generation = {
+            let current = self.current();
+            if let Some(client) = &current.client {
+                return Ok((current.generation, client.clone()));
+            }
+            current.generation
+        };
+        let Some(lookup) = &self.lookup else {
+            // A fixed server is set at construction and never forgotten.
+            return Err(error::Error::UnexpectedReply("no Redis server configured".into()).into());
+        };
+        let found = error::within("asking Sentinel for the primary", limit, async {
+            let mut sentinel = lookup.sentinel.lock().await;
+            // Another caller may have found it while this one waited for the mutex.
+            if let Some(client) = &self.current().client {
+                return Ok(client.clone());
+            }
+            sentinel
+                .async_master_for(&lookup.service, Some(&lookup.node))
+                .await
+        })
+        .await?;
+        let mut current = self.current();
+        match &current.client {
+            Some(client) => Ok((current.generation, client.clone())),
+            None if current.generation == generation => {
+                tracing::debug!(
+                    service = %lookup.service,
+                    address = ?found.get_connection_info().addr(),
+                    "Sentinel named the primary"
+                );
+                current.client = Some(found.clone());
+                Ok((generation, found))
+            }
+            // Forgotten again meanwhile: use the answer once, keep nothing.
+            None => Ok((generation, found)),
+        }
+    }
+
+    /// Forgets the primary of `generation` after a failure that may mean it moved;
+    /// no-op for a fixed server or a generation already forgotten.
+    pub(crate) fn forget(&self, generation: u64) {
+        if self.lookup.is_none() {
+            return;
+        }
+        let mut current = self.current();
+        if current.generation == generation && current.client.is_some() {
+            tracing::debug!(
+                generation,
+                "the primary may have moved; asking Sentinel again"
+            );
+            current.generation += 1;
+            current.client = None;
+        }
+    }
+}
