@@ -45,6 +45,8 @@ use tokio::time::Instant;
 
 pub mod container;
 mod probe;
+#[cfg(feature = "redis")]
+pub mod sentinel;
 pub mod specs;
 
 pub use container::{ContainerSpec, ServerContainer};

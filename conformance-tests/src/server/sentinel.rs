@@ -1,0 +1,392 @@
+//! A Sentinel-managed Redis deployment for tests: one primary, its replicas and three
+//! sentinels, all redis-server processes on free loopback ports with their data in
+//! one temporary directory, killed by PID when dropped.
+//!
+//! They run as local processes also when `LOCK_TEST_SERVERS=containers`: a sentinel
+//! hands clients the primary's address as the sentinel itself reaches it, so clients
+//! and sentinels must share one network view, and loopback is the one every machine
+//! has.
+//!
+//! ```no_run
+//! use conformance_tests::server::sentinel::SentinelDeployment;
+//!
+//! # async fn demo() -> Result<(), String> {
+//! let deployment = SentinelDeployment::start(1).await?;
+//! println!("locks at {}", deployment.url());
+//! let old = deployment.primary_port().await?;
+//! deployment.failover().await?;
+//! let new = deployment.wait_for_new_primary(old).await?;
+//! assert_ne!(old, new);
+//! # Ok(()) }
+//! ```
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use lock_redis::redis;
+use tokio::time::Instant;
+
+use super::free_port;
+
+/// The Sentinel service name the deployment's URL names.
+pub const SERVICE: &str = "locks";
+/// How many sentinels watch the primary; two must agree that it is down.
+const SENTINELS: usize = 3;
+const QUORUM: usize = 2;
+/// How long a primary must be silent before the sentinels call it down.
+pub const DOWN_AFTER: Duration = Duration::from_millis(1000);
+/// How long everything may take to start and find each other.
+const READY_LIMIT: Duration = Duration::from_secs(60);
+/// How long a failover may take, from the call or the kill to the new primary.
+const FAILOVER_LIMIT: Duration = Duration::from_secs(60);
+
+/// One redis-server process.
+#[derive(Debug)]
+struct Proc {
+    name: String,
+    port: u16,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn spawn(
+        name: String,
+        port: u16,
+        dir: &std::path::Path,
+        args: &[String],
+    ) -> Result<Self, String> {
+        let log = dir.join(format!("{name}.log"));
+        let out = File::create(&log).map_err(|e| format!("log file: {e}"))?;
+        let err = out.try_clone().map_err(|e| format!("log file: {e}"))?;
+        let child = Command::new("redis-server")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("could not run redis-server for {name}: {e}"))?;
+        Ok(Proc {
+            name,
+            port,
+            child: Some(child),
+            log,
+        })
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        format!(
+            "{} log:\n{}",
+            self.name,
+            lines[lines.len().saturating_sub(15)..].join("\n")
+        )
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_some())
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A primary, `replicas` replicas and three sentinels, started and ready.
+#[derive(Debug)]
+pub struct SentinelDeployment {
+    /// Primary first, then the replicas.
+    data: Vec<Proc>,
+    sentinels: Vec<Proc>,
+    dir: tempfile::TempDir,
+}
+
+/// The arguments of a data node on `port`, replicating `primary` if given.
+fn data_args(port: u16, dir: &std::path::Path, primary: Option<u16>) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--daemonize",
+        "no",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let data = dir.join(format!("data-{port}"));
+    let _ = std::fs::create_dir_all(&data);
+    args.extend(["--dir".into(), data.display().to_string()]);
+    if let Some(primary) = primary {
+        args.extend([
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            primary.to_string(),
+        ]);
+    }
+    args
+}
+
+async fn connect(port: u16) -> Result<redis::aio::MultiplexedConnection, String> {
+    let client =
+        redis::Client::open(format!("redis://127.0.0.1:{port}")).map_err(|e| e.to_string())?;
+    tokio::time::timeout(
+        Duration::from_secs(2),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    .map_err(|_| format!("no connection to port {port} within 2 s"))?
+    .map_err(|e| format!("port {port}: {e}"))
+}
+
+async fn query<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> Result<T, String> {
+    let mut conn = connect(port).await?;
+    tokio::time::timeout(Duration::from_secs(2), cmd.query_async(&mut conn))
+        .await
+        .map_err(|_| format!("no answer from port {port} within 2 s"))?
+        .map_err(|e| format!("port {port}: {e}"))
+}
+
+impl SentinelDeployment {
+    /// Starts the primary, `replicas` replicas and the sentinels, and waits until every
+    /// replica is in sync and every sentinel knows the replicas and the other
+    /// sentinels (so a failover can be elected).
+    ///
+    /// # Errors
+    /// What did not start or did not get ready, with the logs.
+    pub async fn start(replicas: usize) -> Result<Self, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("lock-test-redis-sentinel-")
+            .tempdir()
+            .map_err(|e| format!("temp dir: {e}"))?;
+        let primary_port = free_port().map_err(|e| e.to_string())?;
+        let mut data = vec![Proc::spawn(
+            "primary".into(),
+            primary_port,
+            dir.path(),
+            &data_args(primary_port, dir.path(), None),
+        )?];
+        for i in 0..replicas {
+            let port = free_port().map_err(|e| e.to_string())?;
+            let args = data_args(port, dir.path(), Some(primary_port));
+            data.push(Proc::spawn(format!("replica{i}"), port, dir.path(), &args)?);
+        }
+        let mut sentinels = Vec::new();
+        for i in 0..SENTINELS {
+            let port = free_port().map_err(|e| e.to_string())?;
+            let conf = dir.path().join(format!("sentinel{i}.conf"));
+            let text = format!(
+                "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
+                 sentinel monitor {SERVICE} 127.0.0.1 {primary_port} {QUORUM}\n\
+                 sentinel down-after-milliseconds {SERVICE} {down}\n\
+                 sentinel failover-timeout {SERVICE} 10000\n\
+                 sentinel parallel-syncs {SERVICE} 1\n",
+                dir = dir.path().display(),
+                down = DOWN_AFTER.as_millis(),
+            );
+            std::fs::write(&conf, text).map_err(|e| format!("sentinel config: {e}"))?;
+            let args = [conf.display().to_string(), "--sentinel".into()];
+            sentinels.push(Proc::spawn(
+                format!("sentinel{i}"),
+                port,
+                dir.path(),
+                &args,
+            )?);
+        }
+        let mut deployment = SentinelDeployment {
+            data,
+            sentinels,
+            dir,
+        };
+        deployment.wait_ready(replicas).await?;
+        Ok(deployment)
+    }
+
+    async fn wait_ready(&mut self, replicas: usize) -> Result<(), String> {
+        let started = Instant::now();
+        loop {
+            let mut why = String::new();
+            for proc in self.data.iter_mut().chain(self.sentinels.iter_mut()) {
+                if proc.exited() {
+                    return Err(format!(
+                        "{} exited at start; {}",
+                        proc.name,
+                        proc.log_tail()
+                    ));
+                }
+            }
+            match self.ready_now(replicas).await {
+                Ok(true) => return Ok(()),
+                Ok(false) => {
+                    why.push_str("sentinels have not found each other and the replicas yet")
+                }
+                Err(err) => why = err,
+            }
+            if started.elapsed() > READY_LIMIT {
+                return Err(format!(
+                    "the Sentinel deployment was not ready within {READY_LIMIT:?}: {why}\n{}",
+                    self.logs()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn ready_now(&self, replicas: usize) -> Result<bool, String> {
+        for replica in &self.data[1..] {
+            let info: String = query(replica.port, redis::cmd("INFO").arg("replication")).await?;
+            if !info.contains("master_link_status:up") {
+                return Ok(false);
+            }
+        }
+        for sentinel in &self.sentinels {
+            let fields: Vec<String> = query(
+                sentinel.port,
+                redis::cmd("SENTINEL").arg("MASTER").arg(SERVICE),
+            )
+            .await?;
+            let field = |name: &str| {
+                fields
+                    .chunks(2)
+                    .find(|kv| kv[0] == name)
+                    .and_then(|kv| kv.get(1))
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .unwrap_or(0)
+            };
+            if field("num-slaves") < replicas || field("num-other-sentinels") < SENTINELS - 1 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The logs' last lines, for failure messages.
+    pub fn logs(&self) -> String {
+        self.data
+            .iter()
+            .chain(&self.sentinels)
+            .map(Proc::log_tail)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The URL clients use: `redis+sentinel://` with every sentinel and the service.
+    pub fn url(&self) -> String {
+        let sentinels: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        format!("redis+sentinel://{}/{SERVICE}", sentinels.join(","))
+    }
+
+    /// The `redis://` URL of the data node on `port`.
+    pub fn node_url(port: u16) -> String {
+        format!("redis://127.0.0.1:{port}")
+    }
+
+    /// The temporary directory everything lives in.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// The port of the primary the sentinels name now.
+    ///
+    /// # Errors
+    /// No sentinel answered.
+    pub async fn primary_port(&self) -> Result<u16, String> {
+        let mut last = String::from("no sentinel");
+        for sentinel in &self.sentinels {
+            if sentinel.child.is_none() {
+                continue;
+            }
+            let cmd = redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(SERVICE)
+                .clone();
+            match query::<(String, u16)>(sentinel.port, &cmd).await {
+                Ok((_, port)) => return Ok(port),
+                Err(err) => last = err,
+            }
+        }
+        Err(last)
+    }
+
+    /// The ports of the data nodes other than `primary` that were not killed.
+    pub fn replica_ports(&self, primary: u16) -> Vec<u16> {
+        self.data
+            .iter()
+            .filter(|p| p.port != primary && p.child.is_some())
+            .map(|p| p.port)
+            .collect()
+    }
+
+    /// Asks the sentinels for a failover now (`SENTINEL FAILOVER`: the primary is
+    /// healthy, a replica is promoted and the primary becomes its replica).
+    ///
+    /// # Errors
+    /// What the sentinel said.
+    pub async fn failover(&self) -> Result<(), String> {
+        let _: String = query(
+            self.sentinels[0].port,
+            redis::cmd("SENTINEL").arg("FAILOVER").arg(SERVICE),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Kills the data node on `port` (SIGKILL); the sentinels call it down after
+    /// [`DOWN_AFTER`] and fail over if it was the primary.
+    pub fn kill(&mut self, port: u16) {
+        if let Some(proc) = self.data.iter_mut().find(|p| p.port == port) {
+            proc.kill();
+        }
+    }
+
+    /// Waits until the sentinels name a primary other than `old` and it serves as one.
+    ///
+    /// # Errors
+    /// No new primary within a minute.
+    pub async fn wait_for_new_primary(&self, old: u16) -> Result<u16, String> {
+        let started = Instant::now();
+        loop {
+            if let Ok(port) = self.primary_port().await {
+                if port != old {
+                    let role: Result<Vec<redis::Value>, String> =
+                        query(port, &redis::cmd("ROLE")).await;
+                    if let Ok(role) = role {
+                        if matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master")
+                        {
+                            return Ok(port);
+                        }
+                    }
+                }
+            }
+            if started.elapsed() > FAILOVER_LIMIT {
+                return Err(format!(
+                    "no new primary within {FAILOVER_LIMIT:?}\n{}",
+                    self.logs()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
