@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use conformance_tests::run_suite;
 use conformance_tests::server::sentinel::SentinelDeployment;
-use lock_core::{DistributedLock, DistributedLockExt, Error, LockClient};
-use lock_redis::{RedisBackend, RedisConfig, RedisConfigBuilder, TooFewReplicas};
-use redis_support::{Inspect, Redis};
+use lock_core::{DistributedLock, DistributedLockExt, Error};
+use lock_redis::TooFewReplicas;
+use redis_support::{client, config, holder_and_waiter_across, Inspect, Redis};
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -28,116 +28,40 @@ async fn redis_sentinel_conformance() {
     assert!(report.failed.is_empty(), "{}", report.summary());
 }
 
-fn config(url: &str) -> RedisConfigBuilder {
-    RedisConfig::builder(url)
-        .connect_timeout(Duration::from_secs(1))
-        .command_timeout(Duration::from_secs(1))
-        .failover_grace(Duration::from_secs(60))
-}
-
-fn client(config: RedisConfigBuilder, namespace: &str) -> LockClient<RedisBackend> {
-    let backend = RedisBackend::new(config.build().expect("valid settings")).expect("backend");
-    LockClient::builder(backend)
-        .namespace(namespace)
-        // Long enough to outlast a failover, so the lease is kept across it.
-        .watchdog_lease(Duration::from_secs(10))
-        .build()
-        .expect("client")
-}
-
-/// How a primary goes away.
-enum Fault {
-    /// `SENTINEL FAILOVER`: a replica is promoted, the old primary follows it.
-    Planned,
-    /// SIGKILL of the primary: the sentinels call it down and elect a replacement.
-    Kill,
-}
-
-/// One client holds a lock and another waits for it while the primary is replaced.
-/// The holder must keep the lock on the new primary (its key was replicated) or be
-/// told it lost it; the waiter must never get it while the holder still holds it, and
-/// must get it once the holder lets go.
-async fn failover_with_a_holder_and_a_waiter(fault: Fault) {
-    let mut deployment = SentinelDeployment::start(1)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_failover_keeps_the_lock_and_the_waiter_still_gets_it() {
+    let deployment = SentinelDeployment::start(1)
         .await
         .expect("the Sentinel deployment starts");
     let url = deployment.url();
-    let namespace = format!("failover-{}", std::process::id());
-    let holder = client(config(&url), &namespace);
-    let waiter = client(config(&url), &namespace);
-    let held = holder
-        .lock("job")
-        .unwrap()
-        .acquire()
-        .await
-        .expect("acquire");
-    let first_token = held.fencing_token();
-    let waiting = tokio::spawn(async move {
-        let lock = waiter.lock("job").unwrap();
-        let guard = lock.acquire_timeout(Duration::from_secs(90)).await;
-        (guard, Instant::now(), waiter)
-    });
-    // Let the waiter subscribe and block behind the holder before the fault.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!waiting.is_finished(), "the waiter got a held lock");
-
-    let old = deployment.primary_port().await.expect("a primary");
-    let fault_at = Instant::now();
-    match fault {
-        Fault::Planned => deployment.failover().await.expect("SENTINEL FAILOVER"),
-        Fault::Kill => deployment.kill(old),
-    }
-    let new = deployment
-        .wait_for_new_primary(old)
-        .await
-        .expect("a new primary");
-    let failover_took = fault_at.elapsed();
-
-    // Over more than one renewal period on the new primary, the holder either keeps
-    // its lease or is told it is gone.
-    let lost = tokio::select! {
-        loss = held.lost() => Some(loss),
-        () = tokio::time::sleep(Duration::from_secs(5)) => None,
-    };
-    let released_at = Instant::now();
-    match &lost {
-        None => {
-            assert!(
-                !waiting.is_finished(),
-                "the waiter got the lock while the holder still held it"
-            );
-            assert!(held.is_held());
-            held.release().await.expect("release on the new primary");
-        }
-        Some(loss) => println!("the holder was told its lease was lost: {loss:?}"),
-    }
-    let (guard, got_at, _waiter) = tokio::time::timeout(Duration::from_secs(60), waiting)
-        .await
-        .expect("the waiter finishes")
-        .expect("the waiter task");
-    let guard = guard.expect("the waiter gets the lock after the failover");
-    assert!(guard.fencing_token() > first_token);
-    println!(
-        "failover from port {old} to {new} took {failover_took:?}; the holder {}; \
-         the waiter got the lock {:?} after the holder let go",
-        if lost.is_some() {
-            "was told of the loss"
-        } else {
-            "kept its lease"
-        },
-        got_at.saturating_duration_since(released_at)
-    );
-    guard.release().await.expect("release");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_planned_failover_keeps_the_lock_and_the_waiter_still_gets_it() {
-    failover_with_a_holder_and_a_waiter(Fault::Planned).await;
+    holder_and_waiter_across(&url, "job", || async {
+        let old = deployment.primary_port().await.expect("a primary");
+        deployment.failover().await.expect("SENTINEL FAILOVER");
+        let new = deployment
+            .wait_for_new_primary(old)
+            .await
+            .expect("a new primary");
+        format!("SENTINEL FAILOVER from port {old} to {new}")
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_primary_is_replaced_and_the_waiter_still_gets_the_lock() {
-    failover_with_a_holder_and_a_waiter(Fault::Kill).await;
+    let mut deployment = SentinelDeployment::start(1)
+        .await
+        .expect("the Sentinel deployment starts");
+    let url = deployment.url();
+    holder_and_waiter_across(&url, "job", || async {
+        let old = deployment.primary_port().await.expect("a primary");
+        deployment.kill(old);
+        let new = deployment
+            .wait_for_new_primary(old)
+            .await
+            .expect("a new primary");
+        format!("SIGKILL of the primary on port {old}; new primary {new}")
+    })
+    .await;
 }
 
 /// What an acquire under replica acknowledgement returns, and whether the lock is

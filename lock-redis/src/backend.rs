@@ -123,10 +123,15 @@ impl RedisBackend {
         self.node.pubsub().channels()
     }
 
+    /// The keys of `key` on this deployment.
+    fn keys(&self, key: &LockKey) -> Keys {
+        Keys::for_deployment(key, self.node.is_cluster())
+    }
+
     fn request(&self, req: &AcquireRequest<'_>) -> Request {
         let n = self.next_waiter.fetch_add(1, Ordering::Relaxed);
         Request {
-            keys: Keys::new(req.key),
+            keys: self.keys(req.key),
             kind: req.kind,
             owner: req.owner.as_str().to_owned(),
             ttl: req.ttl,
@@ -500,7 +505,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn release(&self, lease: &HeldLease<()>) -> Result<()> {
-        let keys = Keys::new(&lease.key);
+        let keys = self.keys(&lease.key);
         let value = lease_value(lease.owner.as_str(), lease.fence);
         let call = calls::release(&keys, lease.kind, &[value]);
         let released: i64 = self.node.call("release", &call).await?;
@@ -518,24 +523,28 @@ impl LockBackend for RedisBackend {
     }
 
     async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
-        let call = calls::inspect(&Keys::new(key), family, false);
+        let call = calls::inspect(&self.keys(key), family, false);
         let held: i64 = self.node.call("is_locked", &call).await?;
         Ok(held == 1)
     }
 
     async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
-        let call = calls::inspect(&Keys::new(key), family, true);
+        let call = calls::inspect(&self.keys(key), family, true);
         let held: i64 = self.node.call("force_unlock", &call).await?;
         Ok(held == 1)
     }
 }
 
-/// Renews `leases` on one server, [`RENEW_CHUNK`] per script call.
+/// Renews `leases` on one server, [`RENEW_CHUNK`] per script call (on a cluster,
+/// per node: see [`renew_on_cluster`]).
 pub(crate) async fn renew_on<L>(
     node: &Node,
     leases: &[&HeldLease<L>],
     ttl: Duration,
 ) -> Result<Vec<Renewal>> {
+    if node.is_cluster() {
+        return renew_on_cluster(node, leases, ttl).await;
+    }
     let mut out = Vec::with_capacity(leases.len());
     for chunk in leases.chunks(RENEW_CHUNK) {
         let values: Vec<String> = chunk
@@ -565,6 +574,79 @@ pub(crate) async fn renew_on<L>(
                 Renewal::Lost
             }
         }));
+    }
+    Ok(out)
+}
+
+/// Renews `leases` on a cluster: one `CLUSTER SLOTS`, then one script call per node
+/// (per [`RENEW_CHUNK`] leases) for the leases whose slots it serves, all nodes at
+/// once. A node's call that fails because slots moved since the map was read renews
+/// its leases one by one instead, each routed by its own key.
+async fn renew_on_cluster<L>(
+    node: &Node,
+    leases: &[&HeldLease<L>],
+    ttl: Duration,
+) -> Result<Vec<Renewal>> {
+    let entries: Vec<(String, bool, String)> = leases
+        .iter()
+        .map(|lease| {
+            let (key, reader) = Keys::in_cluster(&lease.key).lease_key(lease.kind);
+            (key, reader, lease_value(lease.owner.as_str(), lease.fence))
+        })
+        .collect();
+    let slots: redis::Value = node
+        .query("CLUSTER SLOTS", redis::cmd("CLUSTER").arg("SLOTS"))
+        .await?;
+    let owners = crate::cluster::slot_owners(&slots)
+        .ok_or_else(|| err::Error::UnexpectedReply(format!("CLUSTER SLOTS: {slots:?}")))?;
+    let keys: Vec<&str> = entries.iter().map(|(key, _, _)| key.as_str()).collect();
+    let groups: Vec<Vec<usize>> = crate::cluster::nodes_of(&owners, &keys)
+        .into_iter()
+        .flat_map(|group| {
+            group
+                .chunks(RENEW_CHUNK)
+                .map(<[usize]>::to_vec)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let entry = |i: usize| {
+        let (key, reader, value) = &entries[i];
+        (key.clone(), *reader, value.as_str())
+    };
+    let renew_group = |group: Vec<usize>| async move {
+        let call = calls::renew_on_node(group.iter().map(|&i| entry(i)), ttl);
+        match node.call::<Vec<i64>>("renew", &call).await {
+            Ok(renewed) if renewed.len() == group.len() => Ok((group, renewed)),
+            Ok(renewed) => Err(err::Error::UnexpectedReply(format!(
+                "{} renewals for {} leases",
+                renewed.len(),
+                group.len()
+            ))
+            .into()),
+            Err(error) if group.len() > 1 => {
+                tracing::debug!(%error, "batched renewal failed (slots moving?); renewing one by one");
+                let mut renewed = Vec::with_capacity(group.len());
+                for &i in &group {
+                    let call = calls::renew([entry(i)], ttl);
+                    let one: Vec<i64> = node.call("renew", &call).await?;
+                    renewed.push(one.first().copied().unwrap_or(0));
+                }
+                Ok((group, renewed))
+            }
+            Err(error) => Err(error),
+        }
+    };
+    let results = futures::future::join_all(groups.into_iter().map(renew_group)).await;
+    let mut out = vec![Renewal::Lost; leases.len()];
+    for result in results {
+        let (group, renewed) = result?;
+        for (i, r) in group.into_iter().zip(renewed) {
+            out[i] = if r == 1 {
+                Renewal::Renewed
+            } else {
+                Renewal::Lost
+            };
+        }
     }
     Ok(out)
 }

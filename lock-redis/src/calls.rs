@@ -62,12 +62,12 @@ impl Request {
         let wait = if wait { "1" } else { "0" }.to_owned();
         match self.kind {
             LockKind::Exclusive => Call {
-                script: &scripts::EXCLUSIVE_ACQUIRE,
+                script: scripts::EXCLUSIVE_ACQUIRE.get(k.sharded),
                 keys: vec![k.lock.clone(), k.fence()],
                 args: vec![self.owner.clone(), ttl],
             },
             LockKind::Fair => Call {
-                script: &scripts::FAIR_ACQUIRE,
+                script: scripts::FAIR_ACQUIRE.get(k.sharded),
                 keys: vec![
                     k.fair_holder(),
                     k.fair_queue(),
@@ -84,7 +84,7 @@ impl Request {
                 ],
             },
             LockKind::Read | LockKind::Write => Call {
-                script: &scripts::RW_ACQUIRE,
+                script: scripts::RW_ACQUIRE.get(k.sharded),
                 keys: vec![
                     k.rw_writer(),
                     k.rw_readers(),
@@ -108,12 +108,12 @@ impl Request {
         let k = &self.keys;
         match self.kind {
             LockKind::Fair => Some(Call {
-                script: &scripts::FAIR_LEAVE,
+                script: scripts::FAIR_LEAVE.get(k.sharded),
                 keys: vec![k.fair_holder(), k.fair_queue(), k.fair_timeouts()],
                 args: vec![k.fair_channel(), self.waiter.clone()],
             }),
             LockKind::Write => Some(Call {
-                script: &scripts::RW_LEAVE,
+                script: scripts::RW_LEAVE.get(k.sharded),
                 keys: vec![k.rw_waiting_writers()],
                 args: vec![k.rw_channel(), self.waiter.clone()],
             }),
@@ -154,17 +154,17 @@ fn side(kind: LockKind) -> &'static str {
 pub(crate) fn release(keys: &Keys, kind: LockKind, values: &[String]) -> Call {
     let (script, key_list, mut args): (&'static Script, _, _) = match kind {
         LockKind::Exclusive => (
-            &scripts::EXCLUSIVE_RELEASE,
+            scripts::EXCLUSIVE_RELEASE.get(keys.sharded),
             vec![keys.lock.clone()],
             vec![keys.exclusive_channel()],
         ),
         LockKind::Fair => (
-            &scripts::FAIR_RELEASE,
+            scripts::FAIR_RELEASE.get(keys.sharded),
             vec![keys.fair_holder(), keys.fair_queue()],
             vec![keys.fair_channel()],
         ),
         LockKind::Read | LockKind::Write => (
-            &scripts::RW_RELEASE,
+            scripts::RW_RELEASE.get(keys.sharded),
             vec![keys.rw_writer(), keys.rw_readers()],
             vec![keys.rw_channel(), side(kind).to_owned()],
         ),
@@ -177,13 +177,37 @@ pub(crate) fn release(keys: &Keys, kind: LockKind, values: &[String]) -> Call {
     }
 }
 
+/// One renewal of many leases on one cluster node, whatever their slots:
+/// `(key, is_reader, value)` each. The first key routes the call; the others are
+/// arguments, which a script flagged `allow-cross-slot-keys` may touch when this node
+/// serves them.
+pub(crate) fn renew_on_node<'a>(
+    leases: impl IntoIterator<Item = (String, bool, &'a str)>,
+    ttl: Duration,
+) -> Call {
+    let mut call = Call {
+        script: &scripts::RENEW_ON_NODE,
+        keys: Vec::new(),
+        args: vec![millis(ttl)],
+    };
+    for (key, reader, value) in leases {
+        if call.keys.is_empty() {
+            call.keys.push(key.clone());
+        }
+        call.args.push(key);
+        call.args.push(if reader { "r" } else { "s" }.to_owned());
+        call.args.push(value.to_owned());
+    }
+    call
+}
+
 /// One renewal of many leases: `(key, is_reader, value)` each.
 pub(crate) fn renew<'a>(
     leases: impl IntoIterator<Item = (String, bool, &'a str)>,
     ttl: Duration,
 ) -> Call {
     let mut call = Call {
-        script: &scripts::RENEW,
+        script: scripts::RENEW.get(false),
         keys: Vec::new(),
         args: vec![millis(ttl)],
     };
@@ -196,14 +220,15 @@ pub(crate) fn renew<'a>(
 }
 
 /// `is_locked` (`remove` false) or `force_unlock` (`remove` true) for `family`.
-pub(crate) fn inspect(keys: &Keys, family: LockFamily, remove: bool) -> Call {
+pub(crate) fn inspect(k: &Keys, family: LockFamily, remove: bool) -> Call {
+    let keys = k;
     let family = match family {
         LockFamily::Exclusive => "e",
         LockFamily::Fair => "f",
         LockFamily::ReadWrite => "rw",
     };
     Call {
-        script: &scripts::INSPECT,
+        script: scripts::INSPECT.get(k.sharded),
         keys: vec![
             keys.lock.clone(),
             keys.fair_holder(),

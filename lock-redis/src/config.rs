@@ -51,9 +51,12 @@ pub const DEFAULT_FAILOVER_GRACE: Duration = Duration::from_secs(60);
 /// ```
 #[derive(Clone)]
 pub struct RedisConfig {
-    /// The server (for Sentinel: only its credentials and database count).
+    /// The server (for Sentinel: only its credentials and database count; for a
+    /// cluster, only its credentials).
     info: redis::ConnectionInfo,
     sentinel: Option<SentinelSettings>,
+    /// `redis://host:port` of each seed node of a cluster.
+    cluster: Option<Vec<String>>,
     connect_timeout: Duration,
     command_timeout: Duration,
     waiter_lease: Duration,
@@ -197,6 +200,16 @@ impl RedisConfig {
         self.sentinel.as_ref()
     }
 
+    /// The seed nodes, if this is a Redis Cluster.
+    pub(crate) fn cluster_nodes(&self) -> Option<&[String]> {
+        self.cluster.as_deref()
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
     /// The data nodes' credentials and database, for clients Sentinel points at.
     pub(crate) fn redis_settings(&self) -> &redis::RedisConnectionInfo {
         self.info.redis_settings()
@@ -217,6 +230,13 @@ impl RedisConfig {
                 sentinel.sentinels.join(","),
                 sentinel.service
             );
+        }
+        if let Some(nodes) = &self.cluster {
+            let nodes: Vec<&str> = nodes
+                .iter()
+                .map(|n| n.trim_start_matches("redis://"))
+                .collect();
+            return format!("cluster {}", nodes.join(","));
         }
         match self.info.addr() {
             ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
@@ -394,6 +414,7 @@ impl RedisConfigBuilder {
     pub fn build(self) -> Result<RedisConfig> {
         let scheme = self.url.split_once("://").map(|(scheme, _)| scheme);
         let mut sentinel = None;
+        let mut cluster = None;
         let mut url = self.url.clone();
         match scheme {
             Some("redis") => {}
@@ -406,6 +427,11 @@ impl RedisConfigBuilder {
                 });
                 url = data_url;
             }
+            Some("redis+cluster") => {
+                let (nodes, data_url) = parse_cluster_url(&self.url)?;
+                cluster = Some(nodes);
+                url = data_url;
+            }
             Some("rediss") if cfg!(feature = "tls") => {}
             Some("rediss") => {
                 return Err(Error::invalid_argument(
@@ -414,7 +440,7 @@ impl RedisConfigBuilder {
             }
             _ => {
                 return Err(Error::invalid_argument(format!(
-                    "Redis URL must start with redis://, rediss:// or redis+sentinel:// (got {:?})",
+                    "Redis URL must start with redis://, rediss://, redis+sentinel:// or redis+cluster:// (got {:?})",
                     redact(&self.url)
                 )))
             }
@@ -452,6 +478,11 @@ impl RedisConfigBuilder {
             lock_core::check_duration(what, value, min, lock_core::MAX_DURATION)?;
         }
         if let Some(acks) = &self.replica_acks {
+            if cluster.is_some() {
+                return Err(Error::invalid_argument(
+                    "replica acknowledgement is not offered on Redis Cluster",
+                ));
+            }
             if acks.replicas == 0 {
                 return Err(Error::invalid_argument(
                     "replica acknowledgement needs at least one replica",
@@ -467,6 +498,7 @@ impl RedisConfigBuilder {
         Ok(RedisConfig {
             info,
             sentinel,
+            cluster,
             connect_timeout: self.connect_timeout,
             command_timeout: self.command_timeout,
             waiter_lease: self.waiter_lease,
@@ -520,20 +552,55 @@ fn parse_sentinel_url(url: &str) -> Result<(SentinelSettings, String)> {
     Ok((settings, format!("redis://{userinfo}127.0.0.1/{db}")))
 }
 
+/// Splits `redis+cluster://[userinfo@]hosts[/]` into the seed nodes and a `redis://`
+/// URL carrying the credentials (its host is only a placeholder).
+fn parse_cluster_url(url: &str) -> Result<(Vec<String>, String)> {
+    let bad = |why: &str| {
+        Error::invalid_argument(format!(
+            "invalid Redis Cluster URL {:?}: {why}",
+            redact(url)
+        ))
+    };
+    let rest = url
+        .strip_prefix("redis+cluster://")
+        .ok_or_else(|| bad("expected redis+cluster://"))?;
+    let (userinfo, rest) = match rest.rfind('@') {
+        Some(at) => (&rest[..=at], &rest[at + 1..]),
+        None => ("", rest),
+    };
+    let hosts = rest.strip_suffix('/').unwrap_or(rest);
+    if hosts.contains(['/', '?', '#']) {
+        return Err(bad("a cluster has no database or options in its URL"));
+    }
+    let mut nodes = Vec::new();
+    for host in hosts.split(',') {
+        nodes.push(address(host, CLUSTER_PORT).ok_or_else(|| bad("bad node address"))?);
+    }
+    Ok((nodes, format!("redis://{userinfo}127.0.0.1")))
+}
+
+/// The default port of a cluster node.
+const CLUSTER_PORT: u16 = 6379;
+
 /// `host[:port]` (IPv6 in brackets) as `redis://host:port`, port 26379 unless given.
 fn sentinel_address(host: &str) -> Option<String> {
+    address(host, SENTINEL_PORT)
+}
+
+/// `host[:port]` (IPv6 in brackets) as `redis://host:port`, `default` unless given.
+fn address(host: &str, default: u16) -> Option<String> {
     let (name, port) = if let Some(v6) = host.strip_prefix('[') {
         let (addr, after) = v6.split_once(']')?;
         let port = match after.strip_prefix(':') {
             Some(port) => port.parse().ok()?,
-            None if after.is_empty() => SENTINEL_PORT,
+            None if after.is_empty() => default,
             None => return None,
         };
         (format!("[{addr}]"), port)
     } else {
         match host.split_once(':') {
             Some((name, port)) => (name.to_owned(), port.parse().ok()?),
-            None => (host.to_owned(), SENTINEL_PORT),
+            None => (host.to_owned(), default),
         }
     };
     let valid = !name.is_empty()
@@ -622,6 +689,27 @@ mod tests {
             assert!(matches!(err, Error::InvalidArgument { .. }), "{bad}: {err}");
             assert!(!err.to_string().contains("secret"), "{err}");
         }
+        let cluster = RedisConfig::from_url("redis+cluster://u:pw@a:7000,b,[::1]:7002/").unwrap();
+        assert_eq!(
+            cluster.cluster_nodes().unwrap(),
+            ["redis://a:7000", "redis://b:6379", "redis://[::1]:7002"]
+        );
+        assert_eq!(cluster.redis_settings().password(), Some("pw"));
+        assert!(!cluster.location().contains("pw"));
+        for bad in [
+            "redis+cluster://",
+            "redis+cluster://a:1/0",
+            "redis+cluster://a:1,,b:2",
+            "redis+cluster://a:x",
+        ] {
+            let err = RedisConfig::from_url(bad).unwrap_err();
+            assert!(matches!(err, Error::InvalidArgument { .. }), "{bad}: {err}");
+        }
+        let err = RedisConfig::builder("redis+cluster://a:1")
+            .replica_acks(1, Duration::from_millis(5), TooFewReplicas::Release)
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("Cluster"), "{err}");
         let err = RedisConfig::builder("redis://h")
             .replica_acks(0, Duration::from_millis(5), TooFewReplicas::Release)
             .build()

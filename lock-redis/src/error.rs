@@ -77,6 +77,10 @@ impl Error {
                             | RetryMethod::ReconnectFromInitialConnections
                             | RetryMethod::WaitAndRetry
                             | RetryMethod::RetryImmediately
+                            // A cluster's slot moving (resharding, failover).
+                            | RetryMethod::MovedRedirect
+                            | RetryMethod::AskRedirect
+                            | RetryMethod::RefreshSlotsAndRetry
                     )
             }
         }

@@ -5,8 +5,13 @@
 //! each other on it. Everything else of the lock lives at `{namespace:name}:suffix`.
 //! Redis Cluster hashes a key containing `{tag}` by the tag alone, so `{x}:fence`
 //! lands in the same slot as the key `x`, and a script may touch all of them at once.
-//! (Names that themselves contain `{` or `}` break that equality on a cluster; on a
-//! single server or RedLock masters it does not matter.)
+//!
+//! On a Redis Cluster, a name containing `{` or `}` would break that equality (the
+//! bare key would be hashed by the braces inside the name). There the name is written
+//! with `%`, `{` and `}` percent-encoded (`%25`, `%7B`, `%7D`): distinct names stay
+//! distinct keys, and every key of a lock stays in one slot. Names without those
+//! three characters are written as they are, so other clients share them as on one
+//! server.
 
 use lock_core::{LockKey, LockKind};
 
@@ -17,13 +22,48 @@ pub(crate) struct Keys {
     pub(crate) lock: String,
     /// `{namespace:name}`: the prefix of every other key.
     tag: String,
+    /// On a Redis Cluster: the scripts publish on sharded channels.
+    pub(crate) sharded: bool,
 }
 
 impl Keys {
+    /// The keys on one server (or RedLock masters).
     pub(crate) fn new(key: &LockKey) -> Self {
         let lock = key.joined(':');
         let tag = format!("{{{lock}}}");
-        Keys { lock, tag }
+        Keys {
+            lock,
+            tag,
+            sharded: false,
+        }
+    }
+
+    /// The keys on a Redis Cluster: every one in the slot of the bare key.
+    pub(crate) fn in_cluster(key: &LockKey) -> Self {
+        let name = key.name().as_str();
+        let name = if name.contains(['%', '{', '}']) {
+            name.replace('%', "%25")
+                .replace('{', "%7B")
+                .replace('}', "%7D")
+        } else {
+            name.to_owned()
+        };
+        let lock = format!("{}:{name}", key.namespace().as_str());
+        let tag = format!("{{{lock}}}");
+        Keys {
+            lock,
+            tag,
+            sharded: true,
+        }
+    }
+
+    /// [`Keys::new`] or [`Keys::in_cluster`].
+    pub(crate) fn for_deployment(key: &LockKey, cluster: bool) -> Self {
+        if cluster {
+            Keys::in_cluster(key)
+        } else {
+            Keys::new(key)
+        }
     }
 
     fn aux(&self, suffix: &str) -> String {
@@ -114,5 +154,21 @@ mod tests {
         assert_eq!(keys.fence(), "{app:jobs}:fence");
         assert_eq!(keys.fair_queue(), "{app:jobs}:fair:queue");
         assert_eq!(lease_value("c:1", 7), "c:1:7");
+        assert_eq!(Keys::in_cluster(&key).lock, "app:jobs");
+    }
+
+    #[test]
+    fn on_a_cluster_names_with_braces_stay_distinct_and_in_one_slot() {
+        let names = ["a{b}c", "x{b}y", "a%7Bb%7Dc", "}{", "{}", "a}b", "%"];
+        let mut seen = std::collections::HashSet::new();
+        for name in names {
+            let key = LockKey::new(Namespace::new("ns").unwrap(), LockName::new(name).unwrap());
+            let keys = Keys::in_cluster(&key);
+            assert!(seen.insert(keys.lock.clone()), "{name}: {}", keys.lock);
+            let slot = crate::cluster::slot(&keys.lock);
+            for other in [keys.fence(), keys.exclusive_channel(), keys.rw_readers()] {
+                assert_eq!(crate::cluster::slot(&other), slot, "{name}: {other}");
+            }
+        }
     }
 }

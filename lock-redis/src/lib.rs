@@ -1,6 +1,7 @@
 //! Redis backend for [lock-core](lock_core): exclusive, fair and read-write locks on
-//! one Redis server or the primary Redis Sentinel names ([`RedisBackend`]), and RedLock
-//! over several independent masters ([`RedLockBackend`]).
+//! one Redis server, the primary Redis Sentinel names, or a Redis Cluster
+//! ([`RedisBackend`]), and RedLock over several independent masters
+//! ([`RedLockBackend`]).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -80,6 +81,15 @@
 //! and the [failover grace](RedisConfigBuilder::failover_grace); a one-shot try fails
 //! at once with a retryable [`lock_core::Error::Unavailable`].
 //!
+//! # Cluster
+//!
+//! With a `redis+cluster://host:port,host:port` URL every call goes to the node that
+//! owns the lock's slot (all of a lock's keys share one; names with `{` or `}` are
+//! percent-encoded on a cluster to keep it so). Scripts publish on sharded channels
+//! (`SPUBLISH`) and waiters listen with `SSUBSCRIBE` at the slot's owner, subscribing
+//! again wherever the slot moves. The watchdog renews with one `CLUSTER SLOTS` and one
+//! script call per node per tick. Waiters ride out a failover as under Sentinel.
+//!
 //! # What Redis does not promise
 //!
 //! A single Redis server is enough for locks that save work. Replication is
@@ -92,6 +102,7 @@
 
 mod backend;
 mod calls;
+mod cluster;
 mod config;
 mod error;
 mod keys;

@@ -6,8 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_core::{Cleanups, Result};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, ScriptInvocation};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, ScriptInvocation, Value};
 
 use crate::config::RedisConfig;
 use crate::error;
@@ -24,6 +26,50 @@ pub(crate) enum Line {
     Acks,
 }
 
+/// A command connection: to one server (or the current primary), or to a cluster.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Conn::Single(_) => "Conn::Single",
+            Conn::Cluster(_) => "Conn::Cluster",
+        })
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
 /// A connection to one server. Cloning shares it.
 #[derive(Clone, Debug)]
 pub(crate) struct Node {
@@ -34,10 +80,12 @@ pub(crate) struct Node {
 struct NodeInner {
     config: RedisConfig,
     primary: Arc<Primary>,
+    /// Set for a Redis Cluster, whose client finds the nodes itself.
+    cluster: Option<ClusterClient>,
     /// Made on first use, inside the runtime (the manager spawns a task), for the
     /// primary of the generation beside it.
-    conn: Mutex<Option<(u64, ConnectionManager)>>,
-    acks_conn: Mutex<Option<(u64, ConnectionManager)>>,
+    conn: Mutex<Option<(u64, Conn)>>,
+    acks_conn: Mutex<Option<(u64, Conn)>>,
     pubsub: PubSub,
     /// Undos and queue removals left running by dropped or timed-out calls.
     cleanups: Cleanups,
@@ -50,15 +98,16 @@ impl Node {
         #[cfg(feature = "tls")]
         let _ = rustls::crypto::ring::default_provider().install_default();
         let primary = Arc::new(Primary::new(&config)?);
-        let pubsub = PubSub::new(
-            primary.clone(),
-            config.connect_timeout(),
-            config.command_timeout(),
-        );
+        let cluster = match config.is_cluster() {
+            true => Some(crate::cluster::client(&config, None)?),
+            false => None,
+        };
+        let pubsub = PubSub::new(&config, primary.clone())?;
         Ok(Node {
             inner: Arc::new(NodeInner {
                 config,
                 primary,
+                cluster,
                 conn: Mutex::new(None),
                 acks_conn: Mutex::new(None),
                 pubsub,
@@ -71,9 +120,14 @@ impl Node {
         &self.inner.config
     }
 
-    /// Whether the primary can move (Sentinel).
+    /// Whether the primary can move (Sentinel, or a cluster's slot owner).
     pub(crate) fn follows_failover(&self) -> bool {
-        self.inner.primary.follows_failover()
+        self.inner.primary.follows_failover() || self.inner.cluster.is_some()
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.inner.cluster.is_some()
     }
 
     pub(crate) fn pubsub(&self) -> &PubSub {
@@ -88,8 +142,11 @@ impl Node {
     /// A command connection to the current primary, and the primary's generation. The
     /// manager reconnects by itself after a failure; a call made while the server is
     /// down fails after one connection attempt.
-    async fn conn(&self, line: Line) -> Result<(u64, ConnectionManager)> {
+    async fn conn(&self, line: Line) -> Result<(u64, Conn)> {
         let config = &self.inner.config;
+        if let Some(cluster) = &self.inner.cluster {
+            return self.cluster_conn(cluster).await;
+        }
         let (generation, client) = self.inner.primary.client(config.call_timeout()).await?;
         let slot = match line {
             Line::Command => &self.inner.conn,
@@ -110,11 +167,33 @@ impl Node {
             .set_number_of_retries(0)
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(500));
-        let manager = client
-            .get_connection_manager_lazy(settings)
-            .map_err(error::map)?;
+        let manager = Conn::Single(
+            client
+                .get_connection_manager_lazy(settings)
+                .map_err(error::map)?,
+        );
         *conn = Some((generation, manager.clone()));
         Ok((generation, manager))
+    }
+
+    /// The connection to the cluster, made on first use. It finds the slots' nodes
+    /// itself and follows redirections, so it is never remade here.
+    async fn cluster_conn(&self, cluster: &ClusterClient) -> Result<(u64, Conn)> {
+        let cached = |slot: &Mutex<Option<(u64, Conn)>>| {
+            let conn = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            conn.as_ref().map(|(_, conn)| (0, conn.clone()))
+        };
+        if let Some(conn) = cached(&self.inner.conn) {
+            return Ok(conn);
+        }
+        let made = crate::cluster::connect(cluster, self.inner.config.call_timeout()).await?;
+        let mut conn = self
+            .inner
+            .conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let conn = conn.get_or_insert((0, Conn::Cluster(made)));
+        Ok((0, conn.1.clone()))
     }
 
     /// Runs `call` on a command connection, all within `limit`.
@@ -132,7 +211,7 @@ impl Node {
         what: &'static str,
         line: Line,
         limit: Duration,
-        call: impl Fn(ConnectionManager) -> Fut,
+        call: impl Fn(Conn) -> Fut,
     ) -> Result<T>
     where
         Fut: std::future::Future<Output = redis::RedisResult<T>>,

@@ -20,6 +20,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
+use redis::cluster_async::ClusterConnection;
+use redis::{PushInfo, PushKind, RedisResult};
 use tokio::sync::Notify;
 
 use crate::error;
@@ -93,6 +95,18 @@ impl State {
         }
     }
 
+    /// Forgets `channel`'s subscription (the server dropped it) and wakes its
+    /// waiters, whose next [`Registration::ready`] subscribes again. A channel nobody
+    /// waits on any more was unsubscribed by us: nothing to do.
+    fn resubscribe(&mut self, channel: &str) {
+        if let Some(entry) = self.channels.get_mut(channel) {
+            entry.subscribed = None;
+            for waiter in &entry.waiters {
+                waiter.wake();
+            }
+        }
+    }
+
     fn wake_all(&self) {
         for entry in self.channels.values() {
             for waiter in &entry.waiters {
@@ -102,16 +116,52 @@ impl State {
     }
 }
 
+/// The subscribing half of a live connection.
+enum Sink {
+    /// `SUBSCRIBE` on one server (or the current primary).
+    Single(PubSubSink),
+    /// `SSUBSCRIBE` on a cluster: each channel at the node that owns its slot (the
+    /// connection resubscribes by itself after a slot moves).
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Sink::Single(_) => "Sink::Single",
+            Sink::Cluster(_) => "Sink::Cluster",
+        })
+    }
+}
+
+impl Sink {
+    async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Sink::Single(sink) => sink.subscribe(channel).await,
+            Sink::Cluster(conn) => conn.ssubscribe(channel).await,
+        }
+    }
+
+    async fn unsubscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Sink::Single(sink) => sink.unsubscribe(channel).await,
+            Sink::Cluster(conn) => conn.sunsubscribe(channel).await,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
     primary: Arc<Primary>,
+    /// Set for a Redis Cluster: sharded channels through the cluster client.
+    cluster: Option<crate::config::RedisConfig>,
     connect_timeout: Duration,
     command_timeout: Duration,
     state: Mutex<State>,
     /// The subscribing half of the live connection. The async mutex also orders every
     /// SUBSCRIBE and UNSUBSCRIBE, so an unsubscribe can never overtake a newer
     /// subscribe of the same channel.
-    sink: tokio::sync::Mutex<Option<(u64, PubSubSink)>>,
+    sink: tokio::sync::Mutex<Option<(u64, Sink)>>,
     reader: Mutex<Option<tokio::task::AbortHandle>>,
     next_waiter: AtomicU64,
 }
@@ -138,13 +188,15 @@ pub(crate) struct PubSub {
 impl PubSub {
     /// No I/O: the connection is made by the first [`Registration::ready`].
     pub(crate) fn new(
+        config: &crate::config::RedisConfig,
         primary: Arc<Primary>,
-        connect_timeout: Duration,
-        command_timeout: Duration,
-    ) -> Self {
-        PubSub {
+    ) -> lock_core::Result<Self> {
+        let connect_timeout = config.connect_timeout();
+        let command_timeout = config.command_timeout();
+        Ok(PubSub {
             inner: Arc::new(Inner {
                 primary,
+                cluster: config.is_cluster().then(|| config.clone()),
                 connect_timeout,
                 command_timeout,
                 state: Mutex::new(State::default()),
@@ -152,7 +204,7 @@ impl PubSub {
                 reader: Mutex::new(None),
                 next_waiter: AtomicU64::new(1),
             }),
-        }
+        })
     }
 
     /// Registers a waiter on `channel`. Messages are delivered to it from the moment
@@ -314,10 +366,90 @@ async fn unsubscribe(inner: Weak<Inner>, channel: String) {
     }
 }
 
+/// Opens a new pub/sub connection and starts its reader task.
+async fn connect(inner: &Arc<Inner>) -> lock_core::Result<(u64, Sink)> {
+    if let Some(config) = &inner.cluster {
+        return connect_cluster(inner, config).await;
+    }
+    connect_single(inner).await
+}
+
+/// The next generation, made live; every channel must subscribe again on it.
+fn next_generation(inner: &Inner) -> u64 {
+    let mut state = lock(&inner.state);
+    state.next_generation += 1;
+    let generation = state.next_generation;
+    state.live = Some(generation);
+    for entry in state.channels.values_mut() {
+        entry.subscribed = None;
+    }
+    generation
+}
+
+/// A cluster connection whose pushes (RESP3) carry the sharded messages.
+async fn connect_cluster(
+    inner: &Arc<Inner>,
+    config: &crate::config::RedisConfig,
+) -> lock_core::Result<(u64, Sink)> {
+    let (push, pushes) = tokio::sync::mpsc::unbounded_channel();
+    let client = crate::cluster::client(config, Some(push))?;
+    let conn = crate::cluster::connect(&client, inner.connect_timeout).await?;
+    let generation = next_generation(inner);
+    let task = tokio::spawn(read_pushes(Arc::downgrade(inner), pushes, generation));
+    if let Some(old) = lock(&inner.reader).replace(task.abort_handle()) {
+        old.abort();
+    }
+    Ok((generation, Sink::Cluster(conn)))
+}
+
+/// Delivers sharded messages until a connection of the cluster drops (a node failed
+/// or the slot moved), then wakes everyone so they retry and subscribe again.
+async fn read_pushes(
+    inner: Weak<Inner>,
+    mut pushes: tokio::sync::mpsc::UnboundedReceiver<PushInfo>,
+    generation: u64,
+) {
+    while let Some(push) = pushes.recv().await {
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        match push.kind {
+            PushKind::SMessage | PushKind::Message => {
+                if let [redis::Value::BulkString(channel), redis::Value::BulkString(payload), ..] =
+                    &push.data[..]
+                {
+                    let channel = String::from_utf8_lossy(channel);
+                    lock(&inner.state).dispatch(&channel, payload);
+                }
+            }
+            // The server dropped a sharded subscription: its slot moved to another
+            // node (a failover or resharding). The channel's waiters subscribe again,
+            // where the slot is now, and look at the lock.
+            PushKind::SUnsubscribe => {
+                if let Some(redis::Value::BulkString(channel)) = push.data.first() {
+                    let channel = String::from_utf8_lossy(channel);
+                    lock(&inner.state).resubscribe(&channel);
+                }
+            }
+            PushKind::Disconnection => break,
+            _ => {}
+        }
+    }
+    let Some(inner) = inner.upgrade() else {
+        return;
+    };
+    let mut state = lock(&inner.state);
+    if state.live == Some(generation) {
+        state.live = None;
+    }
+    tracing::debug!("Redis Cluster pub/sub connection lost; waking every waiter");
+    state.wake_all();
+}
+
 /// Opens a new pub/sub connection to the current primary and starts its reader task.
 /// (Under Sentinel, a subscription left on a demoted primary still hears releases: a
 /// primary's `PUBLISH` reaches its replicas' subscribers too.)
-async fn connect(inner: &Arc<Inner>) -> lock_core::Result<(u64, PubSubSink)> {
+async fn connect_single(inner: &Arc<Inner>) -> lock_core::Result<(u64, Sink)> {
     let (primary, client) = inner.primary.client(inner.connect_timeout).await?;
     let pubsub = error::within(
         "connecting for pub/sub",
@@ -334,21 +466,12 @@ async fn connect(inner: &Arc<Inner>) -> lock_core::Result<(u64, PubSubSink)> {
         }
     };
     let (sink, stream) = pubsub.split();
-    let generation = {
-        let mut state = lock(&inner.state);
-        state.next_generation += 1;
-        let generation = state.next_generation;
-        state.live = Some(generation);
-        for entry in state.channels.values_mut() {
-            entry.subscribed = None;
-        }
-        generation
-    };
+    let generation = next_generation(inner);
     let task = tokio::spawn(read(Arc::downgrade(inner), stream, generation));
     if let Some(old) = lock(&inner.reader).replace(task.abort_handle()) {
         old.abort();
     }
-    Ok((generation, sink))
+    Ok((generation, Sink::Single(sink)))
 }
 
 /// Delivers messages until the connection ends, then wakes everyone so they retry

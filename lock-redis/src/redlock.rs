@@ -246,7 +246,7 @@ async fn round(nodes: Arc<[Node]>, request: Request, timeouts: Vec<Duration>) ->
             let node = &nodes[*i];
             let timeout = timeouts[*i];
             let call = Call {
-                script: &scripts::REDLOCK_SETTLE,
+                script: scripts::REDLOCK_SETTLE.get(false),
                 keys: vec![request.keys.lock.clone(), request.keys.fence()],
                 args: vec![lease_value(owner, *f), chosen.clone(), fence.to_string()],
             };

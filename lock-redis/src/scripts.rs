@@ -1,15 +1,44 @@
 //! The Lua scripts, compiled into the binary and hashed once. [`redis::Script`] calls
 //! them by `EVALSHA`; on a server that has not seen one yet (first call, restart,
-//! `SCRIPT FLUSH`) it loads it and retries, transparently.
+//! `SCRIPT FLUSH`) it loads it and retries, transparently (on a cluster, `SCRIPT LOAD`
+//! goes to every node).
+//!
+//! Each script comes in two forms: as written, for one server, and with its
+//! `publish` calls turned into `spublish` for Redis Cluster, where waiters listen on
+//! sharded channels (`SSUBSCRIBE`) at the node that owns the lock's slot.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
+/// One script in both forms.
+pub(crate) struct Scripts {
+    plain: LazyLock<Script>,
+    sharded: LazyLock<Script>,
+}
+
+impl Scripts {
+    /// The form for one server (`sharded` false) or for a cluster.
+    pub(crate) fn get(&'static self, sharded: bool) -> &'static Script {
+        if sharded {
+            &self.sharded
+        } else {
+            &self.plain
+        }
+    }
+}
+
+/// `source` with every `publish` call made a sharded one.
+pub(crate) fn sharded(source: &str) -> String {
+    source.replace("redis.call('publish'", "redis.call('spublish'")
+}
+
 macro_rules! script {
     ($name:ident, $file:literal) => {
-        pub(crate) static $name: LazyLock<Script> =
-            LazyLock::new(|| Script::new(include_str!(concat!("lua/", $file))));
+        pub(crate) static $name: Scripts = Scripts {
+            plain: LazyLock::new(|| Script::new(include_str!(concat!("lua/", $file)))),
+            sharded: LazyLock::new(|| Script::new(&sharded(include_str!(concat!("lua/", $file))))),
+        };
     };
 }
 
@@ -22,6 +51,9 @@ script!(RW_ACQUIRE, "rw_acquire.lua");
 script!(RW_RELEASE, "rw_release.lua");
 script!(RW_LEAVE, "rw_leave.lua");
 script!(RENEW, "renew.lua");
+/// Renews leases of many slots on one cluster node in one call.
+pub(crate) static RENEW_ON_NODE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/renew_on_node.lua")));
 script!(INSPECT, "inspect.lua");
 script!(REDLOCK_SETTLE, "redlock_settle.lua");
 

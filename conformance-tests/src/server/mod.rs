@@ -46,6 +46,10 @@ use tokio::time::Instant;
 pub mod container;
 mod probe;
 #[cfg(feature = "redis")]
+pub mod redis_cluster;
+#[cfg(feature = "redis")]
+mod redis_procs;
+#[cfg(feature = "redis")]
 pub mod sentinel;
 pub mod specs;
 

@@ -20,15 +20,13 @@
 //! # Ok(()) }
 //! ```
 
-use std::fs::File;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use lock_redis::redis;
 use tokio::time::Instant;
 
 use super::free_port;
+use super::redis_procs::{data_args, query, Proc};
 
 /// The Sentinel service name the deployment's URL names.
 pub const SERVICE: &str = "locks";
@@ -42,70 +40,6 @@ const READY_LIMIT: Duration = Duration::from_secs(60);
 /// How long a failover may take, from the call or the kill to the new primary.
 const FAILOVER_LIMIT: Duration = Duration::from_secs(60);
 
-/// One redis-server process.
-#[derive(Debug)]
-struct Proc {
-    name: String,
-    port: u16,
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn spawn(
-        name: String,
-        port: u16,
-        dir: &std::path::Path,
-        args: &[String],
-    ) -> Result<Self, String> {
-        let log = dir.join(format!("{name}.log"));
-        let out = File::create(&log).map_err(|e| format!("log file: {e}"))?;
-        let err = out.try_clone().map_err(|e| format!("log file: {e}"))?;
-        let child = Command::new("redis-server")
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .map_err(|e| format!("could not run redis-server for {name}: {e}"))?;
-        Ok(Proc {
-            name,
-            port,
-            child: Some(child),
-            log,
-        })
-    }
-
-    fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        format!(
-            "{} log:\n{}",
-            self.name,
-            lines[lines.len().saturating_sub(15)..].join("\n")
-        )
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    fn exited(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| c.try_wait().ok().flatten().is_some())
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// A primary, `replicas` replicas and three sentinels, started and ready.
 #[derive(Debug)]
 pub struct SentinelDeployment {
@@ -113,56 +47,6 @@ pub struct SentinelDeployment {
     data: Vec<Proc>,
     sentinels: Vec<Proc>,
     dir: tempfile::TempDir,
-}
-
-/// The arguments of a data node on `port`, replicating `primary` if given.
-fn data_args(port: u16, dir: &std::path::Path, primary: Option<u16>) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "--port",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--daemonize",
-        "no",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let data = dir.join(format!("data-{port}"));
-    let _ = std::fs::create_dir_all(&data);
-    args.extend(["--dir".into(), data.display().to_string()]);
-    if let Some(primary) = primary {
-        args.extend([
-            "--replicaof".into(),
-            "127.0.0.1".into(),
-            primary.to_string(),
-        ]);
-    }
-    args
-}
-
-async fn connect(port: u16) -> Result<redis::aio::MultiplexedConnection, String> {
-    let client =
-        redis::Client::open(format!("redis://127.0.0.1:{port}")).map_err(|e| e.to_string())?;
-    tokio::time::timeout(
-        Duration::from_secs(2),
-        client.get_multiplexed_async_connection(),
-    )
-    .await
-    .map_err(|_| format!("no connection to port {port} within 2 s"))?
-    .map_err(|e| format!("port {port}: {e}"))
-}
-
-async fn query<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> Result<T, String> {
-    let mut conn = connect(port).await?;
-    tokio::time::timeout(Duration::from_secs(2), cmd.query_async(&mut conn))
-        .await
-        .map_err(|_| format!("no answer from port {port} within 2 s"))?
-        .map_err(|e| format!("port {port}: {e}"))
 }
 
 impl SentinelDeployment {

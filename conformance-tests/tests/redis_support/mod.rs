@@ -6,10 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use conformance_tests::server::redis_cluster::ClusterDeployment;
 use conformance_tests::server::sentinel::SentinelDeployment;
 use conformance_tests::{Backend, ClientOptions, HolderSpec};
-use lock_core::{LockBackend, LockFamily, LockKey, LockProvider};
-use lock_redis::{redis, RedisBackend, RedisConfig};
+use lock_core::{DistributedLockExt, LockBackend, LockClient, LockFamily, LockKey, LockProvider};
+use lock_redis::{redis, RedisBackend, RedisConfig, RedisConfigBuilder};
+use tokio::time::Instant;
 
 /// Every key of `namespace` on the server at `url` but the fencing counters, which stay
 /// by design: the exclusive lock's bare key `ns:name` and the `{ns:name}:...` keys.
@@ -37,6 +39,8 @@ pub enum Inspect {
     Url(String),
     /// Whichever node the sentinels name as primary now.
     Sentinel(Arc<SentinelDeployment>),
+    /// Every primary of the cluster.
+    Cluster(Arc<ClusterDeployment>),
 }
 
 /// A Redis deployment with one primary, under test.
@@ -88,6 +92,14 @@ impl Backend for Redis {
                 let primary = deployment.primary_port().await?;
                 leftovers(&SentinelDeployment::node_url(primary), namespace).await
             }
+            Inspect::Cluster(cluster) => {
+                let mut left = Vec::new();
+                for primary in cluster.primaries().await? {
+                    let url = SentinelDeployment::node_url(primary);
+                    left.extend(leftovers(&url, namespace).await?);
+                }
+                Ok(left)
+            }
         }
     }
 
@@ -115,4 +127,87 @@ impl Backend for Redis {
         ]);
         Some(cmd)
     }
+}
+
+pub fn config(url: &str) -> RedisConfigBuilder {
+    RedisConfig::builder(url)
+        .connect_timeout(Duration::from_secs(1))
+        .command_timeout(Duration::from_secs(1))
+        .failover_grace(Duration::from_secs(60))
+}
+
+pub fn client(config: RedisConfigBuilder, namespace: &str) -> LockClient<RedisBackend> {
+    let backend = RedisBackend::new(config.build().expect("valid settings")).expect("backend");
+    LockClient::builder(backend)
+        .namespace(namespace)
+        // Long enough to outlast a failover, so the lease is kept across it.
+        .watchdog_lease(Duration::from_secs(10))
+        .build()
+        .expect("client")
+}
+
+/// One client holds a lock and another waits for it while `fault` replaces the node
+/// that serves it (and returns what it did, for the report). The holder must keep the
+/// lock on the new node (its key was replicated) or be told it lost it; the waiter must
+/// never get it while the holder still holds it, and must get it once the holder lets
+/// go.
+pub async fn holder_and_waiter_across<F, Fut>(url: &str, name: &str, fault: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = String>,
+{
+    let namespace = format!("failover-{}", std::process::id());
+    let holder = client(config(url), &namespace);
+    let waiter = client(config(url), &namespace);
+    let held = holder.lock(name).unwrap().acquire().await.expect("acquire");
+    let first_token = held.fencing_token();
+    let waiter_name = name.to_owned();
+    let waiting = tokio::spawn(async move {
+        let lock = waiter.lock(&waiter_name).unwrap();
+        let guard = lock.acquire_timeout(Duration::from_secs(90)).await;
+        (guard, Instant::now(), waiter)
+    });
+    // Let the waiter subscribe and block behind the holder before the fault.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "the waiter got a held lock");
+
+    let fault_at = Instant::now();
+    let what = fault().await;
+    let failover_took = fault_at.elapsed();
+
+    // Over more than one renewal period on the new node, the holder either keeps its
+    // lease or is told it is gone.
+    let lost = tokio::select! {
+        loss = held.lost() => Some(loss),
+        () = tokio::time::sleep(Duration::from_secs(5)) => None,
+    };
+    let released_at = Instant::now();
+    match &lost {
+        None => {
+            if waiting.is_finished() {
+                let (outcome, _, _) = waiting.await.expect("the waiter task");
+                panic!("the waiter ended while the holder still held the lock: {outcome:?}");
+            }
+            assert!(held.is_held());
+            held.release().await.expect("release on the new node");
+        }
+        Some(loss) => println!("the holder was told its lease was lost: {loss:?}"),
+    }
+    let (guard, got_at, _waiter) = tokio::time::timeout(Duration::from_secs(60), waiting)
+        .await
+        .expect("the waiter finishes")
+        .expect("the waiter task");
+    let guard = guard.expect("the waiter gets the lock after the failover");
+    assert!(guard.fencing_token() > first_token);
+    println!(
+        "{what}: took {failover_took:?}; the holder {}; the waiter got the lock {:?} after \
+         the holder let go",
+        if lost.is_some() {
+            "was told of the loss"
+        } else {
+            "kept its lease"
+        },
+        got_at.saturating_duration_since(released_at)
+    );
+    guard.release().await.expect("release");
 }

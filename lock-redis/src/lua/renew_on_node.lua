@@ -1,0 +1,38 @@
+#!lua flags=allow-cross-slot-keys
+-- Renews a batch of leases on one Redis Cluster node, whatever their slots (the
+-- flag lets the script touch keys of every slot this node serves); the same rules as
+-- renew.lua. KEYS[1] routes the call to the node (the first lease's key).
+-- ARGV[1] lease in ms; then per lease i: ARGV[3i-1] its key, ARGV[3i] 's' (a string
+-- key holding the value) or 'r' (a reader in a hash of value -> expiry ms),
+-- ARGV[3i+1] the value.
+-- Returns one 1 (renewed) or 0 (lost) per lease, in order.
+local ttl = tonumber(ARGV[1])
+local now = nil
+local out = {}
+for i = 1, (#ARGV - 1) / 3 do
+  local key = ARGV[3 * i - 1]
+  local kind = ARGV[3 * i]
+  local value = ARGV[3 * i + 1]
+  local renewed = 0
+  if kind == 's' then
+    if redis.pcall('get', key) == value then
+      redis.call('pexpire', key, ttl)
+      renewed = 1
+    end
+  else
+    if now == nil then
+      local t = redis.call('time')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    local expiry = redis.pcall('hget', key, value)
+    if type(expiry) == 'string' and tonumber(expiry) > now then
+      redis.call('hset', key, value, string.format('%d', now + ttl))
+      if redis.call('pttl', key) < ttl then
+        redis.call('pexpire', key, ttl)
+      end
+      renewed = 1
+    end
+  end
+  out[i] = renewed
+end
+return out
