@@ -156,3 +156,89 @@ async fn replica_acknowledgement_cost_is_printed() {
         );
     }
 }
+
+/// Replication is asynchronous: a failover can promote a replica that never received a
+/// lease, nor the fencing counter's last increments. Made certain here: once the
+/// replica has the lease, its key and the counter are deleted on the replica (made
+/// writable), then the primary is killed. The holder must be told at its next renewal,
+/// the waiter must then get the lock, and its token must still be higher: the counter
+/// never restarts below the server clock in microseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_the_failover_loses_is_reported_to_its_holder() {
+    use lock_redis::redis::{self, AsyncCommands};
+
+    let mut deployment = SentinelDeployment::start(1)
+        .await
+        .expect("the Sentinel deployment starts");
+    let url = deployment.url();
+    let ns = format!("lost-{}", std::process::id());
+    let holder = client(config(&url), &ns);
+    let waiter = client(config(&url), &ns);
+    let held = holder
+        .lock("job")
+        .unwrap()
+        .acquire()
+        .await
+        .expect("acquire");
+
+    let primary = deployment.primary_port().await.expect("a primary");
+    let replica = deployment.replica_ports(primary)[0];
+    let replica = redis::Client::open(SentinelDeployment::node_url(replica)).unwrap();
+    let mut replica = replica.get_multiplexed_async_connection().await.unwrap();
+    let key = format!("{ns}:job");
+    let started = Instant::now();
+    while !replica.exists::<_, bool>(&key).await.unwrap() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never replicated"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("replica-read-only")
+        .arg("no")
+        .query_async(&mut replica)
+        .await
+        .unwrap();
+    let deleted: usize = replica
+        .del(&[key.clone(), format!("{{{key}}}:fence")])
+        .await
+        .unwrap();
+    assert_eq!(deleted, 2);
+    let waiting = tokio::spawn(async move {
+        let lock = waiter.lock("job").unwrap();
+        lock.acquire_timeout(Duration::from_secs(90)).await
+    });
+
+    let killed_at = Instant::now();
+    deployment.kill(primary);
+    let new = deployment
+        .wait_for_new_primary(primary)
+        .await
+        .expect("a new primary");
+    let promoted_after = killed_at.elapsed();
+    let loss = tokio::time::timeout(Duration::from_secs(30), held.lost())
+        .await
+        .expect("the holder is told its lease is gone");
+    let told_after = killed_at.elapsed();
+    assert!(!held.is_held());
+    let guard = tokio::time::timeout(Duration::from_secs(60), waiting)
+        .await
+        .expect("the waiter finishes")
+        .expect("the waiter task")
+        .expect("the waiter gets the lock");
+    println!(
+        "primary killed; {new} promoted after {promoted_after:?}; the holder was told after \
+         {told_after:?} ({loss:?}); the waiter got the lock after {:?} with token {} (the \
+         holder's was {})",
+        killed_at.elapsed(),
+        guard.fencing_token(),
+        held.fencing_token()
+    );
+    assert!(
+        guard.fencing_token() > held.fencing_token(),
+        "a token was issued again after the counter was lost"
+    );
+    guard.release().await.expect("release");
+}

@@ -37,7 +37,9 @@
 //! redsync and rslock. A lock held by one of those clients (`SET key token NX PX`)
 //! excludes ours, and ours excludes theirs. Its fencing counter and every key of the
 //! fair and read-write locks live at `{namespace:name}:...`, in the same hash slot.
-//! The fencing counter never expires (tokens must keep increasing).
+//! The fencing counter never expires (tokens must keep increasing), and a grant never
+//! takes a token below the server clock in microseconds: a counter lost to a failover
+//! or to a restart without persistence starts again above every token issued before.
 //!
 //! # Waiting
 //!

@@ -34,20 +34,37 @@ pub(crate) fn sharded(source: &str) -> String {
 }
 
 macro_rules! script {
-    ($name:ident, $file:literal) => {
+    ($name:ident, $prelude:ident, $file:literal) => {
         pub(crate) static $name: Scripts = Scripts {
-            plain: LazyLock::new(|| Script::new(include_str!(concat!("lua/", $file)))),
-            sharded: LazyLock::new(|| Script::new(&sharded(include_str!(concat!("lua/", $file))))),
+            plain: LazyLock::new(|| {
+                Script::new(&format!(
+                    "{}{}",
+                    $prelude,
+                    include_str!(concat!("lua/", $file))
+                ))
+            }),
+            sharded: LazyLock::new(|| {
+                let source = format!("{}{}", $prelude, include_str!(concat!("lua/", $file)));
+                Script::new(&sharded(&source))
+            }),
         };
+    };
+    ($name:ident, $file:literal) => {
+        script!($name, NO_PRELUDE, $file);
     };
 }
 
-script!(EXCLUSIVE_ACQUIRE, "exclusive_acquire.lua");
+/// What the scripts that grant nothing start with.
+const NO_PRELUDE: &str = "";
+/// `next_fence(key)`, for the scripts that grant leases (see the file).
+const NEXT_FENCE: &str = include_str!("lua/next_fence.lua");
+
+script!(EXCLUSIVE_ACQUIRE, NEXT_FENCE, "exclusive_acquire.lua");
 script!(EXCLUSIVE_RELEASE, "exclusive_release.lua");
-script!(FAIR_ACQUIRE, "fair_acquire.lua");
+script!(FAIR_ACQUIRE, NEXT_FENCE, "fair_acquire.lua");
 script!(FAIR_RELEASE, "fair_release.lua");
 script!(FAIR_LEAVE, "fair_leave.lua");
-script!(RW_ACQUIRE, "rw_acquire.lua");
+script!(RW_ACQUIRE, NEXT_FENCE, "rw_acquire.lua");
 script!(RW_RELEASE, "rw_release.lua");
 script!(RW_LEAVE, "rw_leave.lua");
 script!(RENEW, "renew.lua");

@@ -119,18 +119,25 @@ async fn redlock_fails_cleanly_with_three_of_five_masters_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_fences_increase_even_when_counters_disagree() {
     let mut servers = cluster(5);
-    // One master's counter is far ahead (say it took part in grants the others missed).
+    // One master's counter is far ahead (say it took part in grants the others missed;
+    // counters never start below the clock in microseconds, so "far ahead" is ahead of
+    // that: year 2128).
+    const AHEAD: u64 = 5_000_000_000_000_000;
     let mut raw = servers[0].raw().await;
-    let _: () = raw.set("{fence:k}:fence", 100).await.unwrap();
+    let _: () = raw.set("{fence:k}:fence", AHEAD).await.unwrap();
     let c = client(&servers, "fence");
     let first = c.lock("k").unwrap().try_acquire().await.unwrap().unwrap();
-    assert_eq!(first.fencing_token(), 101);
+    assert_eq!(first.fencing_token(), AHEAD + 1);
     first.release().await.unwrap();
     // Without the master that had the high counter, the next grant must still be
-    // larger: the grant raised the others of its majority to 101.
+    // larger: the grant raised the others of its majority to it.
     servers[0].stop();
     let second = c.lock("k").unwrap().try_acquire().await.unwrap().unwrap();
-    assert!(second.fencing_token() > 101, "{}", second.fencing_token());
+    assert!(
+        second.fencing_token() > AHEAD + 1,
+        "{}",
+        second.fencing_token()
+    );
     second.release().await.unwrap();
 }
 

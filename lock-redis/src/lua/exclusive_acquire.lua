@@ -19,6 +19,6 @@ if holder and string.sub(holder, 1, #ARGV[1] + 1) ~= ARGV[1] .. ':' then
   end
   return {0, redis.call('pttl', KEYS[1]), silent}
 end
-local fence = redis.call('incr', KEYS[2])
+local fence = next_fence(KEYS[2])
 redis.call('set', KEYS[1], ARGV[1] .. ':' .. string.format('%d', fence), 'PX', ARGV[2])
 return {1, fence}

@@ -16,7 +16,7 @@ local holder = redis.call('get', KEYS[1])
 if holder and string.sub(holder, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
   redis.call('lrem', KEYS[2], 0, me)
   redis.call('zrem', KEYS[3], me)
-  local fence = redis.call('incr', KEYS[4])
+  local fence = next_fence(KEYS[4])
   redis.call('set', KEYS[1], ARGV[1] .. ':' .. string.format('%d', fence), 'PX', ARGV[2])
   return {1, fence}
 end
@@ -34,7 +34,7 @@ if not held and (not head or head == me) then
     redis.call('lpop', KEYS[2])
     redis.call('zrem', KEYS[3], me)
   end
-  local fence = redis.call('incr', KEYS[4])
+  local fence = next_fence(KEYS[4])
   redis.call('set', KEYS[1], ARGV[1] .. ':' .. string.format('%d', fence), 'PX', ARGV[2])
   return {1, fence}
 end

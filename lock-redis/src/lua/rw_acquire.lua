@@ -47,7 +47,7 @@ if ARGV[3] == 'r' then
       return {0, tonumber(first[2]) - now}
     end
   end
-  local fence = redis.call('incr', KEYS[4])
+  local fence = next_fence(KEYS[4])
   redis.call('hset', KEYS[2], owner .. ':' .. string.format('%d', fence),
     string.format('%d', now + lease))
   if redis.call('pttl', KEYS[2]) < lease then
@@ -70,7 +70,7 @@ if writer or live > 0 then
   end
   return {0, wait}
 end
-local fence = redis.call('incr', KEYS[4])
+local fence = next_fence(KEYS[4])
 redis.call('set', KEYS[1], owner .. ':' .. string.format('%d', fence), 'PX', lease)
 redis.call('zrem', KEYS[3], ARGV[4])
 return {1, fence}
