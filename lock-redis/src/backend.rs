@@ -18,7 +18,7 @@ use crate::calls::{self, Call, Request};
 use crate::config::{RedisConfig, ReplicaAcks, TooFewReplicas};
 use crate::error::{self as err, BACKEND};
 use crate::keys::{lease_value, Keys};
-use crate::node::{Line, Node};
+use crate::node::Node;
 use crate::scripts::{Attempt, Blocker};
 
 /// Leases per renewal script call; larger batches are split so one call never blocks
@@ -153,7 +153,7 @@ pub(crate) async fn attempt(
     node: &Node,
     call: Call,
     lease: Duration,
-    undo: impl FnOnce(u64) -> Call + Send + 'static,
+    undo: impl Fn(u64) -> Call + Send + Sync + 'static,
     permit: Option<OwnedMutexGuard<()>>,
 ) -> Result<Attempt> {
     let call_node = node.clone();
@@ -162,25 +162,20 @@ pub(crate) async fn attempt(
     let call_timeout = node.call_timeout() + acks_wait;
     // A grant that arrives after its lease would have run out needs no undo.
     let reply_limit = call_timeout + lease;
-    let line = if acks.is_some() {
-        Line::Acks
-    } else {
-        Line::Command
-    };
+    let undo: Undo = Arc::new(undo);
+    let call_undo = undo.clone();
     let mut in_flight = InFlight {
         call: Some(Box::pin(async move {
-            let attempt = call_node
-                .call_within::<Vec<i64>>("acquire", line, &call, reply_limit)
-                .await
-                .and_then(|reply| Attempt::from_reply(reply).map_err(Error::from))?;
-            let acked = match (&attempt, acks) {
-                (Attempt::Granted(_), Some(acks)) => Some(replicas_acked(&call_node, acks).await),
-                _ => None,
-            };
-            Ok((attempt, acked))
+            match acks {
+                None => call_node
+                    .call_within::<Vec<i64>>("acquire", &call, reply_limit)
+                    .await
+                    .and_then(|reply| Attempt::from_reply(reply).map_err(Error::from)),
+                Some(acks) => acquire_acked(&call_node, &call, acks, reply_limit, call_undo).await,
+            }
         })),
         node: node.clone(),
-        undo: Some(Box::new(undo)),
+        undo: Some(undo),
         permit,
     };
     let call = in_flight.call.as_mut().expect("set above");
@@ -193,55 +188,75 @@ pub(crate) async fn attempt(
             })
         })?;
     in_flight.call = None;
-    let (attempt, acked) = result?;
-    let (Attempt::Granted(fence), Some(acked), Some(acks)) = (&attempt, acked, acks) else {
+    result
+}
+
+/// The release of the grant with a given fence, shared by the call (which gives back
+/// a grant too few replicas have) and its [`InFlight`] guard.
+type Undo = Arc<dyn Fn(u64) -> Call + Send + Sync>;
+
+/// An acquire under replica acknowledgement: the script, then, after a grant,
+/// `WAIT n timeout`, both on one connection that nothing else uses meanwhile (`WAIT`
+/// counts what that connection wrote, and blocks it until the replicas answer). A
+/// grant too few replicas acknowledged (or whose `WAIT` failed) is released here and
+/// reported as [`err::Error::TooFewReplicas`], unless the configuration keeps it. `WAIT`
+/// is never sent on another connection: it would count nothing and pass.
+async fn acquire_acked(
+    node: &Node,
+    call: &Call,
+    acks: ReplicaAcks,
+    limit: Duration,
+    undo: Undo,
+) -> Result<Attempt> {
+    let mut conn = node.acks_conn().await?;
+    let reply = err::within("acquire", limit, call.invocation().invoke_async(conn.get())).await;
+    let attempt = match reply {
+        Ok(reply) => Attempt::from_reply(reply).map_err(Error::from)?,
+        Err(error) => {
+            conn.failed();
+            return Err(error);
+        }
+    };
+    let Attempt::Granted(fence) = attempt else {
         return Ok(attempt);
     };
+    let timeout_ms = u64::try_from(acks.timeout.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    let mut wait = redis::cmd("WAIT");
+    wait.arg(acks.replicas).arg(timeout_ms);
+    let waited = node.config().command_timeout() + acks.timeout;
+    let acked: Result<i64> = err::within("WAIT", waited, wait.query_async(conn.get())).await;
     let shortfall = match acked {
         Ok(n) if n >= i64::from(acks.replicas) => return Ok(attempt),
         Ok(n) => format!(
             "only {n} of {} replicas acknowledged the grant within {:?}",
             acks.replicas, acks.timeout
         ),
-        Err(err) => format!("could not learn whether replicas have the grant: {err}"),
+        Err(error) => {
+            conn.failed();
+            format!("could not learn whether replicas have the grant: {error}")
+        }
     };
+    drop(conn);
     if acks.on_too_few == TooFewReplicas::KeepAndWarn {
         tracing::warn!(fence, "{shortfall}; keeping the lock as configured");
         return Ok(attempt);
     }
-    if let Some(undo) = in_flight.undo.take() {
-        if let Err(error) = node.call::<i64>("release", &undo(*fence)).await {
-            tracing::warn!(%error, "could not release a grant too few replicas have; its lease will run out");
-        }
+    // Inside the call: a dropped acquire finishes this release in its spawned task.
+    if let Err(error) = node.call::<i64>("release", &undo(fence)).await {
+        tracing::warn!(%error, "could not release a grant too few replicas have; its lease will run out");
     }
     Err(err::Error::TooFewReplicas(format!("{shortfall}; released it")).into())
 }
 
-/// How many replicas have everything the acks connection wrote so far (`WAIT`).
-async fn replicas_acked(node: &Node, acks: ReplicaAcks) -> Result<i64> {
-    let timeout_ms = u64::try_from(acks.timeout.as_millis())
-        .unwrap_or(u64::MAX)
-        .max(1);
-    let mut wait = redis::cmd("WAIT");
-    wait.arg(acks.replicas).arg(timeout_ms);
-    node.query_on(
-        "WAIT",
-        Line::Acks,
-        &wait,
-        node.call_timeout() + acks.timeout,
-    )
-    .await
-}
-
-/// The acquire call's outcome and, for a grant under replica acknowledgement, how
-/// many replicas have it.
-type AttemptCall = Pin<Box<dyn Future<Output = Result<(Attempt, Option<Result<i64>>)>> + Send>>;
+type AttemptCall = Pin<Box<dyn Future<Output = Result<Attempt>> + Send>>;
 
 /// An acquire call that may be abandoned half way; see [`attempt`].
 struct InFlight {
     call: Option<AttemptCall>,
     node: Node,
-    undo: Option<Box<dyn FnOnce(u64) -> Call + Send>>,
+    undo: Option<Undo>,
     permit: Option<OwnedMutexGuard<()>>,
 }
 
@@ -257,7 +272,7 @@ impl Drop for InFlight {
         let permit = self.permit.take();
         self.node.cleanups().spawn_on(&runtime, async move {
             let _permit = permit;
-            if let Ok((Attempt::Granted(fence), _)) = call.await {
+            if let Ok(Attempt::Granted(fence)) = call.await {
                 tracing::debug!(fence, "acquire abandoned after it was granted; releasing");
                 let _ = node.call::<i64>("release", &undo(fence)).await;
             }
@@ -613,28 +628,36 @@ async fn renew_on_cluster<L>(
         let (key, reader, value) = &entries[i];
         (key.clone(), *reader, value.as_str())
     };
+    // One lease on its own, routed by its key (slots may have moved).
+    let renew_one = |i: usize| async move {
+        let one: Vec<i64> = node.call("renew", &calls::renew([entry(i)], ttl)).await?;
+        Ok::<i64, Error>(one.first().copied().unwrap_or(0))
+    };
     let renew_group = |group: Vec<usize>| async move {
         let call = calls::renew_on_node(group.iter().map(|&i| entry(i)), ttl);
-        match node.call::<Vec<i64>>("renew", &call).await {
-            Ok(renewed) if renewed.len() == group.len() => Ok((group, renewed)),
-            Ok(renewed) => Err(err::Error::UnexpectedReply(format!(
-                "{} renewals for {} leases",
-                renewed.len(),
-                group.len()
-            ))
-            .into()),
+        let mut renewed = match node.call::<Vec<i64>>("renew", &call).await {
+            Ok(renewed) if renewed.len() == group.len() => renewed,
+            Ok(renewed) => {
+                return Err(err::Error::UnexpectedReply(format!(
+                    "{} renewals for {} leases",
+                    renewed.len(),
+                    group.len()
+                ))
+                .into())
+            }
             Err(error) if group.len() > 1 => {
                 tracing::debug!(%error, "batched renewal failed (slots moving?); renewing one by one");
-                let mut renewed = Vec::with_capacity(group.len());
-                for &i in &group {
-                    let call = calls::renew([entry(i)], ttl);
-                    let one: Vec<i64> = node.call("renew", &call).await?;
-                    renewed.push(one.first().copied().unwrap_or(0));
-                }
-                Ok((group, renewed))
+                vec![-1; group.len()]
             }
-            Err(error) => Err(error),
+            Err(error) => return Err(error),
+        };
+        // Leases whose slot this node no longer serves: renewed where it went.
+        for (slot, &i) in renewed.iter_mut().zip(&group) {
+            if *slot == -1 {
+                *slot = renew_one(i).await?;
+            }
         }
+        Ok((group, renewed))
     };
     let results = futures::future::join_all(groups.into_iter().map(renew_group)).await;
     let mut out = vec![Renewal::Lost; leases.len()];

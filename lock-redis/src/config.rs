@@ -338,8 +338,9 @@ impl RedisConfigBuilder {
     /// acknowledge in `timeout` is released and the acquire fails with a retryable
     /// [`Error::Unavailable`], unless [`TooFewReplicas::KeepAndWarn`] is chosen.
     ///
-    /// Costs one more round trip per grant (on a connection of its own, so a `WAIT`
-    /// held up by a slow replica never delays releases or renewals).
+    /// Costs one more round trip per grant. Each acquire runs on a connection it has
+    /// to itself (from a small pool), so a `WAIT` held up by a slow replica delays
+    /// neither other acquires nor releases and renewals.
     ///
     /// ```
     /// use std::time::Duration;

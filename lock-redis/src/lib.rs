@@ -38,8 +38,9 @@
 //! excludes ours, and ours excludes theirs. Its fencing counter and every key of the
 //! fair and read-write locks live at `{namespace:name}:...`, in the same hash slot.
 //! The fencing counter never expires (tokens must keep increasing), and a grant never
-//! takes a token below the server clock in microseconds: a counter lost to a failover
-//! or to a restart without persistence starts again above every token issued before.
+//! takes a token below the server clock's whole second times a million: a counter lost
+//! to a failover or to a restart without persistence starts again above every token
+//! issued before.
 //!
 //! # Waiting
 //!

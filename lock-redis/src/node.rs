@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_core::{Cleanups, Result};
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, ScriptInvocation, Value};
@@ -15,16 +17,6 @@ use crate::config::RedisConfig;
 use crate::error;
 use crate::primary::Primary;
 use crate::pubsub::PubSub;
-
-/// Which of a node's command connections a call uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Line {
-    /// Every call but those below.
-    Command,
-    /// Grants that wait for replicas (`WAIT` blocks its connection until they answer,
-    /// which must not hold up releases and renewals).
-    Acks,
-}
 
 /// A command connection: to one server (or the current primary), or to a cluster.
 #[derive(Clone)]
@@ -85,7 +77,9 @@ struct NodeInner {
     /// Made on first use, inside the runtime (the manager spawns a task), for the
     /// primary of the generation beside it.
     conn: Mutex<Option<(u64, Conn)>>,
-    acks_conn: Mutex<Option<(u64, Conn)>>,
+    /// Idle connections for grants under replica acknowledgement, with the primary
+    /// generation each was made for (see [`AcksConn`]).
+    acks_pool: Arc<Mutex<Vec<(u64, MultiplexedConnection)>>>,
     pubsub: PubSub,
     /// Undos and queue removals left running by dropped or timed-out calls.
     cleanups: Cleanups,
@@ -109,7 +103,7 @@ impl Node {
                 primary,
                 cluster,
                 conn: Mutex::new(None),
-                acks_conn: Mutex::new(None),
+                acks_pool: Arc::default(),
                 pubsub,
                 cleanups: Cleanups::default(),
             }),
@@ -142,17 +136,17 @@ impl Node {
     /// A command connection to the current primary, and the primary's generation. The
     /// manager reconnects by itself after a failure; a call made while the server is
     /// down fails after one connection attempt.
-    async fn conn(&self, line: Line) -> Result<(u64, Conn)> {
+    async fn conn(&self) -> Result<(u64, Conn)> {
         let config = &self.inner.config;
         if let Some(cluster) = &self.inner.cluster {
             return self.cluster_conn(cluster).await;
         }
         let (generation, client) = self.inner.primary.client(config.call_timeout()).await?;
-        let slot = match line {
-            Line::Command => &self.inner.conn,
-            Line::Acks => &self.inner.acks_conn,
-        };
-        let mut conn = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut conn = self
+            .inner
+            .conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some((made_for, conn)) = &*conn {
             if *made_for == generation {
                 return Ok((generation, conn.clone()));
@@ -209,7 +203,6 @@ impl Node {
     async fn run<T, Fut>(
         &self,
         what: &'static str,
-        line: Line,
         limit: Duration,
         call: impl Fn(Conn) -> Fut,
     ) -> Result<T>
@@ -219,13 +212,13 @@ impl Node {
         let primary = &self.inner.primary;
         let mut used = None;
         let attempt = async {
-            let (generation, conn) = self.conn(line).await?;
+            let (generation, conn) = self.conn().await?;
             used = Some(generation);
             match call(conn.clone()).await {
                 Err(err) if primary.follows_failover() && error::may_have_moved(&err) => {
                     tracing::debug!(what, error = %err, "the primary may have moved; calling again on the one Sentinel names");
                     primary.forget(generation);
-                    let (generation, conn) = self.conn(line).await?;
+                    let (generation, conn) = self.conn().await?;
                     used = Some(generation);
                     call(conn).await.map_err(error::map)
                 }
@@ -256,12 +249,9 @@ impl Node {
         what: &'static str,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T> {
-        self.run(
-            what,
-            Line::Command,
-            self.call_timeout(),
-            |mut conn| async move { invocation.invoke_async(&mut conn).await },
-        )
+        self.run(what, self.call_timeout(), |mut conn| async move {
+            invocation.invoke_async(&mut conn).await
+        })
         .await
     }
 
@@ -279,17 +269,15 @@ impl Node {
         self.eval(what, &call.invocation()).await
     }
 
-    /// Runs one of the crate's script calls on `line`, waiting for its reply up to
-    /// `limit`.
+    /// Runs one of the crate's script calls, waiting for its reply up to `limit`.
     pub(crate) async fn call_within<T: FromRedisValue>(
         &self,
         what: &'static str,
-        line: Line,
         call: &crate::calls::Call,
         limit: Duration,
     ) -> Result<T> {
         let invocation = call.invocation();
-        self.run(what, line, limit, |mut conn| {
+        self.run(what, limit, |mut conn| {
             let invocation = &invocation;
             async move { invocation.invoke_async(&mut conn).await }
         })
@@ -302,21 +290,83 @@ impl Node {
         what: &'static str,
         cmd: &redis::Cmd,
     ) -> Result<T> {
-        self.query_on(what, Line::Command, cmd, self.call_timeout())
-            .await
-    }
-
-    /// Runs a plain command on `line`, waiting for its reply up to `limit`.
-    pub(crate) async fn query_on<T: FromRedisValue>(
-        &self,
-        what: &'static str,
-        line: Line,
-        cmd: &redis::Cmd,
-        limit: Duration,
-    ) -> Result<T> {
-        self.run(what, line, limit, |mut conn| async move {
+        self.run(what, self.call_timeout(), |mut conn| async move {
             cmd.query_async(&mut conn).await
         })
         .await
+    }
+
+    /// A connection to the current primary that only the caller uses until it drops
+    /// the guard: an idle one from the pool, or a new one (within the connect timeout).
+    pub(crate) async fn acks_conn(&self) -> Result<AcksConn> {
+        let config = &self.inner.config;
+        let (generation, client) = self.inner.primary.client(config.call_timeout()).await?;
+        let idle = {
+            let mut pool = self
+                .inner
+                .acks_pool
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            // Connections made for an older primary are dropped here.
+            pool.retain(|(made_for, _)| *made_for == generation);
+            pool.pop()
+        };
+        let conn = match idle {
+            Some((_, conn)) => conn,
+            None => {
+                error::within(
+                    "connecting",
+                    config.connect_timeout(),
+                    client.get_multiplexed_async_connection(),
+                )
+                .await?
+            }
+        };
+        Ok(AcksConn {
+            conn: Some(conn),
+            generation,
+            pool: self.inner.acks_pool.clone(),
+            primary: self.inner.primary.clone(),
+        })
+    }
+}
+
+/// How many idle connections for acknowledged grants a node keeps.
+const ACKS_POOL: usize = 16;
+
+/// A connection for one acknowledged grant; back to the pool when dropped, unless
+/// [`AcksConn::failed`] was called (then, under Sentinel, the primary is looked up
+/// again: the failure may mean it moved).
+pub(crate) struct AcksConn {
+    conn: Option<MultiplexedConnection>,
+    generation: u64,
+    pool: Arc<Mutex<Vec<(u64, MultiplexedConnection)>>>,
+    primary: Arc<Primary>,
+}
+
+impl AcksConn {
+    pub(crate) fn get(&mut self) -> &mut MultiplexedConnection {
+        self.conn.as_mut().expect("taken only on drop")
+    }
+
+    /// The connection failed: drop it rather than pool it.
+    pub(crate) fn failed(&mut self) {
+        self.conn = None;
+        self.primary.forget(self.generation);
+    }
+}
+
+impl Drop for AcksConn {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        let mut pool = self
+            .pool
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if pool.len() < ACKS_POOL {
+            pool.push((self.generation, conn));
+        }
     }
 }

@@ -128,20 +128,22 @@ impl Primary {
         })
         .await?;
         let mut current = self.current();
-        match &current.client {
-            Some(client) => Ok((current.generation, client.clone())),
-            None if current.generation == generation => {
-                tracing::debug!(
-                    service = %lookup.service,
-                    address = ?found.get_connection_info().addr(),
-                    "Sentinel named the primary"
-                );
-                current.client = Some(found.clone());
-                Ok((generation, found))
-            }
-            // Forgotten again meanwhile: use the answer once, keep nothing.
-            None => Ok((generation, found)),
+        if let Some(client) = &current.client {
+            return Ok((current.generation, client.clone()));
         }
+        // Kept under the generation current now, even if a failure forgot the primary
+        // again while this lookup ran: connections cached for an older generation are
+        // then never handed out with it. A stale answer costs one more failure.
+        if current.generation != generation {
+            tracing::debug!("the primary was forgotten again during the lookup");
+        }
+        tracing::debug!(
+            service = %lookup.service,
+            address = ?found.get_connection_info().addr(),
+            "Sentinel named the primary"
+        );
+        current.client = Some(found.clone());
+        Ok((current.generation, found))
     }
 
     /// Forgets the primary of `generation` after a failure that may mean it moved;

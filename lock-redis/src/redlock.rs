@@ -108,12 +108,21 @@ impl RedLockBackend {
     /// A backend over the masters `configs` describe. No I/O.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty list or settings that cannot make a
-    /// client.
+    /// [`Error::InvalidArgument`] for an empty list, settings that cannot make a
+    /// client, or a master that is a Redis Cluster or asks for replica
+    /// acknowledgement (RedLock's masters are independent single servers).
     pub fn new(configs: impl IntoIterator<Item = RedisConfig>) -> Result<Self> {
         let nodes = configs
             .into_iter()
-            .map(Node::new)
+            .map(|config| {
+                if config.is_cluster() || config.replica_acks().is_some() {
+                    return Err(Error::invalid_argument(
+                        "RedLock masters are independent servers: no Redis Cluster and no \
+                         replica acknowledgement",
+                    ));
+                }
+                Node::new(config)
+            })
             .collect::<Result<Vec<_>>>()?;
         if nodes.is_empty() {
             return Err(Error::invalid_argument(

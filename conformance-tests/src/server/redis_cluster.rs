@@ -255,17 +255,28 @@ impl ClusterDeployment {
             .ok_or_else(|| format!("no primary serves slot {slot}"))
     }
 
-    /// A replica of the primary on `primary`.
+    /// A replica of the primary on `primary` (waiting, up to a minute, until the
+    /// node asked has heard of one).
     ///
     /// # Errors
     /// No node answered, or it has no replica.
     pub async fn replica_of(&self, primary: u16) -> Result<u16, String> {
-        self.slots()
-            .await?
-            .into_iter()
-            .find(|(_, _, p, replicas)| *p == primary && !replicas.is_empty())
-            .map(|(_, _, _, replicas)| replicas[0])
-            .ok_or_else(|| format!("no replica of {primary}"))
+        let started = Instant::now();
+        loop {
+            let replica = self
+                .slots()
+                .await?
+                .into_iter()
+                .find(|(_, _, p, replicas)| *p == primary && !replicas.is_empty())
+                .map(|(_, _, _, replicas)| replicas[0]);
+            match replica {
+                Some(replica) => return Ok(replica),
+                None if started.elapsed() > LIMIT => {
+                    return Err(format!("no replica of {primary}"))
+                }
+                None => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
     }
 
     /// Promotes the replica on `replica` (`CLUSTER FAILOVER`: its primary hands over

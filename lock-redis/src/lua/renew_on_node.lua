@@ -5,7 +5,9 @@
 -- ARGV[1] lease in ms; then per lease i: ARGV[3i-1] its key, ARGV[3i] 's' (a string
 -- key holding the value) or 'r' (a reader in a hash of value -> expiry ms),
 -- ARGV[3i+1] the value.
--- Returns one 1 (renewed) or 0 (lost) per lease, in order.
+-- Returns one 1 (renewed), 0 (lost) or -1 (the key could not be read here, most
+-- likely because its slot moved since the caller read the slot map: the caller renews
+-- it on its own) per lease, in order.
 local ttl = tonumber(ARGV[1])
 local now = nil
 local out = {}
@@ -14,8 +16,11 @@ for i = 1, (#ARGV - 1) / 3 do
   local kind = ARGV[3 * i]
   local value = ARGV[3 * i + 1]
   local renewed = 0
-  if kind == 's' then
-    if redis.pcall('get', key) == value then
+  local held = redis.pcall('get', key)
+  if type(held) == 'table' and held.err then
+    renewed = -1
+  elseif kind == 's' then
+    if held == value then
       redis.call('pexpire', key, ttl)
       renewed = 1
     end
