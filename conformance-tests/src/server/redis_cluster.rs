@@ -24,7 +24,6 @@ use std::time::Duration;
 use lock_redis::redis;
 use tokio::time::Instant;
 
-use super::free_port;
 use super::redis_procs::{data_args, query, Proc};
 
 /// Three primaries, each with one replica.
@@ -84,24 +83,24 @@ impl ClusterDeployment {
             .map_err(|e| format!("temp dir: {e}"))?;
         let mut nodes = Vec::new();
         for i in 0..NODES {
-            let port = free_port().map_err(|e| e.to_string())?;
-            let bus = free_port().map_err(|e| e.to_string())?;
-            let mut args = data_args(port, dir.path(), None);
-            let conf = dir.path().join(format!("nodes-{port}.conf"));
-            args.extend([
-                "--cluster-enabled".into(),
-                "yes".into(),
-                "--cluster-config-file".into(),
-                conf.display().to_string(),
-                "--cluster-port".into(),
-                bus.to_string(),
-                "--cluster-node-timeout".into(),
-                NODE_TIMEOUT.as_millis().to_string(),
-            ]);
-            nodes.push(Proc::spawn(format!("node{i}"), port, dir.path(), &args)?);
+            let node_args = |port: u16, bus: u16| {
+                let mut args = data_args(port, dir.path(), None);
+                let conf = dir.path().join(format!("nodes-{port}.conf"));
+                args.extend([
+                    "--cluster-enabled".into(),
+                    "yes".into(),
+                    "--cluster-config-file".into(),
+                    conf.display().to_string(),
+                    "--cluster-port".into(),
+                    bus.to_string(),
+                    "--cluster-node-timeout".into(),
+                    NODE_TIMEOUT.as_millis().to_string(),
+                ]);
+                Ok(args)
+            };
+            nodes.push(Proc::start(&format!("node{i}"), dir.path(), node_args).await?);
         }
         let mut cluster = ClusterDeployment { nodes, dir };
-        cluster.wait(|c| Box::pin(c.all_answer())).await?;
         cluster.create().await?;
         cluster.wait(|c| Box::pin(c.formed())).await?;
         Ok(cluster)
@@ -157,13 +156,6 @@ impl ClusterDeployment {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-    }
-
-    async fn all_answer(&self) -> Result<bool, String> {
-        for node in &self.nodes {
-            let _: String = query(node.port, &redis::cmd("PING")).await?;
-        }
-        Ok(true)
     }
 
     async fn formed(&self) -> Result<bool, String> {

@@ -17,7 +17,62 @@ pub(crate) struct Proc {
     log: PathBuf,
 }
 
+/// How many times a node is started on other ports when its port was taken between
+/// picking it and binding it (by another process, or an outgoing connection's
+/// ephemeral port).
+const START_ATTEMPTS: usize = 5;
+/// How long a node may take to answer `PING` after it is started.
+const START_LIMIT: Duration = Duration::from_secs(30);
+
 impl Proc {
+    /// Starts `name` on a free port (plus a second free port for its own use, such as
+    /// a cluster bus), with the arguments `args(port, second)` gives, and waits until
+    /// it answers `PING`. A start that fails because a port was taken is tried again
+    /// on other ports.
+    ///
+    /// # Errors
+    /// It did not start, with its log.
+    pub(crate) async fn start(
+        name: &str,
+        dir: &std::path::Path,
+        args: impl Fn(u16, u16) -> Result<Vec<String>, String>,
+    ) -> Result<Self, String> {
+        let mut last = String::new();
+        for _ in 0..START_ATTEMPTS {
+            let port = super::free_port().map_err(|e| e.to_string())?;
+            let second = loop {
+                let second = super::free_port().map_err(|e| e.to_string())?;
+                if second != port {
+                    break second;
+                }
+            };
+            let mut proc = Proc::spawn(name.to_owned(), port, dir, &args(port, second)?)?;
+            let started = tokio::time::Instant::now();
+            loop {
+                if proc.exited() {
+                    last = proc.log_tail();
+                    break;
+                }
+                if query::<String>(port, &redis::cmd("PING")).await.is_ok() {
+                    return Ok(proc);
+                }
+                if started.elapsed() > START_LIMIT {
+                    return Err(format!(
+                        "{name} did not answer within {START_LIMIT:?}; {}",
+                        proc.log_tail()
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if !last.contains("Address already in use") {
+                return Err(format!("{name} exited at start; {last}"));
+            }
+        }
+        Err(format!(
+            "{name} found no free port in {START_ATTEMPTS} tries; {last}"
+        ))
+    }
+
     pub(crate) fn spawn(
         name: String,
         port: u16,

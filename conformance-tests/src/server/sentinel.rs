@@ -25,7 +25,6 @@ use std::time::Duration;
 use lock_redis::redis;
 use tokio::time::Instant;
 
-use super::free_port;
 use super::redis_procs::{data_args, query, Proc};
 
 /// The Sentinel service name the deployment's URL names.
@@ -61,39 +60,36 @@ impl SentinelDeployment {
             .prefix("lock-test-redis-sentinel-")
             .tempdir()
             .map_err(|e| format!("temp dir: {e}"))?;
-        let primary_port = free_port().map_err(|e| e.to_string())?;
-        let mut data = vec![Proc::spawn(
-            "primary".into(),
-            primary_port,
-            dir.path(),
-            &data_args(primary_port, dir.path(), None),
-        )?];
+        let primary = Proc::start("primary", dir.path(), |port, _| {
+            Ok(data_args(port, dir.path(), None))
+        })
+        .await?;
+        let primary_port = primary.port;
+        let mut data = vec![primary];
         for i in 0..replicas {
-            let port = free_port().map_err(|e| e.to_string())?;
-            let args = data_args(port, dir.path(), Some(primary_port));
-            data.push(Proc::spawn(format!("replica{i}"), port, dir.path(), &args)?);
+            let replica = Proc::start(&format!("replica{i}"), dir.path(), |port, _| {
+                Ok(data_args(port, dir.path(), Some(primary_port)))
+            })
+            .await?;
+            data.push(replica);
         }
         let mut sentinels = Vec::new();
         for i in 0..SENTINELS {
-            let port = free_port().map_err(|e| e.to_string())?;
-            let conf = dir.path().join(format!("sentinel{i}.conf"));
-            let text = format!(
-                "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
-                 sentinel monitor {SERVICE} 127.0.0.1 {primary_port} {QUORUM}\n\
-                 sentinel down-after-milliseconds {SERVICE} {down}\n\
-                 sentinel failover-timeout {SERVICE} 10000\n\
-                 sentinel parallel-syncs {SERVICE} 1\n",
-                dir = dir.path().display(),
-                down = DOWN_AFTER.as_millis(),
-            );
-            std::fs::write(&conf, text).map_err(|e| format!("sentinel config: {e}"))?;
-            let args = [conf.display().to_string(), "--sentinel".into()];
-            sentinels.push(Proc::spawn(
-                format!("sentinel{i}"),
-                port,
-                dir.path(),
-                &args,
-            )?);
+            let sentinel_args = |port: u16, _| {
+                let conf = dir.path().join(format!("sentinel{i}.conf"));
+                let text = format!(
+                    "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
+                     sentinel monitor {SERVICE} 127.0.0.1 {primary_port} {QUORUM}\n\
+                     sentinel down-after-milliseconds {SERVICE} {down}\n\
+                     sentinel failover-timeout {SERVICE} 10000\n\
+                     sentinel parallel-syncs {SERVICE} 1\n",
+                    dir = dir.path().display(),
+                    down = DOWN_AFTER.as_millis(),
+                );
+                std::fs::write(&conf, text).map_err(|e| format!("sentinel config: {e}"))?;
+                Ok(vec![conf.display().to_string(), "--sentinel".into()])
+            };
+            sentinels.push(Proc::start(&format!("sentinel{i}"), dir.path(), sentinel_args).await?);
         }
         let mut deployment = SentinelDeployment {
             data,
