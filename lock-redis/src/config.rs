@@ -185,13 +185,9 @@ impl RedisConfig {
         self.connect_timeout + self.command_timeout
     }
 
-    /// The client of the one server (for Sentinel: of the primary at `addr`).
-    pub(crate) fn client_at(&self, addr: Option<redis::ConnectionAddr>) -> Result<redis::Client> {
-        let mut info = self.info.clone();
-        if let Some(addr) = addr {
-            info = info.set_addr(addr);
-        }
-        redis::Client::open(info).map_err(|err| {
+    /// The client of the one server.
+    pub(crate) fn client(&self) -> Result<redis::Client> {
+        redis::Client::open(self.info.clone()).map_err(|err| {
             Error::invalid_argument(format!("invalid Redis connection settings: {err}"))
         })
     }

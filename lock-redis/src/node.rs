@@ -173,21 +173,19 @@ impl Node {
     /// The connection to the cluster, made on first use. It finds the slots' nodes
     /// itself and follows redirections, so it is never remade here.
     async fn cluster_conn(&self, cluster: &ClusterClient) -> Result<(u64, Conn)> {
-        let cached = |slot: &Mutex<Option<(u64, Conn)>>| {
-            let conn = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            conn.as_ref().map(|(_, conn)| (0, conn.clone()))
+        let lock = || {
+            self.inner
+                .conn
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
         };
-        if let Some(conn) = cached(&self.inner.conn) {
-            return Ok(conn);
+        if let Some((_, conn)) = &*lock() {
+            return Ok((0, conn.clone()));
         }
         let made = crate::cluster::connect(cluster, self.inner.config.call_timeout()).await?;
-        let mut conn = self
-            .inner
-            .conn
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let conn = conn.get_or_insert((0, Conn::Cluster(made)));
-        Ok((0, conn.1.clone()))
+        // Another call may have connected meanwhile: keep the first connection.
+        let conn = lock().get_or_insert((0, Conn::Cluster(made))).1.clone();
+        Ok((0, conn))
     }
 
     /// Runs `call` on a command connection, all within `limit`.

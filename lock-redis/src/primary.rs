@@ -61,7 +61,7 @@ impl Primary {
                 lookup: None,
                 current: Mutex::new(Current {
                     generation: 0,
-                    client: Some(config.client_at(None)?),
+                    client: Some(config.client()?),
                 }),
             });
         };

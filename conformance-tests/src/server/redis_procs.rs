@@ -73,7 +73,7 @@ impl Proc {
         ))
     }
 
-    pub(crate) fn spawn(
+    fn spawn(
         name: String,
         port: u16,
         dir: &std::path::Path,
