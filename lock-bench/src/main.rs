@@ -1,73 +1,73 @@
-//! Prints latency tables for one lock backend: uncontended acquire + release, the
-//! handoff between two clients, and the handoff distribution under contention.
+//! Compares this library's locks with the floor and the peers on each server: the
+//! same three measurements for all, run one after another on the same servers, then
+//! a markdown table with ratios and two plots.
 //!
 //! ```text
-//! cargo run --release -p lock-bench --all-features -- --url memory://
-//! cargo run --release -p lock-bench --all-features -- --start redis --start etcd
+//! cargo run --release -p lock-bench --all-features -- --start all
+//! cargo run --release -p lock-bench --all-features -- --url redis://my-redis:6379
 //! ```
 
+mod contender;
+mod measured;
+mod ours;
+mod peers;
+mod plots;
+mod report;
 mod scenarios;
 mod servers;
 mod stats;
 
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use distributed_locks::{connect, ConnectOptions, LockProvider};
-use stats::{Micros, Samples};
 
-/// Measure a lock backend.
+use contender::{BenchError, Contender};
+use measured::{Measured, Target};
+
+/// Compare lock implementations on real servers.
 #[derive(Debug, Parser)]
 struct Args {
-    /// The backend's URL (`memory://`, or any scheme enabled by features).
+    /// A server to bench at, by our URL (`memory://`, `redis://`, `postgres://`, ...).
     #[arg(long)]
     url: Vec<String>,
     /// Start a server for the run and bench it: redis, zookeeper, etcd, postgres,
     /// mysql, sqlite (the packages the tests use), or `all`.
     #[arg(long)]
     start: Vec<String>,
-    /// Uncontended acquire + release iterations.
+    /// Run started PostgreSQL and MariaDB with the tests' shortcuts (no sync at
+    /// commit) instead of their default durability.
+    #[arg(long)]
+    fast_commits: bool,
+    /// Uncontended acquire + release cycles per contender.
     #[arg(long, default_value_t = 2000)]
     iterations: usize,
-    /// Handoffs between two clients.
-    #[arg(long, default_value_t = 200)]
-    handoffs: usize,
-    /// Workers in the contended run.
+    /// Workers in the contended run, each with its own connection.
     #[arg(long, default_value_t = 8)]
     workers: usize,
     /// Acquisitions per worker in the contended run.
     #[arg(long, default_value_t = 100)]
     cycles: usize,
+    /// Only contenders whose name contains this (e.g. `ours`, `advisory`).
+    #[arg(long)]
+    only: Option<String>,
+    /// Where to write `report.md`, `latency.svg` and `handoff.svg`.
+    #[arg(long, default_value = "target/lock-bench")]
+    out: PathBuf,
 }
 
-fn row(name: &str, s: &Samples) {
-    println!(
-        "| {name} | {} | {} | {} | {} | {} |",
-        s.len(),
-        Micros(s.percentile(50.0)),
-        Micros(s.percentile(90.0)),
-        Micros(s.percentile(99.0)),
-        Micros(s.max())
-    );
-}
+/// A contender's run may not take longer than this.
+const RUN_LIMIT: Duration = Duration::from_secs(300);
 
-async fn client(url: &str, namespace: &str) -> Arc<dyn LockProvider> {
-    let options = ConnectOptions::default()
-        .namespace(namespace)
-        .watchdog_lease(Duration::from_secs(30));
-    match connect(url, options).await {
-        Ok(client) => client,
-        Err(err) => {
-            eprintln!("lock-bench: {url}: {err}");
-            std::process::exit(1);
-        }
+#[tokio::main]
+async fn main() {
+    if let Err(err) = run(Args::parse()).await {
+        eprintln!("lock-bench: {err}");
+        std::process::exit(1);
     }
 }
 
-#[tokio::main]
-async fn main() -> distributed_locks::Result<()> {
-    let args = Args::parse();
+async fn run(args: Args) -> Result<(), BenchError> {
     let mut started = Vec::new();
     for name in &args.start {
         let names: Vec<&str> = match name.as_str() {
@@ -76,13 +76,7 @@ async fn main() -> distributed_locks::Result<()> {
         };
         for name in names {
             eprintln!("lock-bench: starting {name}");
-            match servers::start(name).await {
-                Ok(server) => started.push(server),
-                Err(err) => {
-                    eprintln!("lock-bench: {err}");
-                    std::process::exit(1);
-                }
-            }
+            started.push(servers::start(name, !args.fast_commits).await?);
         }
     }
     let mut urls = args.url.clone();
@@ -90,47 +84,71 @@ async fn main() -> distributed_locks::Result<()> {
     if urls.is_empty() {
         urls.push("memory://".into());
     }
+    let mut targets = Vec::new();
     for url in &urls {
-        bench(&args, url).await?;
-        println!();
+        targets.push(bench(&args, url).await?);
     }
+    let settings = format!(
+        "{} uncontended cycles per lock; {} workers x {} cycles contended; \
+         PostgreSQL and MariaDB {}.",
+        args.iterations,
+        args.workers,
+        args.cycles,
+        if args.fast_commits {
+            "without sync at commit"
+        } else {
+            "with their default durability"
+        }
+    );
+    let report = report::markdown(&targets, &settings);
+    println!("{report}");
+    std::fs::create_dir_all(&args.out)?;
+    std::fs::write(args.out.join("report.md"), &report)?;
+    plots::write(&targets, &args.out)?;
+    eprintln!(
+        "lock-bench: wrote report.md, latency.svg and handoff.svg to {}",
+        args.out.display()
+    );
     Ok(())
 }
 
-async fn bench(args: &Args, url: &str) -> distributed_locks::Result<()> {
-    let namespace = format!("bench-{}", std::process::id());
-    // In-memory backends are per connect() call: share one client there.
-    let shared = url.starts_with("memory:");
-    let first = client(url, &namespace).await;
-    let mut clients = vec![first.clone()];
-    for _ in 1..args.workers.max(2) {
-        clients.push(if shared {
-            first.clone()
-        } else {
-            client(url, &namespace).await
-        });
+/// Every contender at `url`, ours first.
+async fn bench(args: &Args, url: &str) -> Result<Target, BenchError> {
+    let ours = ours::Ours::new(url).await?;
+    let mut contenders: Vec<Box<dyn Contender>> = vec![Box::new(ours)];
+    contenders.extend(peers::for_url(url));
+    let backend = url.split("://").next().unwrap_or(url).to_owned();
+    let mut target = Target {
+        backend,
+        measured: Vec::new(),
+        failed: Vec::new(),
+    };
+    for contender in contenders {
+        let name = contender.name();
+        if args
+            .only
+            .as_ref()
+            .is_some_and(|only| !name.contains(only.as_str()))
+        {
+            continue;
+        }
+        eprintln!("lock-bench: {} / {name}", target.backend);
+        match tokio::time::timeout(RUN_LIMIT, measure(args, &*contender)).await {
+            Ok(Ok(measured)) => target.measured.push(measured),
+            Ok(Err(err)) => target.failed.push((name, err.to_string())),
+            Err(_) => target.failed.push((name, format!("over {RUN_LIMIT:?}"))),
+        }
     }
-    println!("## backend `{}` at {url}", first.backend_name());
-    println!();
-    println!("| scenario | samples | p50 (us) | p90 (us) | p99 (us) | max (us) |");
-    println!("|---|---|---|---|---|---|");
-    let [acquire, release, both] = scenarios::uncontended(&*first, args.iterations).await?;
-    row("uncontended acquire", &acquire);
-    row("uncontended release", &release);
-    row("uncontended acquire + release", &both);
-    let handoff = scenarios::handoff(&*clients[0], &*clients[1], args.handoffs).await?;
-    row("handoff, 2 clients", &handoff);
-    let refs: Vec<&dyn LockProvider> = clients.iter().take(args.workers).map(|c| &**c).collect();
-    let contended = scenarios::contended(&refs, args.cycles).await?;
-    row(
-        &format!("handoff, {} clients contending", refs.len()),
-        &contended,
-    );
-    println!();
-    println!(
-        "contended handoffs over 20 ms: {} of {}",
-        contended.over(Duration::from_millis(20)),
-        contended.len()
-    );
-    Ok(())
+    Ok(target)
+}
+
+async fn measure(args: &Args, contender: &dyn Contender) -> Result<Measured, BenchError> {
+    let cycle = scenarios::uncontended(contender, args.iterations).await?;
+    let contended = scenarios::contended(contender, args.workers, args.cycles).await?;
+    Ok(Measured {
+        name: contender.name(),
+        role: contender.role(),
+        cycle,
+        contended,
+    })
 }

@@ -1,99 +1,146 @@
-//! The measured scenarios, each over any backend through `LockProvider`.
+//! The three measurements, the same for every contender: the uncontended cycle, and
+//! one contended run that gives throughput (checked by an exact counter), the handoff
+//! latency to a different worker, and how often the releaser took the lock straight
+//! back.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distributed_locks::prelude::*;
-use distributed_locks::{LockProvider, Result};
 use tokio::time::Instant;
 
+use crate::contender::{BenchError, Contender};
 use crate::stats::Samples;
 
-/// Acquire and release by one owner with nobody else around: the cost of the two
-/// round trips. Returns (acquire, release, acquire + release).
-pub async fn uncontended(provider: &dyn LockProvider, iterations: usize) -> Result<[Samples; 3]> {
-    let lock = provider.lock("bench-uncontended")?;
-    let (mut acquire, mut release, mut both) =
-        (Samples::default(), Samples::default(), Samples::default());
-    // Warm up connections and scripts.
+/// `iterations` acquire + release cycles by one worker with nobody else around, after
+/// a warm-up (connections, prepared statements, script caches).
+pub async fn uncontended(
+    contender: &dyn Contender,
+    iterations: usize,
+) -> Result<Samples, BenchError> {
+    let mut worker = contender.worker("uncontended").await?;
     for _ in 0..iterations.min(50) {
-        lock.acquire().await?.release().await?;
+        worker.acquire().await?;
+        worker.release().await?;
     }
+    if let Some(timed) = worker.timed_cycles(iterations).await? {
+        return Ok(Samples::from(timed));
+    }
+    let mut cycles = Samples::default();
     for _ in 0..iterations {
         let started = Instant::now();
-        let guard = lock.acquire().await?;
-        let acquired = Instant::now();
-        guard.release().await?;
-        let done = Instant::now();
-        acquire.push(acquired - started);
-        release.push(done - acquired);
-        both.push(done - started);
+        worker.acquire().await?;
+        worker.release().await?;
+        cycles.push(started.elapsed());
     }
-    Ok([acquire, release, both])
+    Ok(cycles)
 }
 
-/// Two clients pass one lock back and forth: each handoff is the time from the
-/// holder calling `release` to the waiter's `acquire` returning.
-pub async fn handoff(
-    a: &dyn LockProvider,
-    b: &dyn LockProvider,
-    handoffs: usize,
-) -> Result<Samples> {
-    contended(&[a, b], handoffs.div_ceil(2)).await
+/// What one contended run measured.
+#[derive(Debug, Clone)]
+pub struct Contended {
+    /// Grants in all.
+    pub grants: u64,
+    /// The shared counter at the end: equal to `grants` unless two holders overlapped.
+    pub counter: u64,
+    /// Times a worker entered the critical section while another was inside.
+    pub overlaps: u64,
+    /// From the first acquire call to the last release.
+    pub elapsed: Duration,
+    /// From a holder's release call to the grant of a *different* worker.
+    pub handoffs: Samples,
+    /// Grants to the worker that held the lock just before.
+    pub same_worker: u64,
 }
 
-/// Who held the lock last, and when they let go.
+impl Contended {
+    /// Grants per second.
+    pub fn throughput(&self) -> f64 {
+        self.grants as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
+    }
+
+    /// Whether the counter proves mutual exclusion held throughout.
+    pub fn exact(&self) -> bool {
+        self.counter == self.grants && self.overlaps == 0
+    }
+
+    /// The share of grants that went back to the releaser, 0.0 to 1.0.
+    pub fn same_worker_share(&self) -> f64 {
+        self.same_worker as f64 / (self.grants.max(1)) as f64
+    }
+}
+
+/// Who held the lock last, and when they started to give it back.
 #[derive(Default)]
 struct Baton {
     last_holder: Option<usize>,
     released_at: Option<Instant>,
+    handoffs: Samples,
+    same_worker: u64,
 }
 
-/// `clients.len()` workers, each on its own client, take turns on one lock for
-/// `cycles` acquisitions each. A worker that just released does not ask again until
-/// someone else has had the lock, so every sample is a real handoff to a waiter: the
-/// time from the previous holder's release call to the next holder's grant.
-pub async fn contended(clients: &[&dyn LockProvider], cycles: usize) -> Result<Samples> {
+/// `workers` workers, each with its own connection, take one lock `cycles` times each
+/// as fast as they can. Inside, each one reads a shared counter, yields, and writes it
+/// back plus one: any overlap of two holders loses an increment.
+pub async fn contended(
+    contender: &dyn Contender,
+    workers: usize,
+    cycles: usize,
+) -> Result<Contended, BenchError> {
+    let mut handles = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        handles.push(contender.worker("contended").await?);
+    }
+    let counter = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicU64::new(0));
     let baton = Arc::new(Mutex::new(Baton::default()));
-    let samples = Arc::new(Mutex::new(Samples::default()));
-    let done = Arc::new(AtomicUsize::new(0));
-    let workers = clients.len();
-    let mut tasks = Vec::new();
-    for (me, client) in clients.iter().enumerate() {
-        let lock = client.lock("bench-contended")?;
-        let (baton, samples, done) = (baton.clone(), samples.clone(), done.clone());
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(workers);
+    for (me, mut worker) in handles.into_iter().enumerate() {
+        let (counter, inside, overlaps, baton) = (
+            counter.clone(),
+            inside.clone(),
+            overlaps.clone(),
+            baton.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             for _ in 0..cycles {
-                // Not our own lock again while others still want it (no barging).
-                while baton.lock().unwrap().last_holder == Some(me)
-                    && done.load(Ordering::SeqCst) < workers - 1
-                {
-                    tokio::time::sleep(Duration::from_micros(100)).await;
-                }
-                let guard = lock.acquire_timeout(Duration::from_secs(60)).await?;
-                let now = Instant::now();
+                worker.acquire().await?;
+                let granted = Instant::now();
                 {
                     let mut baton = baton.lock().unwrap();
-                    if let (Some(at), true) =
-                        (baton.released_at.take(), baton.last_holder != Some(me))
-                    {
-                        samples.lock().unwrap().push(now - at);
+                    if baton.last_holder == Some(me) {
+                        baton.same_worker += 1;
+                    } else if let Some(at) = baton.released_at {
+                        baton.handoffs.push(granted - at);
                     }
                     baton.last_holder = Some(me);
                 }
-                // Hold briefly so the others are queued when it is released.
-                tokio::time::sleep(Duration::from_millis(1)).await;
+                if inside.swap(true, Ordering::SeqCst) {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                let seen = counter.load(Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                counter.store(seen + 1, Ordering::SeqCst);
+                inside.store(false, Ordering::SeqCst);
                 baton.lock().unwrap().released_at = Some(Instant::now());
-                guard.release().await?;
+                worker.release().await?;
             }
-            done.fetch_add(1, Ordering::SeqCst);
-            Ok::<(), distributed_locks::Error>(())
+            Ok::<_, BenchError>(())
         }));
     }
     for task in tasks {
-        task.await.expect("worker panicked")?;
+        task.await??;
     }
-    let samples = samples.lock().unwrap().clone();
-    Ok(samples)
+    let elapsed = started.elapsed();
+    let baton = baton.lock().unwrap();
+    Ok(Contended {
+        grants: (workers * cycles) as u64,
+        counter: counter.load(Ordering::SeqCst),
+        overlaps: overlaps.load(Ordering::SeqCst),
+        elapsed,
+        handoffs: baton.handoffs.clone(),
+        same_worker: baton.same_worker,
+    })
 }

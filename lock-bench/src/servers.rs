@@ -1,5 +1,6 @@
-//! Servers the benchmark starts for itself: the same Debian packages, loopback ports
-//! and settings as the tests (`conformance_tests::server::specs`).
+//! Servers the benchmark starts for itself: the same Debian packages and loopback
+//! ports as the tests (`conformance_tests::server::specs`), by default with each
+//! server's own durability rather than the tests' shortcuts.
 
 use std::time::Duration;
 
@@ -17,10 +18,13 @@ pub struct Started {
     _dir: Option<tempfile::TempDir>,
 }
 
-/// Starts `name` and waits until a lock client can connect to it.
-pub async fn start(name: &str) -> Result<Started, String> {
+/// Starts `name` and waits until a lock client can connect to it. With `durable`,
+/// PostgreSQL and MariaDB sync every commit, as their defaults do (the tests turn
+/// that off); Redis, ZooKeeper and etcd run as the tests run them.
+pub async fn start(name: &str, durable: bool) -> Result<Started, String> {
     let spec = match name {
         "redis" => &specs::REDIS,
+        "postgres" if durable => &specs::POSTGRES_DURABLE,
         "zookeeper" => &specs::ZOOKEEPER,
         "etcd" => &specs::ETCD,
         "postgres" => &specs::POSTGRES,
@@ -45,11 +49,33 @@ pub async fn start(name: &str) -> Result<Started, String> {
         }
     }
     wait_until_connectable(&url, Duration::from_secs(60)).await?;
+    if name == "mysql" && durable {
+        sync_every_commit(&url).await?;
+    }
     Ok(Started {
         url,
         _server: Some(server),
         _dir: None,
     })
+}
+
+/// MariaDB's default: the log is written and synced at every commit.
+#[cfg(feature = "sql")]
+async fn sync_every_commit(url: &str) -> Result<(), String> {
+    use distributed_locks::sql::sqlx::{self, Connection, MySqlConnection};
+    let mut conn = MySqlConnection::connect(url)
+        .await
+        .map_err(|e| e.to_string())?;
+    sqlx::query("SET GLOBAL innodb_flush_log_at_trx_commit = 1")
+        .execute(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+#[cfg(not(feature = "sql"))]
+async fn sync_every_commit(_url: &str) -> Result<(), String> {
+    Ok(())
 }
 
 /// Some servers accept connections before they serve (PostgreSQL, ZooKeeper).

@@ -18,13 +18,17 @@ impl Samples {
         self.0.len()
     }
 
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// The `p`-th percentile (0.0 to 100.0), nearest rank; zero without samples.
     pub fn percentile(&self, p: f64) -> Duration {
         if self.0.is_empty() {
             return Duration::ZERO;
         }
-        let mut sorted = self.0.clone();
-        sorted.sort_unstable();
+        let sorted = self.sorted();
         let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
         sorted[rank.clamp(1, sorted.len()) - 1]
     }
@@ -34,18 +38,31 @@ impl Samples {
         self.0.iter().copied().max().unwrap_or_default()
     }
 
+    /// The samples in ascending order.
+    pub fn sorted(&self) -> Vec<Duration> {
+        let mut sorted = self.0.clone();
+        sorted.sort_unstable();
+        sorted
+    }
+
     /// How many samples exceed `limit`.
     pub fn over(&self, limit: Duration) -> usize {
         self.0.iter().filter(|&&s| s > limit).count()
     }
 }
 
-/// A duration in microseconds with one decimal, for tables.
+impl From<Vec<Duration>> for Samples {
+    fn from(samples: Vec<Duration>) -> Self {
+        Self(samples)
+    }
+}
+
+/// A duration in whole microseconds, for tables.
 pub struct Micros(pub Duration);
 
 impl fmt::Display for Micros {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:.1}", self.0.as_secs_f64() * 1e6)
+        write!(f, "{:.0}", self.0.as_secs_f64() * 1e6)
     }
 }
 

@@ -219,14 +219,29 @@ pub const POSTGRES: ServerSpec = ServerSpec {
     }),
 };
 
+/// PostgreSQL as [`POSTGRES`], but with the server's default durability (every commit
+/// flushed and synced), for benchmarks that must pay what production pays.
+pub const POSTGRES_DURABLE: ServerSpec = ServerSpec {
+    command: |port, dir| postgres_command_with(port, dir, "-c max_connections=400"),
+    ..POSTGRES
+};
+
+/// Tests need no durability: a test server never outlives its test.
 fn postgres_command(port: u16, dir: &Path) -> Command {
+    postgres_command_with(
+        port,
+        dir,
+        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=400",
+    )
+}
+
+fn postgres_command_with(port: u16, dir: &Path, settings: &str) -> Command {
     let bin = pg_bindir();
     let data = dir.join("data");
     let (d, q) = (sh_quote(&data), sh_quote(dir));
     let script = format!(
         "[ -f {d}/PG_VERSION ] || {bin}/initdb -D {d} -A trust -U postgres -N >/dev/null || exit 1; \
-         exec {bin}/postgres -D {d} -p {port} -k {q} -c listen_addresses=127.0.0.1 \
-         -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=400"
+         exec {bin}/postgres -D {d} -p {port} -k {q} -c listen_addresses=127.0.0.1 {settings}"
     );
     if running_as_root() {
         if let Some((uid, gid)) = user_ids("postgres") {

@@ -1,0 +1,67 @@
+//! Other locks on the same servers, measured beside ours: floors (the least a lock
+//! can cost there) and peers (other libraries and common hand-rolled recipes).
+
+use std::time::Duration;
+
+use crate::contender::Contender;
+
+#[cfg(feature = "etcd")]
+mod etcd_v3lock;
+#[cfg(feature = "zookeeper")]
+mod kazoo;
+#[cfg(feature = "sql")]
+mod mariadb_get_lock;
+#[cfg(feature = "sql")]
+mod naive_table;
+#[cfg(feature = "sql")]
+mod pg_advisory;
+#[cfg(feature = "redis")]
+mod redis_raw;
+#[cfg(feature = "redis")]
+mod rslock;
+
+/// How often the polling recipes (raw `SET NX`, the naive table) try again while the
+/// lock is held: often enough to be a fair rival, rarely enough not to flood the server.
+pub const POLL_EVERY: Duration = Duration::from_millis(1);
+
+/// The floors and peers that run on the server at `url` (none for an unknown scheme).
+pub fn for_url(url: &str) -> Vec<Box<dyn Contender>> {
+    let scheme = url.split("://").next().unwrap_or_default();
+    let mut out: Vec<Box<dyn Contender>> = Vec::new();
+    let _ = &mut out;
+    match scheme {
+        #[cfg(feature = "redis")]
+        "redis" => {
+            out.push(Box::new(redis_raw::RawRedis::new(url)));
+            out.push(Box::new(rslock::Rslock::new(url)));
+        }
+        #[cfg(feature = "etcd")]
+        "etcd" => out.push(Box::new(etcd_v3lock::V3Lock::new(url))),
+        #[cfg(feature = "zookeeper")]
+        "zk" => out.push(Box::new(kazoo::Kazoo::new(url))),
+        #[cfg(feature = "sql")]
+        "postgres" | "postgresql" => {
+            out.push(Box::new(pg_advisory::PgAdvisory::new(url)));
+            out.push(Box::new(naive_table::NaiveTable::new(url)));
+        }
+        #[cfg(feature = "sql")]
+        "mysql" | "mariadb" => {
+            out.push(Box::new(mariadb_get_lock::GetLock::new(url)));
+            out.push(Box::new(naive_table::NaiveTable::new(url)));
+        }
+        #[cfg(feature = "sql")]
+        "sqlite" => out.push(Box::new(naive_table::NaiveTable::new(url))),
+        _ => {}
+    }
+    out
+}
+
+/// A stable 64-bit key for a lock name, for servers whose locks are numbered.
+#[cfg(feature = "sql")]
+fn key_of(name: &str) -> i64 {
+    // FNV-1a: stable across runs and processes, unlike std's hasher.
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    hash as i64
+}

@@ -1,0 +1,99 @@
+//! The markdown report: one table per server, each contender's numbers with its
+//! ratios to the floor and to the best peer on that server.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use crate::contender::Role;
+use crate::measured::{cycle_p50, handoff_p50, Measured, Target};
+use crate::stats::Micros;
+
+/// Handoffs slower than this are counted: a wake-up that was missed.
+const SLOW_HANDOFF: Duration = Duration::from_millis(20);
+
+/// The report for `targets`, with the settings it ran with.
+pub fn markdown(targets: &[Target], settings: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{settings}\n");
+    for target in targets {
+        let _ = writeln!(out, "### {}\n", target.backend);
+        let _ = writeln!(
+            out,
+            "| lock | cycle p50 µs | cycle p99 µs | cycle ÷ floor | cycle ÷ best peer \
+             | grants/s | counter | handoff p50 µs | handoff p99 µs | handoff ÷ floor \
+             | handoff ÷ best peer | handoffs > 20 ms | back to releaser |"
+        );
+        let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|");
+        for m in &target.measured {
+            let _ = writeln!(out, "{}", row(target, m));
+        }
+        for (name, why) in &target.failed {
+            let _ = writeln!(out, "| {name} | failed: {} |", why.replace('|', "/"));
+        }
+        let _ = writeln!(out);
+    }
+    out
+}
+
+fn row(target: &Target, m: &Measured) -> String {
+    let c = &m.contended;
+    let h = &c.handoffs;
+    let name = match m.role {
+        Role::Ours => format!("**{}**", m.name),
+        Role::Floor => format!("{} (floor)", m.name),
+        Role::Peer => m.name.clone(),
+    };
+    let handoff = |p: f64| {
+        if h.is_empty() {
+            "—".to_owned()
+        } else {
+            Micros(h.percentile(p)).to_string()
+        }
+    };
+    let counter = if c.exact() {
+        format!("{} exact", c.counter)
+    } else {
+        format!("**{} of {}, {} overlaps**", c.counter, c.grants, c.overlaps)
+    };
+    format!(
+        "| {name} | {} | {} | {} | {} | {:.0} | {counter} | {} | {} | {} | {} | {} of {} | {:.0}% |",
+        Micros(m.cycle.percentile(50.0)),
+        Micros(m.cycle.percentile(99.0)),
+        ratio(target, m, cycle_p50, false),
+        ratio(target, m, cycle_p50, true),
+        c.throughput(),
+        handoff(50.0),
+        handoff(99.0),
+        ratio(target, m, handoff_p50, false),
+        ratio(target, m, handoff_p50, true),
+        h.over(SLOW_HANDOFF),
+        h.len(),
+        c.same_worker_share() * 100.0,
+    )
+}
+
+/// `m`'s median over the floor's (or, with `to_peer`, over the best other peer's).
+fn ratio(
+    target: &Target,
+    m: &Measured,
+    metric: fn(&Measured) -> Option<f64>,
+    to_peer: bool,
+) -> String {
+    let base = if to_peer {
+        // Peers are compared with the best peer only from ours: a peer's own row
+        // would compare it with itself.
+        if m.role != Role::Ours {
+            return String::new();
+        }
+        target.best_peer(metric).map(|(v, _)| v)
+    } else {
+        match target.floor() {
+            Some(floor) if floor.role != m.role => metric(floor),
+            _ => None,
+        }
+    };
+    match (metric(m), base) {
+        (Some(v), Some(b)) if b > 0.0 => format!("{:.2}×", v / b),
+        _ => String::new(),
+    }
+}
