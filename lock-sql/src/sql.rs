@@ -463,15 +463,25 @@ fn fast_grant(dialect: Dialect, t: &Tables, kind: LockKind) -> FastGrant {
                 ));
                 args.push(Arg::Key);
             }
+            // The key row is bumped only if the request's own lease row is not live:
+            // when it is, the upsert below cannot grant, and a bump would make a
+            // blocked attempt a write, with its commit flushed to disk, for every
+            // waiter woken by a release. (A row that changes meanwhile is judged by
+            // the upsert on its newest version, as before.)
             sql.push_str(&format!(
-                "k AS (INSERT INTO {keys} AS kr (khash, fence, ticket, namespace, name) VALUES (?, 1, 0, ?, ?) \
+                "k AS (INSERT INTO {keys} AS kr (khash, fence, ticket, namespace, name) SELECT ?, 1, 0, ?, ? \
+                 WHERE NOT EXISTS (SELECT 1 FROM {leases} x WHERE x.khash = ? AND x.kind = {} \
+                 AND x.holder = ? AND x.expires_ms > {now}) \
                  ON CONFLICT (khash) DO UPDATE SET fence = kr.fence + 1 RETURNING kr.fence), \
-                 g AS (INSERT INTO {leases} AS l {cols} SELECT ?, ?, ?, ?, k.fence, {now} + ? FROM k WHERE "
+                 g AS (INSERT INTO {leases} AS l {cols} SELECT ?, ?, ?, ?, k.fence, {now} + ? FROM k WHERE ",
+                kind_code(kind)
             ));
             args.extend([
                 Arg::Key,
                 Arg::Namespace,
                 Arg::Name,
+                Arg::Key,
+                Arg::Holder,
                 Arg::Key,
                 Arg::Kind,
                 Arg::Holder,

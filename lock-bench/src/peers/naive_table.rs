@@ -103,10 +103,14 @@ impl Worker for NaiveWorker {
                 .bind(&self.name)
                 .bind(&self.owner)
                 .execute(&mut self.conn)
-                .await?
-                .rows_affected();
-            if inserted == 1 {
-                return Ok(());
+                .await;
+            match inserted {
+                Ok(done) if done.rows_affected() == 1 => return Ok(()),
+                Ok(_) => {}
+                // InnoDB's insert on a held key can deadlock with a concurrent
+                // delete; SQLite's writer may be busy: both mean "not yet".
+                Err(e) if is_conflict(&e) => {}
+                Err(e) => return Err(e.into()),
             }
             tokio::time::sleep(POLL_EVERY).await;
         }
@@ -125,4 +129,17 @@ impl Worker for NaiveWorker {
             Err("the naive lock row was not ours".into())
         }
     }
+}
+
+/// A deadlock (SQLSTATE 40001 from MySQL, 40P01 from PostgreSQL) or a busy SQLite
+/// file (5, 6 and their extended codes).
+fn is_conflict(e: &sqlx::Error) -> bool {
+    let code = match e {
+        sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
+        _ => None,
+    };
+    matches!(
+        code.as_deref(),
+        Some("40001" | "40P01" | "5" | "6" | "517" | "261")
+    )
 }
