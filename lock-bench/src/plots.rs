@@ -12,6 +12,8 @@ use crate::measured::Target;
 use crate::stats::Samples;
 
 const PANEL: (u32, u32) = (620, 400);
+/// Points per line: enough for a smooth curve, few enough for a small file.
+const MAX_POINTS: usize = 300;
 
 /// Writes `latency.svg` and `handoff.svg` into `dir`.
 pub fn write(targets: &[Target], dir: &Path) -> Result<(), BenchError> {
@@ -76,11 +78,12 @@ fn panel(area: &Panel<'_>, target: &Target, kind: Kind) -> Result<(), BenchError
     // Each contender's samples in ascending order, as (µs, rank from 0 to 1].
     let ranked = |samples: &Samples| -> Vec<(f64, f64)> {
         let sorted = samples.sorted();
-        let n = sorted.len() as f64;
-        sorted
-            .iter()
-            .enumerate()
-            .map(|(k, d)| (micros(*d), (k as f64 + 1.0) / n))
+        let n = sorted.len();
+        // At most about MAX_POINTS points a line, always with the last (the maximum).
+        let step = n.div_ceil(MAX_POINTS).max(1);
+        (0..n)
+            .filter(|k| k % step == 0 || *k == n - 1)
+            .map(|k| (micros(sorted[k]), (k as f64 + 1.0) / n as f64))
             .collect()
     };
     let mut builder = ChartBuilder::on(area);
@@ -157,4 +160,52 @@ where
         .draw()
         .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contender::Role;
+    use crate::measured::Measured;
+    use crate::scenarios::Contended;
+
+    #[test]
+    fn writes_both_plots_with_a_line_per_contender() {
+        let samples = |base: u64| {
+            Samples::from(
+                (1..=50)
+                    .map(|i| Duration::from_micros(base * i))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let measured = |name: &str, base| Measured {
+            name: name.into(),
+            role: Role::Peer,
+            cycle: samples(base),
+            contended: Contended {
+                grants: 50,
+                counter: 50,
+                overlaps: 0,
+                elapsed: Duration::from_millis(5),
+                handoffs: samples(base * 2),
+                same_worker: 0,
+            },
+        };
+        let targets = vec![Target {
+            backend: "redis".into(),
+            measured: vec![measured("ours", 10), measured("rslock", 20)],
+            failed: vec![],
+        }];
+        let dir = tempfile::tempdir().unwrap();
+        write(&targets, dir.path()).unwrap();
+        for file in ["latency.svg", "handoff.svg"] {
+            let svg = std::fs::read_to_string(dir.path().join(file)).unwrap();
+            assert!(svg.starts_with("<svg"), "{file}");
+            assert!(
+                svg.contains("ours") && svg.contains("rslock"),
+                "{file}: legend"
+            );
+            assert!(svg.matches("<polyline").count() >= 2, "{file}: lines");
+        }
+    }
 }

@@ -97,3 +97,67 @@ fn ratio(
         _ => String::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenarios::Contended;
+    use crate::stats::Samples;
+
+    fn measured(name: &str, role: Role, cycle_us: u64, handoff_us: u64) -> Measured {
+        let us = |n| Samples::from(vec![Duration::from_micros(n); 10]);
+        Measured {
+            name: name.into(),
+            role,
+            cycle: us(cycle_us),
+            contended: Contended {
+                grants: 10,
+                counter: 10,
+                overlaps: 0,
+                elapsed: Duration::from_millis(10),
+                handoffs: us(handoff_us),
+                same_worker: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn ratios_are_to_the_floor_and_to_the_best_peer() {
+        let target = Target {
+            backend: "postgres".into(),
+            measured: vec![
+                measured("ours", Role::Ours, 300, 400),
+                measured("floor", Role::Floor, 100, 100),
+                measured("slow peer", Role::Peer, 900, 900),
+                measured("fast peer", Role::Peer, 600, 200),
+            ],
+            failed: vec![("broken".into(), "no | server".into())],
+        };
+        let report = markdown(&[target], "settings");
+        let ours = report
+            .lines()
+            .find(|l| l.starts_with("| **ours**"))
+            .unwrap();
+        let cells: Vec<&str> = ours.split('|').map(str::trim).collect();
+        // cycle ÷ floor, cycle ÷ best peer, handoff ÷ floor, handoff ÷ best peer.
+        assert_eq!(cells[4], "3.00×");
+        assert_eq!(cells[5], "0.50×");
+        assert_eq!(cells[10], "4.00×");
+        assert_eq!(cells[11], "2.00×");
+        assert_eq!(cells[7], "10 exact");
+        assert!(report.contains("| broken | failed: no / server |"));
+    }
+
+    #[test]
+    fn a_lost_increment_is_shown() {
+        let mut m = measured("ours", Role::Ours, 1, 1);
+        m.contended.counter = 9;
+        m.contended.overlaps = 1;
+        let target = Target {
+            backend: "x".into(),
+            measured: vec![m],
+            failed: vec![],
+        };
+        assert!(markdown(&[target], "").contains("**9 of 10, 1 overlaps**"));
+    }
+}
