@@ -38,7 +38,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     // lock-redis's own scripts called directly: what the server costs, without the
     // client-side machinery.
-    let our_acquire = redis::Script::new(include_str!("../src/lua/exclusive_acquire.lua"));
+    let our_acquire = redis::Script::new(concat!(
+        include_str!("../src/lua/next_fence.lua"),
+        include_str!("../src/lua/exclusive_acquire.lua")
+    ));
     let our_release = redis::Script::new(include_str!("../src/lua/exclusive_release.lua"));
     let client = LockClient::builder(RedisBackend::from_url(&url)?)
         .namespace("latency")

@@ -13,6 +13,7 @@ use sqlx::{Any, AnyPool, AssertSqlSafe, Row};
 
 use crate::dialect::Dialect;
 use crate::error::{classify, convert, timed_out, Class};
+use crate::hot::HotConnection;
 use crate::options::{SqlOptions, Strategy};
 use crate::sql::{Statements, Stmt, SCHEMA_VERSION};
 use crate::url::DbUrl;
@@ -29,6 +30,8 @@ pub(crate) struct Db {
     pub(crate) request_timeout: Duration,
     /// Undos, queue removals and cancels left running by dropped or failed calls.
     pub(crate) cleanups: Cleanups,
+    /// The connection of PostgreSQL's one-statement grants and releases.
+    pub(crate) hot: HotConnection,
 }
 
 /// A query for `stmt`. The text is trusted: see [`crate::sql`].
@@ -170,6 +173,7 @@ impl Db {
             url,
             request_timeout: options.request_timeout,
             cleanups: Cleanups::default(),
+            hot: HotConnection::default(),
         };
         db.timed("creating the schema", db.ensure_schema()).await?;
         Ok(db)

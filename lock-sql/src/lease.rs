@@ -311,18 +311,12 @@ async fn run_attempt(
 ) -> Option<AttemptAnswer> {
     let mut pending = PendingWrite::new(db, ask);
     if db.dialect == Dialect::Postgres && ticket.is_none() {
-        // Waiting for a connection can be given up; the statement, which commits by
-        // itself, cannot: once sent, wait for its answer.
-        let conn = tokio::select! {
-            conn = db.pool.acquire() => conn,
-            () = reply.closed() => return None,
-        };
-        let granted = match conn {
-            Ok(mut conn) => fast_grant_postgres(&mut conn, db, ask, &mut pending).await,
-            Err(e) => Err(e),
-        };
-        match granted {
-            Ok(Some(fence)) => return Some((Ok(Outcome::Granted(fence as u64)), ticket, pending)),
+        // The statement commits by itself: once sent, wait for its answer.
+        if reply.is_closed() {
+            return None;
+        }
+        match fast_grant_postgres(db, ask, &mut pending).await {
+            Ok(Some(outcome)) => return Some((Ok(outcome), ticket, pending)),
             Ok(None) => {} // Blocked: the transaction below learns how long, and queues.
             Err(e) => return Some((Err(e), ticket, pending)),
         }
@@ -564,23 +558,36 @@ fn bind_args(grant: &FastGrant, ask: &Ask, fence: i64) -> Query<'static, Any, An
 }
 
 /// PostgreSQL: the whole uncontended acquisition in one statement (see
-/// [`FastGrant`]); `None` if it did not grant.
+/// [`FastGrant`]). `Some` outcome if the statement decided: a grant, or for an
+/// exclusive request also a refusal with how long the live lease has left; `None` if
+/// the general path must decide.
 ///
 /// The fence is only known from the reply, so nothing could clean up a grant whose
 /// reply would be lost to a dropped future: it runs inside [`attempt_in_task`], and a
 /// grant is armed in `pending` as soon as it is known.
 async fn fast_grant_postgres(
-    conn: &mut sqlx::pool::PoolConnection<Any>,
     db: &Db,
     ask: &Ask,
     pending: &mut PendingWrite,
-) -> std::result::Result<Option<i64>, sqlx::Error> {
-    let row = bind_args(fast_grant_of(db, ask.kind), ask, 0)
-        .fetch_optional(&mut **conn)
+) -> std::result::Result<Option<Outcome>, sqlx::Error> {
+    let grant = fast_grant_of(db, ask.kind);
+    let row = db
+        .hot
+        .fetch_optional(&db.pool, || bind_args(grant, ask, 0))
         .await?;
-    let fence = row.map(|r| r.try_get::<i64, _>(0)).transpose()?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let fence: Option<i64> = row.try_get(0)?;
     pending.fence = fence;
-    Ok(fence)
+    if let Some(fence) = fence {
+        return Ok(Some(Outcome::Granted(fence as u64)));
+    }
+    // Only the exclusive statement answers a refusal (with a row of its own).
+    let left_ms: Option<i64> = row.try_get(1)?;
+    Ok(Some(Outcome::Blocked {
+        wake_in_ms: left_ms,
+    }))
 }
 
 /// Creates the key's row or bumps its fence; returns the new fence. The row stays
@@ -645,23 +652,27 @@ async fn delete_lease(
     owner: &str,
     fence: i64,
 ) -> Result<bool> {
-    let query = q(&db.sql.release)
-        .bind(khash.to_owned())
-        .bind(kind_code(kind))
-        .bind(holder_of(kind, owner).to_owned())
-        .bind(owner.to_owned())
-        .bind(fence);
+    let query = || {
+        q(&db.sql.release)
+            .bind(khash.to_owned())
+            .bind(kind_code(kind))
+            .bind(holder_of(kind, owner).to_owned())
+            .bind(owner.to_owned())
+            .bind(fence)
+    };
     let deleted = db
         .timed("releasing a lock", async {
             if db.dialect == Dialect::Postgres {
-                let row = query
-                    .bind(db.sql.tables.channel.clone())
-                    .fetch_one(&db.pool)
+                let with_channel = || query().bind(db.sql.tables.channel.clone());
+                let row = db
+                    .hot
+                    .fetch_optional(&db.pool, with_channel)
                     .await
+                    .and_then(|row| row.ok_or(sqlx::Error::RowNotFound))
                     .map_err(|e| db.err(e))?;
                 row.try_get::<i64, _>(0).map_err(|e| db.err(e))
             } else {
-                let done = query.execute(&db.pool).await.map_err(|e| db.err(e))?;
+                let done = query().execute(&db.pool).await.map_err(|e| db.err(e))?;
                 Ok(done.rows_affected() as i64)
             }
         })

@@ -67,6 +67,7 @@ mod db;
 mod decide;
 mod dialect;
 mod error;
+mod hot;
 mod key;
 mod lease;
 mod listen;

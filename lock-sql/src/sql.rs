@@ -437,6 +437,12 @@ fn fast_condition(kind: LockKind, t: &Tables, now: &str) -> (String, Vec<Arg>) {
     }
 }
 
+/// The first key of the two-key advisory locks that gate PostgreSQL's exclusive fast
+/// grants ("LOCK" in ASCII). Two-key advisory locks never collide with one-key ones; a
+/// collision with an application's two-key lock would only send our attempts down the
+/// general path.
+const GATE_CLASS: i32 = 0x4c4f_434b;
+
 fn fast_grants(dialect: Dialect, t: &Tables) -> [FastGrant; 4] {
     [
         LockKind::Exclusive,
@@ -465,29 +471,34 @@ fn fast_grant(dialect: Dialect, t: &Tables, kind: LockKind) -> FastGrant {
             }
             // The key row is bumped only if the request's own lease row is not live:
             // when it is, the upsert below cannot grant, and a bump would make a
-            // blocked attempt a write, with its commit flushed to disk, for every
-            // waiter woken by a release. (A row that changes meanwhile is judged by
-            // the upsert on its newest version, as before.)
+            // blocked attempt a write, with its commit flushed to disk. (A row that
+            // changes meanwhile is judged by the upsert on its newest version.)
+            //
+            // An exclusive request also needs the key's advisory gate, held until
+            // this statement commits: the waiters a release wakes all try at once,
+            // and without it each one that read the lease row before the winner's
+            // commit would bump the key and flush a commit of its own, one after
+            // another behind the winner's row lock. Those that find the gate taken
+            // write nothing and go on to the general path, which decides on the
+            // committed rows.
+            let gate = if kind == LockKind::Exclusive {
+                format!("AND pg_try_advisory_xact_lock({GATE_CLASS}, hashtext(?))")
+            } else {
+                String::new()
+            };
             sql.push_str(&format!(
                 "k AS (INSERT INTO {keys} AS kr (khash, fence, ticket, namespace, name) SELECT ?, 1, 0, ?, ? \
                  WHERE NOT EXISTS (SELECT 1 FROM {leases} x WHERE x.khash = ? AND x.kind = {} \
-                 AND x.holder = ? AND x.expires_ms > {now}) \
+                 AND x.holder = ? AND x.expires_ms > {now}) {gate} \
                  ON CONFLICT (khash) DO UPDATE SET fence = kr.fence + 1 RETURNING kr.fence), \
                  g AS (INSERT INTO {leases} AS l {cols} SELECT ?, ?, ?, ?, k.fence, {now} + ? FROM k WHERE ",
                 kind_code(kind)
             ));
-            args.extend([
-                Arg::Key,
-                Arg::Namespace,
-                Arg::Name,
-                Arg::Key,
-                Arg::Holder,
-                Arg::Key,
-                Arg::Kind,
-                Arg::Holder,
-                Arg::Owner,
-                Arg::Ttl,
-            ]);
+            args.extend([Arg::Key, Arg::Namespace, Arg::Name, Arg::Key, Arg::Holder]);
+            if kind == LockKind::Exclusive {
+                args.push(Arg::Key);
+            }
+            args.extend([Arg::Key, Arg::Kind, Arg::Holder, Arg::Owner, Arg::Ttl]);
             if looks_around {
                 sql.push_str("k.fence = COALESCE((SELECT fence FROM s), 0) + 1 AND ");
             }
@@ -509,7 +520,21 @@ fn fast_grant(dialect: Dialect, t: &Tables, kind: LockKind) -> FastGrant {
                 ));
                 args.extend([Arg::Key, Arg::Holder]);
             }
-            sql.push_str(" SELECT fence FROM g");
+            if kind == LockKind::Exclusive {
+                // Always one row: the grant's fence, or how long the live lease (as
+                // this statement's snapshot sees it) has left; both empty while
+                // another request holds the gate. An exclusive request needs
+                // nothing else to decide, so a blocked waiter costs one statement
+                // that writes nothing.
+                sql.push_str(&format!(
+                    " SELECT (SELECT fence FROM g) AS fence, (SELECT MAX(x.expires_ms) - {now} \
+                     FROM {leases} x WHERE x.khash = ? AND x.kind = {} AND x.expires_ms > {now}) AS left_ms",
+                    kind_code(kind)
+                ));
+                args.push(Arg::Key);
+            } else {
+                sql.push_str(" SELECT fence FROM g");
+            }
             sql
         }
         Dialect::MySql => {
