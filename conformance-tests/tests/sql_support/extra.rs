@@ -144,6 +144,60 @@ pub async fn hostile_names_stored_safely(sql: &Sql) {
     println!("sql-extra[{}] PASS hostile_names_stored_safely", sql.label);
 }
 
+/// Attempts on a held exclusive lock change nothing in the database: the key's
+/// fence stays where the holder's grant left it (on PostgreSQL not even the row's
+/// version moves), so waiters woken by a release do not each write and flush a commit.
+pub async fn blocked_attempts_write_nothing(sql: &Sql) {
+    let ns = ns();
+    let holder = client(sql, &ns, sql.options()).await;
+    let contender = client(sql, &ns, sql.options()).await;
+    let guard = holder.lock("quiet").unwrap().acquire().await.unwrap();
+    let backend = holder.backend().clone();
+    let table = format!("{}_keys", backend.table_prefix());
+    let key = LockKey::new(
+        Namespace::new(&ns).unwrap(),
+        LockName::new("quiet").unwrap(),
+    );
+    let sql_text = match backend.dialect() {
+        Dialect::Postgres => {
+            format!("SELECT fence, CAST(xmin AS TEXT) FROM \"{table}\" WHERE khash = $1")
+        }
+        Dialect::MySql => format!("SELECT fence, '' FROM `{table}` WHERE khash = ?"),
+        _ => format!("SELECT fence, '' FROM \"{table}\" WHERE khash = ?"),
+    };
+    let read = || async {
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql_text.clone()))
+            .bind(lock_sql::stored_key(&key))
+            .fetch_one(backend.pool())
+            .await
+            .expect("key row");
+        (row.get::<i64, _>(0), row.get::<String, _>(1))
+    };
+    let before = read().await;
+    let lock = contender.lock("quiet").unwrap();
+    for _ in 0..20 {
+        assert!(lock.try_acquire().await.unwrap().is_none(), "held");
+    }
+    let waited = lock.acquire_timeout(Duration::from_millis(300)).await;
+    assert!(matches!(waited, Err(Error::Timeout { .. })), "{waited:?}");
+    assert_eq!(read().await, before, "blocked attempts wrote the key row");
+    guard.release().await.unwrap();
+    let next = lock
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free after release");
+    assert!(
+        next.fencing_token() > before.0 as u64,
+        "a grant still moves the fence"
+    );
+    next.release().await.unwrap();
+    println!(
+        "sql-extra[{}] PASS blocked_attempts_write_nothing",
+        sql.label
+    );
+}
+
 /// The holder's connection is killed from another session. FOR UPDATE: the row lock
 /// goes with it, the guard reports the loss and another client gets the lock at once.
 /// Lease: the pool reconnects and the lease survives.

@@ -217,6 +217,7 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     let for_update = Sql::new(&url, Strategy::ForUpdate, &prefix);
     extra::clock_skew_never_steals(&lease).await;
     extra::hostile_names_stored_safely(&lease).await;
+    extra::blocked_attempts_write_nothing(&lease).await;
     extra::killed_connection(&for_update).await;
     extra::force_unlock_spares_a_reused_connection_id(&for_update).await;
     extra::killed_connection(&lease).await;
