@@ -170,11 +170,7 @@ impl LockBackend for SqlBackend {
     }
 
     fn location(&self) -> String {
-        format!(
-            "{} tables {}",
-            self.inner.db.url.location(),
-            self.inner.table_prefix
-        )
+        self.inner.db.scope.clone()
     }
 
     async fn settle(&self) {

@@ -32,6 +32,9 @@ pub(crate) struct Db {
     pub(crate) cleanups: Cleanups,
     /// The connection of PostgreSQL's one-statement grants and releases.
     pub(crate) hot: HotConnection,
+    /// Where the lock tables are (the address without credentials, and the tables'
+    /// prefix): names the backend's location and its in-process release topics.
+    pub(crate) scope: String,
 }
 
 /// A query for `stmt`. The text is trusted: see [`crate::sql`].
@@ -165,6 +168,7 @@ impl Db {
             Strategy::Lease => pool.clone(),
         };
         probe(&url, &options.session_sql, options.connect_timeout).await?;
+        let scope = format!("{} tables {}", url.location(), options.table_prefix);
         let db = Db {
             pool,
             held_pool,
@@ -174,6 +178,7 @@ impl Db {
             request_timeout: options.request_timeout,
             cleanups: Cleanups::default(),
             hot: HotConnection::default(),
+            scope,
         };
         db.timed("creating the schema", db.ensure_schema()).await?;
         Ok(db)

@@ -30,6 +30,7 @@ use crate::dialect::Dialect;
 use crate::error::{classify, timed_out, Class};
 use crate::key::{family_range, holder_of, kind_code, kind_of, KeyId};
 use crate::listen::Listener;
+use crate::local_wake;
 use crate::sql::{Arg, FastGrant};
 use crate::wait::{until_released, Backoff};
 use crate::SqlLease;
@@ -187,9 +188,14 @@ pub(crate) async fn acquire(
         id: None,
     };
     let mut backoff = Backoff::new(timing.poll_min, timing.poll_max);
+    let wake_topic: Arc<str> = match listener {
+        Some(_) => key.hash.as_str().into(),
+        None => local_wake::topic(&db.scope, &key.hash),
+    };
     loop {
-        // Subscribe before looking, so a release right after the look is not missed.
-        let mut wake = listener.map(Listener::subscribe);
+        // Subscribe before looking, so a release right after the look is not missed:
+        // PostgreSQL's notifications, else this process's own announcements.
+        let mut wake = Some(listener.map_or_else(local_wake::subscribe, Listener::subscribe));
         let enqueue = waits && queued_kind;
         // The lease's expiry is set by the database during this attempt.
         let attempt_sent = Instant::now();
@@ -210,9 +216,10 @@ pub(crate) async fn acquire(
             ticket.remove().await;
             return Ok(None);
         }
-        let mut nap = match wake {
+        let mut nap = match listener {
             // Notified on release; the timeout only covers a lost notification.
             Some(_) => timing.poll_max * 4,
+            // Only releases in this process are announced: keep polling for the rest.
             None => backoff.next_pause(),
         };
         if let Some(ms) = wake_in_ms {
@@ -224,7 +231,7 @@ pub(crate) async fn acquire(
             nap = nap.min(timing.queue_ttl / 3);
         }
         let until = req.deadline.min(Instant::now() + nap);
-        until_released(wake.as_mut(), &key.hash, until).await;
+        until_released(wake.as_mut(), &wake_topic, until).await;
     }
 }
 
@@ -677,6 +684,9 @@ async fn delete_lease(
             }
         })
         .await?;
+    if deleted > 0 && db.dialect != Dialect::Postgres {
+        local_wake::announce(local_wake::topic(&db.scope, khash));
+    }
     Ok(deleted > 0)
 }
 
@@ -809,11 +819,15 @@ pub(crate) async fn force_unlock(db: &Db, key: &KeyId, family: LockFamily) -> Re
                 .map_err(|e| db.err(e))?;
             row.try_get::<i64, _>(0).map_err(|e| db.err(e))?
         } else {
-            query
+            let n = query
                 .execute(&db.pool)
                 .await
                 .map_err(|e| db.err(e))?
-                .rows_affected() as i64
+                .rows_affected() as i64;
+            if n > 0 {
+                local_wake::announce(local_wake::topic(&db.scope, &key.hash));
+            }
+            n
         };
         Ok(n > 0)
     })

@@ -71,6 +71,7 @@ mod hot;
 mod key;
 mod lease;
 mod listen;
+mod local_wake;
 mod options;
 mod pessimistic;
 mod sql;

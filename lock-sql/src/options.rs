@@ -209,7 +209,8 @@ impl SqlOptions {
     /// The polling interval of waiters on MySQL and SQLite (and PostgreSQL's fallback
     /// when a notification is missed): it starts at `min` and doubles up to `max`,
     /// with random jitter, and never sleeps past the holder's expiry (defaults 5 ms and
-    /// 250 ms).
+    /// 250 ms). A release in the waiter's own process wakes it at once; releases in
+    /// other processes are found by polling.
     pub fn poll_interval(mut self, min: Duration, max: Duration) -> Self {
         self.poll_min = min;
         self.poll_max = max;

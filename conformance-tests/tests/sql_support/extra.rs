@@ -198,6 +198,50 @@ pub async fn blocked_attempts_write_nothing(sql: &Sql) {
     );
 }
 
+/// A waiter in the releaser's process gets the lock at the release, not at its next
+/// poll: with polls 2.5-5 s apart (and a 30 s lease, so the holder's expiry does not
+/// shorten them), it must be granted well under the first poll's 2.5 s.
+pub async fn same_process_waiter_woken_at_release(sql: &Sql) {
+    let ns = ns();
+    let slow_polls = sql
+        .options()
+        .poll_interval(Duration::from_secs(5), Duration::from_secs(5));
+    let mut clients = Vec::new();
+    for _ in 0..2 {
+        let backend = SqlBackend::connect(slow_polls.clone())
+            .await
+            .expect("connect");
+        clients.push(
+            LockClient::builder(backend)
+                .namespace(&ns)
+                .watchdog_lease(Duration::from_secs(30))
+                .build()
+                .expect("client"),
+        );
+    }
+    let guard = clients[0].lock("bell").unwrap().acquire().await.unwrap();
+    let waiter_lock = clients[1].lock("bell").unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = waiter_lock.acquire_timeout(Duration::from_secs(20)).await;
+        (Instant::now(), guard)
+    });
+    // Let the waiter make its first attempt and settle into its first pause.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (granted, next) = waiter.await.unwrap();
+    let took = granted - released;
+    next.expect("granted").release().await.unwrap();
+    assert!(
+        took < Duration::from_millis(1500),
+        "granted {took:?} after the release"
+    );
+    println!(
+        "sql-extra[{}] PASS same_process_waiter_woken_at_release ({took:?})",
+        sql.label
+    );
+}
+
 /// The holder's connection is killed from another session. FOR UPDATE: the row lock
 /// goes with it, the guard reports the loss and another client gets the lock at once.
 /// Lease: the pool reconnects and the lease survives.
