@@ -195,7 +195,7 @@ pub(crate) async fn acquire(
     loop {
         // Subscribe before looking, so a release right after the look is not missed:
         // PostgreSQL's notifications, else this process's own announcements.
-        let mut wake = Some(listener.map_or_else(local_wake::subscribe, Listener::subscribe));
+        let mut wake = listener.map_or_else(local_wake::subscribe, Listener::subscribe);
         let enqueue = waits && queued_kind;
         // The lease's expiry is set by the database during this attempt.
         let attempt_sent = Instant::now();
@@ -231,7 +231,7 @@ pub(crate) async fn acquire(
             nap = nap.min(timing.queue_ttl / 3);
         }
         let until = req.deadline.min(Instant::now() + nap);
-        until_released(wake.as_mut(), &wake_topic, until).await;
+        until_released(&mut wake, &wake_topic, until).await;
     }
 }
 

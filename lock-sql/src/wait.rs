@@ -1,5 +1,5 @@
 //! How waiters wait between attempts: notifications on PostgreSQL, polling with
-//! exponential backoff and jitter elsewhere; never past the holder's expiry or the
+//! exponential backoff and jitter elsewhere (woken early by releases in this process); never past the holder's expiry or the
 //! caller's deadline.
 
 use std::sync::Arc;
@@ -32,17 +32,13 @@ impl Backoff {
 /// Sleeps until `until`, or until a release of `key` is announced on `wake` (an
 /// empty announcement means "anything may have changed": the listener reconnected).
 pub(crate) async fn until_released(
-    wake: Option<&mut broadcast::Receiver<Arc<str>>>,
+    wake: &mut broadcast::Receiver<Arc<str>>,
     key: &str,
     until: Instant,
 ) {
-    let Some(rx) = wake else {
-        tokio::time::sleep_until(until).await;
-        return;
-    };
     loop {
         tokio::select! {
-            msg = rx.recv() => match msg {
+            msg = wake.recv() => match msg {
                 Ok(k) if &*k == key || k.is_empty() => return,
                 Ok(_) => continue,
                 Err(broadcast::error::RecvError::Lagged(_)) => return,

@@ -1,8 +1,6 @@
 //! Other locks on the same servers, measured beside ours: floors (the least a lock
 //! can cost there) and peers (other libraries and common hand-rolled recipes).
 
-use std::time::Duration;
-
 use crate::contender::Contender;
 
 #[cfg(feature = "etcd")]
@@ -22,38 +20,36 @@ mod rslock;
 
 /// How often the polling recipes (raw `SET NX`, the naive table) try again while the
 /// lock is held: often enough to be a fair rival, rarely enough not to flood the server.
-pub const POLL_EVERY: Duration = Duration::from_millis(1);
+#[cfg(any(feature = "redis", feature = "sql"))]
+pub const POLL_EVERY: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The floors and peers that run on the server at `url` (none for an unknown scheme).
 pub fn for_url(url: &str) -> Vec<Box<dyn Contender>> {
     let scheme = url.split("://").next().unwrap_or_default();
-    let mut out: Vec<Box<dyn Contender>> = Vec::new();
-    let _ = &mut out;
     match scheme {
         #[cfg(feature = "redis")]
-        "redis" => {
-            out.push(Box::new(redis_raw::RawRedis::new(url)));
-            out.push(Box::new(rslock::Rslock::new(url)));
-        }
+        "redis" => vec![
+            Box::new(redis_raw::RawRedis::new(url)),
+            Box::new(rslock::Rslock::new(url)),
+        ],
         #[cfg(feature = "etcd")]
-        "etcd" => out.push(Box::new(etcd_v3lock::V3Lock::new(url))),
+        "etcd" => vec![Box::new(etcd_v3lock::V3Lock::new(url))],
         #[cfg(feature = "zookeeper")]
-        "zk" => out.push(Box::new(kazoo::Kazoo::new(url))),
+        "zk" => vec![Box::new(kazoo::Kazoo::new(url))],
         #[cfg(feature = "sql")]
-        "postgres" | "postgresql" => {
-            out.push(Box::new(pg_advisory::PgAdvisory::new(url)));
-            out.push(Box::new(naive_table::NaiveTable::new(url)));
-        }
+        "postgres" | "postgresql" => vec![
+            Box::new(pg_advisory::PgAdvisory::new(url)),
+            Box::new(naive_table::NaiveTable::new(url)),
+        ],
         #[cfg(feature = "sql")]
-        "mysql" | "mariadb" => {
-            out.push(Box::new(mariadb_get_lock::GetLock::new(url)));
-            out.push(Box::new(naive_table::NaiveTable::new(url)));
-        }
+        "mysql" | "mariadb" => vec![
+            Box::new(mariadb_get_lock::GetLock::new(url)),
+            Box::new(naive_table::NaiveTable::new(url)),
+        ],
         #[cfg(feature = "sql")]
-        "sqlite" => out.push(Box::new(naive_table::NaiveTable::new(url))),
-        _ => {}
+        "sqlite" => vec![Box::new(naive_table::NaiveTable::new(url))],
+        _ => Vec::new(),
     }
-    out
 }
 
 /// A stable 64-bit key for a lock name, for servers whose locks are numbered.
