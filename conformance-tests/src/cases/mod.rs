@@ -137,6 +137,8 @@ pub fn all_cases() -> Vec<Case> {
         stale_guard_of_same_owner_is_refused: FIXED,
         reentrancy_counts: NOTHING,
         concurrent_reentry_does_not_deadlock: NOTHING,
+        shared_handle_excludes_tasks: NOTHING,
+        joined_acquires_exclude: NOTHING,
         fixed_lease_expires_unrenewed: FIXED,
         extend_moves_expiry: FIXED,
         watchdog_keeps_lock_alive: NOTHING,

@@ -541,3 +541,67 @@ pub(crate) async fn is_locked_tracks_state(ctx: &Ctx, flavor: Flavor) {
     ok("release", guard.release().await);
     assert!(!ok("is_locked", observer.is_locked().await));
 }
+
+/// Tasks and joined futures that share one lock.
+const SHARERS: u64 = 16;
+/// Rounds each sharer takes the lock.
+const SHARED_ROUNDS: u64 = 5;
+
+/// One round of a sharer: take the lock, read the counter, let others run, write it
+/// back one higher. Exclusion makes the final count exact.
+async fn increment_under(lock: &dyn DistributedLock, counter: &AtomicU64, inside: &AtomicU32) {
+    let guard = ok("acquire", lock.acquire().await);
+    assert_eq!(
+        inside.fetch_add(1, Ordering::SeqCst),
+        0,
+        "two acquisitions of one shared handle inside at once"
+    );
+    let seen = counter.load(Ordering::SeqCst);
+    tokio::task::yield_now().await;
+    counter.store(seen + 1, Ordering::SeqCst);
+    inside.fetch_sub(1, Ordering::SeqCst);
+    ok("release", guard.release().await);
+}
+
+/// Tasks sharing one handle (an `Arc<dyn DistributedLock>` and its clones) exclude
+/// each other: sharing a handle is not re-entry.
+pub(crate) async fn shared_handle_excludes_tasks(ctx: &Ctx, flavor: Flavor) {
+    let lock = flavor.lock(&*ctx.client().await, NAME);
+    let counter = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicU32::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..SHARERS {
+        let (lock, counter, inside) = (lock.clone(), counter.clone(), inside.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..SHARED_ROUNDS {
+                increment_under(&*lock, &counter, &inside).await;
+            }
+        }));
+    }
+    for task in tasks {
+        within("sharing tasks", ctx.slack() * 30, task)
+            .await
+            .0
+            .expect("sharing task panicked");
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), SHARERS * SHARED_ROUNDS);
+}
+
+/// Futures joined in one task, all on one handle, exclude each other too.
+pub(crate) async fn joined_acquires_exclude(ctx: &Ctx, flavor: Flavor) {
+    let lock = flavor.lock(&*ctx.client().await, NAME);
+    let counter = AtomicU64::new(0);
+    let inside = AtomicU32::new(0);
+    let sharers = (0..SHARERS).map(|_| async {
+        for _ in 0..SHARED_ROUNDS {
+            increment_under(&*lock, &counter, &inside).await;
+        }
+    });
+    within(
+        "joined acquires",
+        ctx.slack() * 30,
+        futures::future::join_all(sharers),
+    )
+    .await;
+    assert_eq!(counter.load(Ordering::SeqCst), SHARERS * SHARED_ROUNDS);
+}
