@@ -220,4 +220,18 @@ mod tests {
         assert_eq!(fut.await.unwrap(), LeaseLoss::Revoked);
         assert!(!state.end(LeaseLoss::Released), "first reason wins");
     }
+
+    /// A machine that sleeps longer than the lease: tokio's clock stood still, the
+    /// server's did not, so the lease must count as run out.
+    #[test]
+    fn a_suspend_longer_than_the_lease_ends_it() {
+        let state = LeaseState::new(Instant::now() + Duration::from_secs(30));
+        assert!(state.is_held());
+        crate::clock::simulate_suspend(Duration::from_secs(60));
+        assert!(
+            !state.is_held(),
+            "held after a 60 s suspend of a 30 s lease"
+        );
+        assert_eq!(state.ended(), Some(LeaseLoss::Expired));
+    }
 }

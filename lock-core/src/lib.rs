@@ -69,6 +69,7 @@ mod api;
 mod backend;
 mod cleanups;
 mod client;
+mod clock;
 mod error;
 mod guard;
 mod id;
