@@ -128,3 +128,66 @@ async fn release_after_local_expiry_reports_the_loss_whatever_the_backend_says()
         "and it was still released"
     );
 }
+
+/// A watchdog renewal that reaches the server just after a release (and is answered
+/// before the release is) finds the lease gone: that is the release, not a loss, and
+/// the guard must not report one.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_racing_a_release_reports_no_loss() {
+    let backend = Wrapped::default();
+    let client = client(&backend, Duration::from_secs(3));
+    let guard = client.lock("racing").unwrap().acquire().await.unwrap();
+    let lost = tokio::spawn(guard.lost());
+    // The tick at 1 s reaches the server at 1.2 s; the release, sent at 1.1 s, takes
+    // effect at once but is answered only at 1.6 s.
+    backend.delay_renewal_requests(Duration::from_millis(200));
+    backend.delay_release_replies(Duration::from_millis(500));
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    guard.release().await.unwrap();
+    assert_eq!(lost.await.unwrap(), LeaseLoss::Released);
+}
+
+/// An `extend` that fails (no answer) changes nothing: a lease the watchdog kept is
+/// still kept, rather than left to run out unrenewed.
+#[tokio::test(start_paused = true)]
+async fn a_failed_extend_leaves_the_watchdog_keeping_the_lease() {
+    let backend = Wrapped::default();
+    let client = client(&backend, Duration::from_secs(3));
+    let guard = client.lock("kept").unwrap().acquire().await.unwrap();
+    backend.fail_next_renewals(1);
+    let err = guard.extend(Duration::from_secs(60)).await.unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(
+        guard.is_held(),
+        "a failed extend left the watchdog lease to run out"
+    );
+    assert_eq!(client.watched_leases(), 1);
+    guard.release().await.unwrap();
+}
+
+/// A multi-lock with a fixed lease, over a lock that another acquire of the same handle
+/// holds with a watchdog lease, must not turn that lease into a fixed one: the
+/// multi-lock is an owner of its own and waits for it.
+#[tokio::test(start_paused = true)]
+async fn a_multi_lock_never_changes_a_lease_it_did_not_take() {
+    let backend = Wrapped::default();
+    let client = client(&backend, Duration::from_secs(3));
+    let shared = client.lock("a").unwrap();
+    let outer = shared.acquire().await.unwrap();
+    let multi = lock_core::MultiLock::builder()
+        .lock(shared.clone())
+        .lock(client.lock("b").unwrap())
+        .build()
+        .unwrap();
+    let options = lock_core::AcquireOptions::wait_for(Duration::from_secs(1))
+        .lease(Duration::from_secs(5));
+    let taken = multi.acquire_with(options).await;
+    assert!(taken.is_err(), "the multi-lock got in beside the holder");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(
+        outer.is_held(),
+        "the holder's watchdog lease was made a fixed one"
+    );
+    outer.release().await.unwrap();
+}

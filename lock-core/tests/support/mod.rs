@@ -40,6 +40,12 @@ struct Hooks {
     capabilities: Mutex<Option<Capabilities>>,
     /// Taken off every lease's validity (as RedLock takes off its drift margin).
     lease_margin: Mutex<Duration>,
+    /// Renewals that fail with `Unavailable` before reaching the backend.
+    failing_renewals: AtomicUsize,
+    /// How long a renewal takes to reach the backend.
+    renewal_request_delay: Mutex<Duration>,
+    /// How long a release's reply takes to come back after the release took effect.
+    release_reply_delay: Mutex<Duration>,
 }
 
 /// A [`MemoryBackend`] behind a counting, fault-injecting wrapper. Clones share all.
@@ -63,6 +69,9 @@ impl Default for Wrapped {
                 reply_delay: Mutex::new(Duration::ZERO),
                 capabilities: Mutex::new(None),
                 lease_margin: Mutex::new(Duration::ZERO),
+                failing_renewals: AtomicUsize::new(0),
+                renewal_request_delay: Mutex::new(Duration::ZERO),
+                release_reply_delay: Mutex::new(Duration::ZERO),
             }),
         }
     }
@@ -72,6 +81,21 @@ impl Wrapped {
     /// The next `n` releases fail with a retryable error (a lost reply).
     pub fn fail_next_releases(&self, n: usize) {
         self.hooks.failing_releases.store(n, Ordering::SeqCst);
+    }
+
+    /// The next `n` renewals fail with a retryable error, changing nothing.
+    pub fn fail_next_renewals(&self, n: usize) {
+        self.hooks.failing_renewals.store(n, Ordering::SeqCst);
+    }
+
+    /// Every renewal reaches the backend `delay` after it was sent.
+    pub fn delay_renewal_requests(&self, delay: Duration) {
+        *self.hooks.renewal_request_delay.lock().unwrap() = delay;
+    }
+
+    /// Every release's reply arrives `delay` after the release took effect.
+    pub fn delay_release_replies(&self, delay: Duration) {
+        *self.hooks.release_reply_delay.lock().unwrap() = delay;
     }
 
     /// Renewals asking for `ttl` from now on take effect at once, but their replies wait
@@ -150,12 +174,31 @@ impl LockBackend for Wrapped {
                 source: "the reply was lost".into(),
             });
         }
-        self.inner.release(lease).await
+        let released = self.inner.release(lease).await;
+        let delay = *self.hooks.release_reply_delay.lock().unwrap();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        released
     }
 
     async fn renew(&self, leases: &[&HeldLease<()>], ttl: Duration) -> Result<Vec<Renewal>> {
         self.calls.renew.fetch_add(1, Ordering::SeqCst);
         self.calls.renew_sizes.lock().unwrap().push(leases.len());
+        let failing =
+            self.hooks
+                .failing_renewals
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if failing.is_ok() {
+            return Err(Error::Unavailable {
+                backend: "wrapped-memory",
+                source: "no answer".into(),
+            });
+        }
+        let delay = *self.hooks.renewal_request_delay.lock().unwrap();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         let renewed = self.inner.renew(leases, ttl).await;
         let delay = *self.hooks.reply_delay.lock().unwrap();
         if !delay.is_zero() {
