@@ -10,14 +10,16 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 
+use crate::acquisition::Acquisition;
 use crate::api::{DistributedLock, FairLock, ReadWriteLock};
 use crate::backend::{Capabilities, LockBackend, OwnerToken};
 use crate::cleanups::Cleanups;
 use crate::error::Result;
 use crate::locks::{FairMutex, Mutex, RwLock};
 use crate::name::{LockKey, LockName, Namespace};
-use crate::options::{check_duration, DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_WATCHDOG_LEASE};
-use crate::owner::Owner;
+use crate::options::{
+    check_duration, ClockDrift, DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_WATCHDOG_LEASE,
+};
 use crate::watchdog::{LeaseEntry, Watchdog};
 
 /// What every lock handle of a client shares.
@@ -26,6 +28,7 @@ pub(crate) struct ClientInner<B: LockBackend> {
     pub(crate) backend: Arc<B>,
     pub(crate) watchdog: Watchdog<B>,
     pub(crate) watchdog_lease: Duration,
+    drift: ClockDrift,
     namespace: Namespace,
     id: uuid::Uuid,
     next_owner: AtomicU64,
@@ -36,15 +39,13 @@ pub(crate) struct ClientInner<B: LockBackend> {
     pub(crate) acquiring: Cleanups,
     /// Set by [`LockClient::shutdown`]: no more grants.
     closed: watch::Sender<bool>,
-    /// Every lease granted and not yet given back, by lease id, with its owner, for
+    /// Every acquisition granted and not yet given back, by lease id, for
     /// [`LockClient::shutdown`] to release.
-    held: StdMutex<HashMap<u64, HeldEntry<B>>>,
+    held: StdMutex<HashMap<u64, Weak<Acquisition<B>>>>,
 }
 
-/// A granted lease and its owner, as [`ClientInner::held`] knows them.
-type HeldEntry<B> = (Weak<Owner<B>>, Weak<LeaseEntry<B>>);
-
 impl<B: LockBackend> ClientInner<B> {
+    /// The owner token of a new acquisition: unique to it, across processes.
     pub(crate) fn next_owner_token(&self) -> OwnerToken {
         OwnerToken::new(&self.id, self.next_owner.fetch_add(1, Ordering::Relaxed))
     }
@@ -64,10 +65,17 @@ impl<B: LockBackend> ClientInner<B> {
         let _ = closed.wait_for(|closed| *closed).await;
     }
 
+    /// How long this client counts on a lease of `ttl` from the send of the request
+    /// that won, renewed or extended it: what the backend guarantees, less the
+    /// clock-drift margin.
+    pub(crate) fn validity(&self, ttl: Duration) -> Duration {
+        self.drift.validity(ttl, self.backend.lease_validity(ttl))
+    }
+
     /// Records a new grant, for [`LockClient::shutdown`].
-    pub(crate) fn track(&self, owner: &Arc<Owner<B>>, lease: &Arc<LeaseEntry<B>>) {
+    pub(crate) fn track(&self, acquisition: &Arc<Acquisition<B>>) {
         self.held_map()
-            .insert(lease.id, (Arc::downgrade(owner), Arc::downgrade(lease)));
+            .insert(acquisition.lease().id, Arc::downgrade(acquisition));
     }
 
     /// Forgets a grant given back; `true` if it was still recorded (whoever takes it
@@ -76,7 +84,7 @@ impl<B: LockBackend> ClientInner<B> {
         self.held_map().remove(&lease.id).is_some()
     }
 
-    fn held_map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, HeldEntry<B>>> {
+    fn held_map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Weak<Acquisition<B>>>> {
         // Single inserts and removes: a panic cannot leave it half done.
         self.held
             .lock()
@@ -132,6 +140,7 @@ impl<B: LockBackend> LockClient<B> {
             Arc::new(backend),
             Namespace::default(),
             DEFAULT_WATCHDOG_LEASE,
+            ClockDrift::default(),
         )
     }
 
@@ -141,15 +150,23 @@ impl<B: LockBackend> LockClient<B> {
             backend: Arc::new(backend),
             namespace: None,
             watchdog_lease: DEFAULT_WATCHDOG_LEASE,
+            clock_drift: None,
         }
     }
 
-    fn from_parts(backend: Arc<B>, namespace: Namespace, watchdog_lease: Duration) -> Self {
+    fn from_parts(
+        backend: Arc<B>,
+        namespace: Namespace,
+        watchdog_lease: Duration,
+        drift: ClockDrift,
+    ) -> Self {
+        let validity = drift.validity(watchdog_lease, backend.lease_validity(watchdog_lease));
         LockClient {
             inner: Arc::new(ClientInner {
-                watchdog: Watchdog::new(backend.clone(), watchdog_lease),
+                watchdog: Watchdog::new(backend.clone(), watchdog_lease, validity),
                 backend,
                 watchdog_lease,
+                drift,
                 namespace,
                 id: uuid::Uuid::new_v4(),
                 next_owner: AtomicU64::new(1),
@@ -261,13 +278,10 @@ impl<B: LockBackend> LockClient<B> {
         // Acquires under way end at once; once they have, whatever they left at the
         // backend is counted by its clean-ups, and any grant they got is recorded.
         inner.acquiring.settled().await;
-        let held: Vec<HeldEntry<B>> = inner.held_map().drain().map(|(_, e)| e).collect();
+        let held: Vec<_> = inner.held_map().drain().map(|(_, a)| a).collect();
         let mut first_error = None;
-        for (owner, lease) in held {
-            let (Some(owner), Some(lease)) = (owner.upgrade(), lease.upgrade()) else {
-                continue;
-            };
-            if let Err(err) = owner.release_for_shutdown(&lease).await {
+        for acquisition in held.iter().filter_map(Weak::upgrade) {
+            if let Err(err) = acquisition.release_for_shutdown().await {
                 first_error.get_or_insert(err);
             }
         }
@@ -283,6 +297,7 @@ pub struct LockClientBuilder<B: LockBackend> {
     backend: Arc<B>,
     namespace: Option<String>,
     watchdog_lease: Duration,
+    clock_drift: Option<f64>,
 }
 
 impl<B: LockBackend> LockClientBuilder<B> {
@@ -299,10 +314,23 @@ impl<B: LockBackend> LockClientBuilder<B> {
         self
     }
 
+    /// How fast the servers' clocks may run against this machine's, as a fraction
+    /// (default 0.01, RedLock's factor; at most 0.5). A guard counts a lease of `ttl`
+    /// as `ttl - (factor × ttl + 2 ms)` from the send of the request that won or renewed
+    /// it, so a holder cut off from the server stops saying held before the server can
+    /// hand the lock to someone else, even if the server's clock runs that much faster.
+    /// The margin never takes more than half the lease. (NTP may slew a clock by 500
+    /// ppm, 0.0005; a VM's clock can drift more.)
+    pub fn clock_drift(mut self, factor: f64) -> Self {
+        self.clock_drift = Some(factor);
+        self
+    }
+
     /// Checks the settings and makes the client.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad namespace or watchdog lease.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad namespace,
+    /// watchdog lease or clock drift.
     pub fn build(self) -> Result<LockClient<B>> {
         let namespace = match &self.namespace {
             Some(ns) => Namespace::new(ns)?,
@@ -314,7 +342,16 @@ impl<B: LockBackend> LockClientBuilder<B> {
             MIN_WATCHDOG_LEASE,
             MAX_DURATION,
         )?;
-        Ok(LockClient::from_parts(self.backend, namespace, lease))
+        let drift = match self.clock_drift {
+            Some(factor) => ClockDrift::new(factor)?,
+            None => ClockDrift::default(),
+        };
+        Ok(LockClient::from_parts(
+            self.backend,
+            namespace,
+            lease,
+            drift,
+        ))
     }
 }
 

@@ -17,12 +17,21 @@ pub(crate) trait HoldOps: Send + Sync + fmt::Debug {
     fn release(&self) -> BoxFuture<'_, Result<()>>;
     fn release_on_drop(&self);
     fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<()>>;
+    fn reenter(&self) -> Result<LockGuard>;
+    fn read_as_writer(&self) -> BoxFuture<'_, Result<LockGuard>>;
 }
 
 /// Proof of one acquisition: holds the lock until released or dropped.
 ///
-/// Reentrant acquisitions by the same owner return further guards that share one
-/// lease; the lock is freed when the last of them goes.
+/// # Owners and re-entry
+///
+/// Every acquire call is an owner of its own: two calls that run at the same time
+/// exclude each other, whether they come from tasks sharing one handle or from futures
+/// joined in one task. Code that already holds the lock re-enters it through the
+/// guard it holds: [`reenter`](Self::reenter) returns a further guard on the same
+/// acquisition at once, with no round trip, and the lock is freed when the last guard
+/// of the acquisition goes. Calling `acquire` again on a held lock instead waits like
+/// anyone else, as a `tokio::sync::Mutex` does.
 ///
 /// # Losing the lease
 ///
@@ -101,10 +110,79 @@ impl LockGuard {
     }
 
     /// Whether the lease is still held, as far as this client knows: not reported lost
-    /// and not past its expiry (counted from when the acquire or last renewal was sent).
-    /// Costs no round trip.
+    /// and not past its expiry (counted from when the acquire or last renewal was sent,
+    /// less the clock-drift margin, counting time the machine spent suspended). Costs no
+    /// round trip.
     pub fn is_held(&self) -> bool {
         self.state.is_held()
+    }
+
+    /// When the lease runs out as this client counts it, unless renewed or extended
+    /// first; `None` once it is not held. A watchdog lease moves on at every renewal.
+    pub fn expires_at(&self) -> Option<tokio::time::Instant> {
+        self.state.is_held().then(|| self.state.expires_at())
+    }
+
+    /// How long the lease has left as this client counts it; `None` once it is not held.
+    pub fn remaining(&self) -> Option<Duration> {
+        self.expires_at()
+            .map(|at| at.saturating_duration_since(tokio::time::Instant::now()))
+    }
+
+    /// Another guard on this acquisition, at once and with no round trip: re-entry for
+    /// code that already holds the lock (a nested call that is handed this guard). The
+    /// two guards share the lease and the fencing token; the lock is freed when the last
+    /// guard of the acquisition is released or dropped.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) if the lease is no longer held.
+    ///
+    /// ```
+    /// use lock_core::{memory::MemoryBackend, DistributedLockExt, LockClient};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// let lock = LockClient::new(MemoryBackend::new()).lock("ledger")?;
+    /// let outer = lock.acquire().await?;
+    /// let inner = outer.reenter()?; // no round trip
+    /// assert_eq!(inner.fencing_token(), outer.fencing_token());
+    /// inner.release().await?;
+    /// assert!(outer.is_held()); // still held: one guard is left
+    /// outer.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn reenter(&self) -> Result<LockGuard> {
+        self.ops.reenter()
+    }
+
+    /// For a write guard of a [`ReadWriteLock`](crate::ReadWriteLock): takes the read
+    /// side as the same owner, granted at once while this write lease lives (other
+    /// owners' writers queued meanwhile wait for it). This guard stays held: release it
+    /// afterwards to keep only reading, a downgrade. The read guard has a fencing token
+    /// of its own and a lease of the same kind as this one (a watchdog lease, or a fixed
+    /// lease as long as this one was asked for, counted from now).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a guard that is not
+    /// a write guard; [`Error::LeaseLost`](crate::Error::LeaseLost) if the write lease is
+    /// no longer held; a backend error as for an acquire. This guard is unchanged by an
+    /// error.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as an acquire is: if dropped, no read lease is left behind.
+    ///
+    /// ```
+    /// use lock_core::{memory::MemoryBackend, LockClient, ReadWriteLockExt};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// let table = LockClient::new(MemoryBackend::new()).rw_lock("table")?;
+    /// let write = table.write().await?;
+    /// // ... write ...
+    /// let read = write.downgrade().await?;
+    /// write.release().await?; // readers may come in now; writers wait for `read`
+    /// // ... read what was written ...
+    /// read.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn downgrade(&self) -> Result<LockGuard> {
+        self.ops.read_as_writer().await
     }
 
     /// Resolves when this guard stops protecting you: with the reason the lease was

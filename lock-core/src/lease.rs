@@ -44,10 +44,42 @@ impl fmt::Display for LeaseLoss {
     }
 }
 
+/// A moment on both of the clocks a lease is counted on: tokio's (which tests can
+/// pause) and the time spent suspended (see [`crate::clock`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Stamp {
+    pub(crate) at: Instant,
+    suspended: Duration,
+}
+
+impl Stamp {
+    pub(crate) fn now() -> Self {
+        Stamp {
+            at: Instant::now(),
+            suspended: crate::clock::suspended(),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Status {
     ended: Option<LeaseLoss>,
+    /// The local expiry on tokio's clock, as of `mark`.
     expires_at: Instant,
+    /// The suspend reading when `expires_at` was set: a suspend since then shortens
+    /// what is left, since tokio's clock did not count it.
+    mark: Duration,
+}
+
+impl Status {
+    /// The expiry as tokio's clock now names it: earlier by the time spent suspended
+    /// since it was set.
+    fn effective_expiry(&self) -> Instant {
+        let slept = crate::clock::suspended().saturating_sub(self.mark);
+        self.expires_at
+            .checked_sub(slept)
+            .unwrap_or(self.expires_at)
+    }
 }
 
 /// Shared by a lease's guards, the watchdog and the backend's [`LossNotifier`].
@@ -56,6 +88,11 @@ pub(crate) struct LeaseState {
     status: watch::Sender<Status>,
 }
 
+/// How often a waiter on [`LeaseState::ended_future`] looks again: after a suspend,
+/// tokio's timers fire late by the time slept, so the future re-reads the suspend clock
+/// at least this often.
+const SUSPEND_RECHECK: Duration = Duration::from_secs(1);
+
 impl LeaseState {
     /// A live lease that expires at `expires_at` unless renewed.
     pub(crate) fn new(expires_at: Instant) -> Arc<Self> {
@@ -63,18 +100,19 @@ impl LeaseState {
             status: watch::Sender::new(Status {
                 ended: None,
                 expires_at,
+                mark: crate::clock::suspended(),
             }),
         })
     }
 
     /// Held: not ended and not past its local expiry.
     pub(crate) fn is_held(&self) -> bool {
-        let status = self.status.borrow();
-        status.ended.is_none() && Instant::now() < status.expires_at
+        self.ended().is_none()
     }
 
+    /// The local expiry, as tokio's clock names it now.
     pub(crate) fn expires_at(&self) -> Instant {
-        self.status.borrow().expires_at
+        self.status.borrow().effective_expiry()
     }
 
     /// Why the lease ended, counting a passed expiry; `None` while held.
@@ -82,24 +120,27 @@ impl LeaseState {
         let status = self.status.borrow();
         match &status.ended {
             Some(loss) => Some(loss.clone()),
-            None if Instant::now() >= status.expires_at => Some(LeaseLoss::Expired),
+            None if Instant::now() >= status.effective_expiry() => Some(LeaseLoss::Expired),
             None => None,
         }
     }
 
     /// The attempt that won the lease was sent at `started_at`: it runs until
-    /// `started_at + ttl`, however long the wait before that attempt was.
-    pub(crate) fn granted(&self, started_at: Instant, ttl: Duration) {
+    /// `started_at + validity`, however long the wait before that attempt was. A
+    /// suspend is counted from here on (one during the winning round trip is not).
+    pub(crate) fn granted(&self, started_at: Instant, validity: Duration) {
+        let mark = crate::clock::suspended();
         self.status.send_if_modified(|status| {
             if status.ended.is_some() {
                 return false;
             }
-            status.expires_at = started_at + ttl;
+            status.expires_at = started_at + validity;
+            status.mark = mark;
             true
         });
     }
 
-    /// A renewal sent at `sent_at` succeeded: the lease now runs until `sent_at + ttl`.
+    /// A renewal sent at `sent` succeeded: the lease now runs until `sent + validity`.
     /// Counting from the send, not the reply, keeps the local view conservative.
     ///
     /// Refused (returns false) once the lease has ended or its local expiry has passed:
@@ -107,12 +148,13 @@ impl LeaseState {
     /// else's, so a late reply never brings the lease back. Callers send one renewal
     /// of a lease at a time ([`LeaseEntry::renewal`](crate::watchdog::LeaseEntry)), so
     /// replies are applied in the order the server saw the requests.
-    pub(crate) fn renewed(&self, sent_at: Instant, ttl: Duration) -> bool {
+    pub(crate) fn renewed(&self, sent: Stamp, validity: Duration) -> bool {
         self.status.send_if_modified(|status| {
-            if status.ended.is_some() || Instant::now() >= status.expires_at {
+            if status.ended.is_some() || Instant::now() >= status.effective_expiry() {
                 return false;
             }
-            status.expires_at = sent_at + ttl;
+            status.expires_at = sent.at + validity;
+            status.mark = sent.suspended;
             true
         })
     }
@@ -135,14 +177,16 @@ impl LeaseState {
             loop {
                 let (ended, expires_at) = {
                     let status = rx.borrow_and_update();
-                    (status.ended.clone(), status.expires_at)
+                    (status.ended.clone(), status.effective_expiry())
                 };
                 if let Some(loss) = ended {
                     return loss;
                 }
-                if Instant::now() >= expires_at {
+                let now = Instant::now();
+                if now >= expires_at {
                     return LeaseLoss::Expired;
                 }
+                let look_again = expires_at.min(now + SUSPEND_RECHECK);
                 tokio::select! {
                     changed = rx.changed() => {
                         if changed.is_err() {
@@ -150,7 +194,7 @@ impl LeaseState {
                             return LeaseLoss::Expired;
                         }
                     }
-                    () = tokio::time::sleep_until(expires_at) => {}
+                    () = tokio::time::sleep_until(look_again) => {}
                 }
             }
         }
@@ -205,11 +249,11 @@ mod tests {
         let state = LeaseState::new(Instant::now() + Duration::from_secs(1));
         assert!(state.is_held());
         let fut = state.ended_future();
-        assert!(state.renewed(Instant::now(), Duration::from_secs(5)));
+        assert!(state.renewed(Stamp::now(), Duration::from_secs(5)));
         assert_eq!(fut.await, LeaseLoss::Expired);
         assert!(!state.is_held());
         assert!(
-            !state.renewed(Instant::now(), Duration::from_secs(5)),
+            !state.renewed(Stamp::now(), Duration::from_secs(5)),
             "an expired lease is never renewed"
         );
         assert!(!state.is_held());

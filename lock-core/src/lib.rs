@@ -6,7 +6,7 @@
 //! lock-core builds on it, once for all of them:
 //!
 //! * the user traits [`DistributedLock`], [`FairLock`] and [`ReadWriteLock`], object safe;
-//! * **reentrancy** without round trips, and hold counts;
+//! * **owners** per acquisition, **re-entry** through the guard without round trips;
 //! * **guards** ([`LockGuard`]) with fencing tokens, `release().await`, loss reporting
 //!   and best-effort release on drop;
 //! * the **watchdog**: one task per client renewing every lease in one batched call;
@@ -34,20 +34,25 @@
 //! # Ok(()) }
 //! ```
 //!
-//! # Owners and reentrancy
+//! # Owners and re-entry
 //!
-//! In async Rust a thread id means nothing: a task moves between threads, and one
-//! thread runs many tasks. So **an owner is a lock handle**: the value returned by
-//! [`LockClient::lock`] (or `fair_lock`, `rw_lock`) together with its clones. Its owner
-//! token, `<client uuid>:<handle number>`, is what the backend stores.
+//! In async Rust neither a thread nor a task is a safe unit of ownership: a task moves
+//! between threads, and `join!` or `select!` run several acquiring futures in one task.
+//! So **an owner is one acquisition**: each call of `acquire` (or `try_acquire`,
+//! `read`, `write`, ...) that succeeds, together with the guards made from its guard.
+//! Its owner token, `<client uuid>:<acquisition number>`, is what the backend stores.
 //!
-//! * The same handle (or a clone) acquiring again while it holds a live lease
-//!   re-enters: no round trip, a further guard, and the lock is freed when the last
-//!   guard is released. Concurrent acquires of one handle are serialised so they never
-//!   both reach the backend.
-//! * Two handles are two owners and exclude each other, even in one task. Give each
-//!   worker its own handle to make them contend; share a handle to let code re-enter.
-//! * A re-entry joins the existing lease: its own lease option is ignored.
+//! * Two acquire calls that run at the same time exclude each other, whatever they run
+//!   in: tasks sharing one handle (or one `Arc<dyn DistributedLock>`), futures joined in
+//!   one task, two clients. A handle is just a name for the lock; share it freely.
+//! * Code that holds the lock re-enters it through its guard:
+//!   [`LockGuard::reenter`] returns a further guard on the same acquisition at once,
+//!   with no round trip, and the lock is freed when the last guard of the acquisition
+//!   goes. Calling `acquire` again while holding waits for yourself, as with
+//!   `tokio::sync::Mutex`: hand the guard (or a re-entered one) to nested code instead.
+//! * The holder of a write lock takes the read side as the same owner with
+//!   [`LockGuard::downgrade`]: granted at once, and writers that queued meanwhile wait
+//!   for it too. Releasing the write guard then leaves the owner reading.
 //!
 //! # Leases and loss
 //!
@@ -57,7 +62,9 @@
 //! is lost when a renewal finds it gone, or when renewals keep failing until it runs
 //! out; its guards then report it through [`LockGuard::is_held`] and
 //! [`LockGuard::lost`]. The client counts a lease from the moment it sent the request,
-//! so it considers a lease gone no later than the backend does.
+//! less a clock-drift margin (1 % of the lease plus 2 ms by default,
+//! [`LockClientBuilder::clock_drift`]) and counting time the machine spent suspended,
+//! so it considers a lease gone before the backend can hand the lock to someone else.
 //!
 //! # Runtime
 //!
@@ -65,6 +72,7 @@
 //! current runtime.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
+mod acquisition;
 mod api;
 mod backend;
 mod cleanups;
@@ -72,6 +80,7 @@ mod client;
 mod clock;
 mod error;
 mod guard;
+mod handle;
 mod id;
 mod lease;
 mod locks;
@@ -79,7 +88,6 @@ pub mod memory;
 mod multi;
 mod name;
 mod options;
-mod owner;
 mod watchdog;
 
 /// The traits you call lock methods through: `use lock_core::prelude::*;`.
@@ -109,6 +117,6 @@ pub use name::{
     LockKey, LockName, Namespace, DEFAULT_NAMESPACE, MAX_NAME_BYTES, NAMESPACE_SEPARATORS,
 };
 pub use options::{
-    check_duration, AcquireOptions, Deadline, Lease, Wait, DEFAULT_WATCHDOG_LEASE, MAX_DURATION,
-    MIN_LEASE, MIN_WATCHDOG_LEASE,
+    check_duration, AcquireOptions, Deadline, Lease, Wait, DEFAULT_CLOCK_DRIFT,
+    DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_LEASE, MIN_WATCHDOG_LEASE,
 };

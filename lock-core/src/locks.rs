@@ -1,4 +1,4 @@
-//! The three lock handles: thin wrappers that give one [`Owner`] the user-facing traits.
+//! The three lock handles: thin wrappers that give one [`Handle`] the user-facing traits.
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,42 +10,43 @@ use crate::backend::{Capabilities, LockBackend, LockFamily, LockKind};
 use crate::client::ClientInner;
 use crate::error::Result;
 use crate::guard::LockGuard;
+use crate::handle::Handle;
 use crate::id::LockId;
 use crate::name::{LockKey, LockName};
 use crate::options::AcquireOptions;
-use crate::owner::Owner;
 
-/// Defines a handle type around one owner, with the parts all three share.
+/// Defines a handle type around one [`Handle`], with the parts all three share.
 macro_rules! lock_handle {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
         pub struct $name<B: LockBackend> {
-            owner: Arc<Owner<B>>,
+            handle: Arc<Handle<B>>,
         }
 
         impl<B: LockBackend> $name<B> {
             pub(crate) fn new(client: Arc<ClientInner<B>>, key: LockKey) -> Self {
-                $name { owner: Owner::new(client, key) }
+                $name { handle: Handle::new(client, key) }
             }
 
             /// Where the lock lives: namespace and name.
             pub fn key(&self) -> &LockKey {
-                self.owner.key()
+                self.handle.key()
             }
         }
 
-        /// A clone is the same owner: it re-enters the locks this one holds.
+        /// A clone is the same handle: its hold counts are this one's. Acquiring
+        /// through either is, as always, an owner of its own.
         impl<B: LockBackend> Clone for $name<B> {
             fn clone(&self) -> Self {
-                $name { owner: self.owner.clone() }
+                $name { handle: self.handle.clone() }
             }
         }
 
         impl<B: LockBackend> fmt::Debug for $name<B> {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.debug_struct(stringify!($name))
-                    .field("key", self.owner.key())
-                    .field("backend", &self.owner.backend().name())
+                    .field("key", self.handle.key())
+                    .field("backend", &self.handle.backend().name())
                     .finish()
             }
         }
@@ -53,24 +54,27 @@ macro_rules! lock_handle {
 }
 
 lock_handle!(
-    /// An exclusive, reentrant lock: one owner of one name. Implements
+    /// A handle on an exclusive lock. Implements
     /// [`DistributedLock`]; made by [`LockClient::lock`](crate::LockClient::lock).
     ///
-    /// Each handle is its own owner; clones of it are the same owner.
+    /// Every acquire through it is an owner of its own; see
+    /// [`LockGuard`](crate::LockGuard#owners-and-re-entry).
     Mutex
 );
 lock_handle!(
-    /// A fair (FIFO) exclusive lock: one owner of one name. Implements [`FairLock`];
+    /// A handle on a fair (FIFO) exclusive lock. Implements [`FairLock`];
     /// made by [`LockClient::fair_lock`](crate::LockClient::fair_lock).
     ///
-    /// Each handle is its own owner; clones of it are the same owner.
+    /// Every acquire through it is an owner of its own; see
+    /// [`LockGuard`](crate::LockGuard#owners-and-re-entry).
     FairMutex
 );
 lock_handle!(
-    /// A read-write lock: one owner of one name. Implements [`ReadWriteLock`]; made by
+    /// A handle on a read-write lock. Implements [`ReadWriteLock`]; made by
     /// [`LockClient::rw_lock`](crate::LockClient::rw_lock).
     ///
-    /// Each handle is its own owner; clones of it are the same owner.
+    /// Every acquire through it is an owner of its own; see
+    /// [`LockGuard`](crate::LockGuard#owners-and-re-entry).
     RwLock
 );
 
@@ -80,36 +84,36 @@ macro_rules! exclusive_lock {
         #[async_trait]
         impl<B: LockBackend> DistributedLock for $name<B> {
             fn name(&self) -> &LockName {
-                self.owner.key().name()
+                self.handle.key().name()
             }
 
             fn lock_id(&self) -> LockId {
-                self.owner.lock_id($family)
+                self.handle.lock_id($family)
             }
 
             fn capabilities(&self) -> Capabilities {
-                self.owner.backend().capabilities()
+                self.handle.backend().capabilities()
             }
 
             async fn acquire_with(&self, options: AcquireOptions) -> Result<LockGuard> {
-                self.owner.acquire($kind, options).await
+                self.handle.acquire($kind, options).await
             }
 
             fn hold_count(&self) -> u32 {
-                self.owner.hold_count($kind)
+                self.handle.hold_count($kind)
             }
 
             async fn is_locked(&self) -> Result<bool> {
-                self.owner
+                self.handle
                     .backend()
-                    .is_locked(self.owner.key(), $family)
+                    .is_locked(self.handle.key(), $family)
                     .await
             }
 
             async fn force_unlock(&self) -> Result<bool> {
-                self.owner
+                self.handle
                     .backend()
-                    .force_unlock(self.owner.key(), $family)
+                    .force_unlock(self.handle.key(), $family)
                     .await
             }
         }
@@ -124,44 +128,44 @@ impl<B: LockBackend> FairLock for FairMutex<B> {}
 #[async_trait]
 impl<B: LockBackend> ReadWriteLock for RwLock<B> {
     fn name(&self) -> &LockName {
-        self.owner.key().name()
+        self.handle.key().name()
     }
 
     fn lock_id(&self) -> LockId {
-        self.owner.lock_id(LockFamily::ReadWrite)
+        self.handle.lock_id(LockFamily::ReadWrite)
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.owner.backend().capabilities()
+        self.handle.backend().capabilities()
     }
 
     async fn read_with(&self, options: AcquireOptions) -> Result<LockGuard> {
-        self.owner.acquire(LockKind::Read, options).await
+        self.handle.acquire(LockKind::Read, options).await
     }
 
     async fn write_with(&self, options: AcquireOptions) -> Result<LockGuard> {
-        self.owner.acquire(LockKind::Write, options).await
+        self.handle.acquire(LockKind::Write, options).await
     }
 
     fn read_hold_count(&self) -> u32 {
-        self.owner.hold_count(LockKind::Read)
+        self.handle.hold_count(LockKind::Read)
     }
 
     fn write_hold_count(&self) -> u32 {
-        self.owner.hold_count(LockKind::Write)
+        self.handle.hold_count(LockKind::Write)
     }
 
     async fn is_locked(&self) -> Result<bool> {
-        self.owner
+        self.handle
             .backend()
-            .is_locked(self.owner.key(), LockFamily::ReadWrite)
+            .is_locked(self.handle.key(), LockFamily::ReadWrite)
             .await
     }
 
     async fn force_unlock(&self) -> Result<bool> {
-        self.owner
+        self.handle
             .backend()
-            .force_unlock(self.owner.key(), LockFamily::ReadWrite)
+            .force_unlock(self.handle.key(), LockFamily::ReadWrite)
             .await
     }
 }

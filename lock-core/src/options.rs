@@ -16,6 +16,48 @@ pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(30);
 /// The watchdog lease used when none is configured (Redisson's default).
 pub const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
 
+/// The clock-drift factor used when none is configured (RedLock's).
+pub const DEFAULT_CLOCK_DRIFT: f64 = 0.01;
+/// Taken off every lease on top of the drift factor: a server's expiry resolution.
+const DRIFT_FLOOR: Duration = Duration::from_millis(2);
+
+/// How much of a lease the client keeps back for clocks that run at different rates
+/// (see [`LockClientBuilder::clock_drift`](crate::LockClientBuilder::clock_drift)).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct ClockDrift {
+    factor: f64,
+}
+
+impl Default for ClockDrift {
+    fn default() -> Self {
+        ClockDrift {
+            factor: DEFAULT_CLOCK_DRIFT,
+        }
+    }
+}
+
+impl ClockDrift {
+    pub(crate) fn new(factor: f64) -> Result<Self> {
+        if !factor.is_finite() || !(0.0..=0.5).contains(&factor) {
+            return Err(Error::invalid_argument(format!(
+                "clock drift {factor} is not a fraction between 0 and 0.5"
+            )));
+        }
+        Ok(ClockDrift { factor })
+    }
+
+    /// The margin for a lease of `ttl`: `factor × ttl + 2 ms`, at most half of it.
+    pub(crate) fn margin(&self, ttl: Duration) -> Duration {
+        (ttl.mul_f64(self.factor) + DRIFT_FLOOR).min(ttl / 2)
+    }
+
+    /// What a client counts on of a lease of `ttl` that the backend guarantees for
+    /// `guaranteed`: that, less the margin.
+    pub(crate) fn validity(&self, ttl: Duration, guaranteed: Duration) -> Duration {
+        guaranteed.saturating_sub(self.margin(ttl))
+    }
+}
+
 /// How long an acquire may wait for the lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Wait {
@@ -216,6 +258,31 @@ impl Deadline {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn drift_margin_follows_the_redlock_rule() {
+        let drift = ClockDrift::default();
+        assert_eq!(
+            drift.margin(Duration::from_secs(30)),
+            Duration::from_millis(302)
+        );
+        assert_eq!(
+            drift.validity(Duration::from_secs(3), Duration::from_secs(3)),
+            Duration::from_millis(2968)
+        );
+        // Never more than half of a tiny lease.
+        assert_eq!(
+            drift.margin(Duration::from_millis(2)),
+            Duration::from_millis(1)
+        );
+        for bad in [-0.1, 0.6, f64::NAN, f64::INFINITY] {
+            assert!(ClockDrift::new(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            ClockDrift::new(0.0).unwrap().margin(Duration::from_secs(1)),
+            DRIFT_FLOOR
+        );
+    }
 
     #[test]
     fn durations_are_checked() {

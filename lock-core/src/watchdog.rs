@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{HeldLease, LockBackend, Renewal};
-use crate::lease::{LeaseLoss, LeaseState};
+use crate::lease::{LeaseLoss, LeaseState, Stamp};
 
 /// One granted lease: what the backend needs, and what the client knows of it.
 #[derive(Debug)]
@@ -27,6 +27,23 @@ pub(crate) struct LeaseEntry<B: LockBackend> {
     pub(crate) renewal: tokio::sync::Mutex<()>,
 }
 
+impl<B: LockBackend> LeaseEntry<B> {
+    pub(crate) fn new(
+        id: u64,
+        held: HeldLease<B::Lease>,
+        state: Arc<LeaseState>,
+        watched: bool,
+    ) -> Self {
+        LeaseEntry {
+            id,
+            held,
+            state,
+            watched: AtomicBool::new(watched),
+            renewal: tokio::sync::Mutex::new(()),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Registry<B: LockBackend> {
     leases: HashMap<u64, Arc<LeaseEntry<B>>>,
@@ -37,6 +54,8 @@ struct Registry<B: LockBackend> {
 struct Shared<B: LockBackend> {
     backend: Arc<B>,
     ttl: Duration,
+    /// How long the client counts on a renewal of `ttl`, from its send.
+    validity: Duration,
     registry: Mutex<Registry<B>>,
 }
 
@@ -47,11 +66,12 @@ pub(crate) struct Watchdog<B: LockBackend> {
 }
 
 impl<B: LockBackend> Watchdog<B> {
-    pub(crate) fn new(backend: Arc<B>, ttl: Duration) -> Self {
+    pub(crate) fn new(backend: Arc<B>, ttl: Duration, validity: Duration) -> Self {
         Watchdog {
             shared: Arc::new(Shared {
                 backend,
                 ttl,
+                validity,
                 registry: Mutex::new(Registry {
                     leases: HashMap::new(),
                     running: false,
@@ -60,8 +80,10 @@ impl<B: LockBackend> Watchdog<B> {
         }
     }
 
-    /// Starts keeping `entry` alive. Must be called inside a tokio runtime.
+    /// Starts (or, after a failed `extend`, resumes) keeping `entry` alive. Must be
+    /// called inside a tokio runtime.
     pub(crate) fn watch(&self, entry: Arc<LeaseEntry<B>>) {
+        entry.watched.store(true, Ordering::Release);
         let mut registry = lock(&self.shared.registry);
         registry.leases.insert(entry.id, entry);
         if !registry.running {
@@ -70,11 +92,14 @@ impl<B: LockBackend> Watchdog<B> {
         }
     }
 
-    /// Stops keeping the lease alive, if it was watched.
-    pub(crate) fn unwatch(&self, entry: &LeaseEntry<B>) {
-        if entry.watched.swap(false, Ordering::AcqRel) {
+    /// Stops keeping the lease alive; returns whether it was watched. A renewal in
+    /// flight then changes nothing the guards see (see `tick`).
+    pub(crate) fn unwatch(&self, entry: &LeaseEntry<B>) -> bool {
+        let was = entry.watched.swap(false, Ordering::AcqRel);
+        if was {
             lock(&self.shared.registry).leases.remove(&entry.id);
         }
+        was
     }
 
     /// How many leases the watchdog keeps alive.
@@ -156,17 +181,22 @@ async fn tick<B: LockBackend>(shared: &Shared<B>, interval: Duration, retry: Dur
     if live.is_empty() {
         return Instant::now() + interval;
     }
-    let sent_at = Instant::now();
-    let validity = shared.backend.lease_validity(shared.ttl);
+    let sent = Stamp::now();
+    let validity = shared.validity;
     let leases: Vec<&HeldLease<B::Lease>> = live.iter().map(|e| &e.held).collect();
     let outcome = tokio::time::timeout(shared.ttl, shared.backend.renew(&leases, shared.ttl)).await;
     let error = match outcome {
         Ok(Ok(renewals)) if renewals.len() == live.len() => {
             for (entry, renewal) in live.iter().zip(renewals) {
+                // Released or extended while the renewal was out: a `Lost` then only
+                // means the release got there first, and the guards were told already.
+                if !entry.watched.load(Ordering::Acquire) {
+                    continue;
+                }
                 match renewal {
                     Renewal::Renewed => {
                         // Refused after the local expiry: the next tick reports it.
-                        entry.state.renewed(sent_at, validity);
+                        entry.state.renewed(sent, validity);
                     }
                     Renewal::Lost => {
                         if entry.state.end(LeaseLoss::Revoked) {
@@ -177,7 +207,7 @@ async fn tick<B: LockBackend>(shared: &Shared<B>, interval: Duration, retry: Dur
                 }
             }
             tracing::trace!(leases = live.len(), "watchdog renewed leases");
-            return sent_at + interval;
+            return sent.at + interval;
         }
         Ok(Ok(renewals)) => format!(
             "backend answered {} renewals for {} leases",

@@ -79,7 +79,12 @@ async fn a_renewal_answered_after_local_expiry_does_not_revive_the_lease() {
 async fn leases_count_the_validity_the_backend_guarantees() {
     let margin = Duration::from_millis(500);
     let backend = Wrapped::default().with_lease_margin(margin);
-    let client = client(&backend, Duration::from_secs(3));
+    // No drift factor: only the backend's margin (and the 2 ms floor) counts here.
+    let client = LockClient::builder(backend.clone())
+        .watchdog_lease(Duration::from_secs(3))
+        .clock_drift(0.0)
+        .build()
+        .unwrap();
     let lock = client.lock("margin").unwrap();
     let fixed = lock_core::AcquireOptions::try_once().lease(Duration::from_secs(10));
     let guard = lock.acquire_with(fixed).await.unwrap();
@@ -103,6 +108,54 @@ async fn leases_count_the_validity_the_backend_guarantees() {
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert!(guard.is_held(), "the watchdog keeps a lease with a margin");
     guard.release().await.unwrap();
+}
+
+/// Every lease keeps the clock-drift margin back: a 3 s lease with the default factor
+/// (1 % + 2 ms) is held for 2.968 s from its send, and a wider factor keeps more back.
+#[tokio::test(start_paused = true)]
+async fn leases_keep_a_clock_drift_margin() {
+    let backend = Wrapped::default();
+    let lease = lock_core::AcquireOptions::try_once().lease(Duration::from_secs(3));
+    let client = client(&backend, Duration::from_secs(3));
+    let guard = client
+        .lock("drift")
+        .unwrap()
+        .acquire_with(lease)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2_960)).await;
+    assert!(guard.is_held());
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(
+        !guard.is_held(),
+        "held into the drift margin of a 3 s lease"
+    );
+    drop(guard);
+
+    let wide = LockClient::builder(backend.clone())
+        .clock_drift(0.1)
+        .build()
+        .unwrap();
+    let guard = wide
+        .lock("drift-wide")
+        .unwrap()
+        .acquire_with(lease)
+        .await
+        .unwrap();
+    let left = guard.remaining().unwrap();
+    assert!(
+        left <= Duration::from_millis(2_698),
+        "a 10 % drift leaves at most 2.698 s of 3 s, not {left:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(2_700)).await;
+    assert!(!guard.is_held());
+    assert!(
+        LockClient::builder(backend)
+            .clock_drift(0.7)
+            .build()
+            .is_err(),
+        "a drift beyond half the lease is refused"
+    );
 }
 
 /// A lease that ran out here is reported lost by `release`, even when the backend, whose
@@ -180,8 +233,8 @@ async fn a_multi_lock_never_changes_a_lease_it_did_not_take() {
         .lock(client.lock("b").unwrap())
         .build()
         .unwrap();
-    let options = lock_core::AcquireOptions::wait_for(Duration::from_secs(1))
-        .lease(Duration::from_secs(5));
+    let options =
+        lock_core::AcquireOptions::wait_for(Duration::from_secs(1)).lease(Duration::from_secs(5));
     let taken = multi.acquire_with(options).await;
     assert!(taken.is_err(), "the multi-lock got in beside the holder");
     tokio::time::sleep(Duration::from_secs(10)).await;

@@ -19,17 +19,25 @@ async fn reentry_costs_no_round_trip() {
     let calls = backend.calls.clone();
     let client = LockClient::new(backend);
     let lock = client.lock("r").unwrap();
-    let mut guards = vec![lock.acquire().await.unwrap()];
+    let first = lock.acquire().await.unwrap();
+    let mut guards = Vec::new();
     for _ in 0..10 {
-        guards.push(lock.acquire().await.unwrap());
+        guards.push(first.reenter().unwrap());
     }
+    guards.push(first);
     let read_write = client.rw_lock("rw").unwrap();
-    guards.push(read_write.write().await.unwrap());
-    guards.push(read_write.write().await.unwrap());
-    guards.push(read_write.read().await.unwrap()); // the downgrade is a real acquisition
-    guards.push(read_write.read().await.unwrap());
+    let write = read_write.write().await.unwrap();
+    guards.push(write.reenter().unwrap());
+    let read = write.downgrade().await.unwrap(); // the downgrade is a real acquisition
+    guards.push(read.reenter().unwrap());
+    guards.push(read);
+    guards.push(write);
     assert_eq!(calls.acquire.load(Ordering::SeqCst), 3);
     assert_eq!(lock.hold_count(), 11);
+    assert_eq!(
+        (read_write.write_hold_count(), read_write.read_hold_count()),
+        (2, 2)
+    );
     for guard in guards {
         guard.release().await.unwrap();
     }
@@ -38,6 +46,53 @@ async fn reentry_costs_no_round_trip() {
         3,
         "one release per acquisition"
     );
+    assert_eq!(lock.hold_count(), 0);
+}
+
+/// Tasks sharing one handle, and futures joined in one task on one handle, are owners
+/// of their own: each waits for the others, and the counter they share ends exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquires_through_one_handle_exclude_each_other() {
+    use std::sync::atomic::{AtomicU32, AtomicU64};
+    use std::sync::Arc;
+    async fn bump(lock: &dyn DistributedLock, counter: &AtomicU64, inside: &AtomicU32) {
+        let guard = lock.acquire().await.unwrap();
+        assert_eq!(
+            inside.fetch_add(1, Ordering::SeqCst),
+            0,
+            "two inside at once"
+        );
+        let seen = counter.load(Ordering::SeqCst);
+        tokio::task::yield_now().await;
+        counter.store(seen + 1, Ordering::SeqCst);
+        inside.fetch_sub(1, Ordering::SeqCst);
+        guard.release().await.unwrap();
+    }
+    let client = LockClient::new(MemoryBackend::new());
+    let shared: Arc<dyn DistributedLock> = Arc::new(client.lock("shared").unwrap());
+    let (counter, inside) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU32::new(0)));
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (lock, counter, inside) = (shared.clone(), counter.clone(), inside.clone());
+            tokio::spawn(async move {
+                for _ in 0..10 {
+                    bump(&*lock, &counter, &inside).await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), 160);
+
+    let joined = futures::future::join_all((0..16).map(|_| async {
+        for _ in 0..10 {
+            bump(&*shared, &counter, &inside).await;
+        }
+    }));
+    joined.await;
+    assert_eq!(counter.load(Ordering::SeqCst), 320);
 }
 
 #[tokio::test]

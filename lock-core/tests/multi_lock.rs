@@ -156,28 +156,65 @@ async fn members_are_taken_in_one_order_whatever_the_builder_order() {
     guard.release().await.unwrap();
 }
 
-/// A member that fails with an error other than a timeout (here: an upgrade its owner
-/// may not make) leaves nothing of the multi-lock held, and returns that error.
+/// A member that fails with an error other than a timeout (here: its client was shut
+/// down) leaves nothing of the multi-lock held, and returns that error.
 #[tokio::test]
 async fn a_failing_member_gives_back_what_was_taken() {
     let backend = Wrapped::default();
     let calls = backend.calls.clone();
-    let client = LockClient::new(backend);
+    let client = LockClient::new(backend.clone());
+    let closed = LockClient::new(backend);
+    closed.shutdown().await.unwrap();
     let first = client.lock("a").unwrap();
-    let table = client.rw_lock("table").unwrap();
-    let read = table.read().await.unwrap();
     let lock = MultiLock::builder()
         .lock(first.clone())
-        .write(table.clone())
+        .lock(closed.lock("b").unwrap())
         .build()
         .unwrap();
     let err = lock.acquire().await.unwrap_err();
-    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    assert!(matches!(err, Error::Closed), "{err}");
     assert_eq!(first.hold_count(), 0);
     assert!(!first.is_locked().await.unwrap());
     assert_eq!(calls.release.load(Ordering::SeqCst), 1, "`a` released once");
-    assert_eq!(table.read_hold_count(), 1, "the earlier read hold stays");
-    read.release().await.unwrap();
+}
+
+/// A multi-lock's guard re-enters every member at once; they stay held until the last
+/// guard goes.
+#[tokio::test]
+async fn reenter_keeps_every_member_until_the_last_guard() {
+    let backend = Wrapped::default();
+    let calls = backend.calls.clone();
+    let client = LockClient::new(backend);
+    let lock = MultiLock::builder()
+        .lock(client.lock("a").unwrap())
+        .write(client.rw_lock("b").unwrap())
+        .build()
+        .unwrap();
+    let outer = lock.acquire().await.unwrap();
+    let inner = outer.reenter().unwrap();
+    assert_eq!(
+        calls.acquire.load(Ordering::SeqCst),
+        2,
+        "no round trip to re-enter"
+    );
+    assert_eq!(
+        inner.fencing_tokens().map(|(_, t)| t).collect::<Vec<_>>(),
+        outer.fencing_tokens().map(|(_, t)| t).collect::<Vec<_>>()
+    );
+    inner.release().await.unwrap();
+    assert!(outer.is_held());
+    assert!(
+        lock.try_acquire().await.unwrap().is_none(),
+        "still held once"
+    );
+    outer.release().await.unwrap();
+    lock.try_acquire()
+        .await
+        .unwrap()
+        .expect("free")
+        .release()
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

@@ -19,7 +19,7 @@ async fn shutdown_releases_every_hold_and_refuses_later_acquires() {
 
     let lock = client.lock("a").unwrap();
     let first = lock.acquire().await.unwrap();
-    let reentered = lock.acquire().await.unwrap();
+    let reentered = first.reenter().unwrap();
     let fixed = client
         .fair_lock("b")
         .unwrap()

@@ -53,7 +53,9 @@ fn min_validity(ttl: Duration) -> Duration {
 ///   until the deadline.
 /// * **Validity:** the guard counts `lease - drift` from the start of the winning
 ///   round (and of each renewal), never the whole lease: the masters' clocks may run
-///   up to the drift margin fast against this one.
+///   up to the drift margin fast against this one. lock-core keeps that margin on
+///   every backend ([`LockClientBuilder::clock_drift`](lock_core::LockClientBuilder::clock_drift),
+///   1 % plus 2 ms by default), so RedLock's guards need nothing more.
 /// * **Fencing tokens** strictly increase: each master's counter is incremented by the
 ///   script, the grant takes the majority's maximum `F`, and a second step moves each
 ///   master of the majority to `F` (its lease value and counter) before the grant is
@@ -374,10 +376,6 @@ impl LockBackend for RedLockBackend {
         caps.fair = false;
         caps.read_write = false;
         caps
-    }
-
-    fn lease_validity(&self, ttl: Duration) -> Duration {
-        drift_validity(ttl)
     }
 
     async fn settle(&self) {

@@ -136,7 +136,7 @@ pub fn all_cases() -> Vec<Case> {
         stale_guard_of_other_owner_is_refused: FIXED,
         stale_guard_of_same_owner_is_refused: FIXED,
         reentrancy_counts: NOTHING,
-        concurrent_reentry_does_not_deadlock: NOTHING,
+        nested_acquire_waits_for_the_holder: NOTHING,
         shared_handle_excludes_tasks: NOTHING,
         joined_acquires_exclude: NOTHING,
         fixed_lease_expires_unrenewed: FIXED,
@@ -197,9 +197,9 @@ pub fn all_cases() -> Vec<Case> {
             Box::new(|ctx| rwlock::downgrade(ctx).boxed()),
         ),
         case(
-            "rw::upgrade_refused",
+            "rw::no_upgrade",
             RW,
-            Box::new(|ctx| rwlock::upgrade_refused(ctx).boxed()),
+            Box::new(|ctx| rwlock::no_upgrade(ctx).boxed()),
         ),
         case(
             "rw::readers_never_see_a_writer",
@@ -292,9 +292,9 @@ pub fn all_cases() -> Vec<Case> {
             Box::new(|ctx| multi::fixed_lease_counts_from_the_last_grant(ctx).boxed()),
         ),
         case(
-            "multi::reentry_keeps_earlier_holds",
+            "multi::reentry_through_the_guard",
             NOTHING,
-            Box::new(|ctx| multi::reentry_keeps_earlier_holds(ctx).boxed()),
+            Box::new(|ctx| multi::reentry_through_the_guard(ctx).boxed()),
         ),
         case(
             "multi::unsupported_refused_before_anything_is_taken",

@@ -71,8 +71,8 @@ pub(crate) async fn mutual_exclusion(ctx: &Ctx, flavor: Flavor) {
     );
 }
 
-/// Tokens strictly increase across owners and clients; a re-entry shares its
-/// acquisition's token.
+/// Tokens strictly increase across owners and clients; a re-entry through the guard
+/// shares its acquisition's token.
 pub(crate) async fn fencing_tokens_increase(ctx: &Ctx, flavor: Flavor) {
     let a = flavor.lock(&*ctx.client().await, NAME);
     let b = flavor.lock(&*ctx.client().await, NAME);
@@ -80,7 +80,7 @@ pub(crate) async fn fencing_tokens_increase(ctx: &Ctx, flavor: Flavor) {
     for round in 0..6 {
         let lock = if round % 2 == 0 { &a } else { &b };
         let guard = ok("acquire", lock.acquire().await);
-        let again = ok("re-enter", lock.acquire().await);
+        let again = ok("re-enter", guard.reenter());
         assert_eq!(
             again.fencing_token(),
             guard.fencing_token(),
@@ -281,8 +281,8 @@ pub(crate) async fn stale_guard_of_other_owner_is_refused(ctx: &Ctx, flavor: Fla
     ok("b releases", current.release().await);
 }
 
-/// Same as above with the stale guard and the new lease of one owner: the stale guard
-/// must not touch the newer acquisition.
+/// Same as above with the stale guard and the new lease both acquired through one
+/// handle: the stale guard must not touch the newer acquisition.
 pub(crate) async fn stale_guard_of_same_owner_is_refused(ctx: &Ctx, flavor: Flavor) {
     let lease = ctx.short_lease();
     let owner = flavor.lock(&*ctx.client().await, NAME);
@@ -315,56 +315,61 @@ pub(crate) async fn stale_guard_of_same_owner_is_refused(ctx: &Ctx, flavor: Flav
         .expect("release");
 }
 
-/// The same owner (handle or clone) re-enters; the lock is freed at the last release.
+/// Re-entry through the guard: no wait, further guards on the one acquisition, and the
+/// lock freed at the last release. Another acquire through the same handle, a clone of
+/// it or another handle of the same client is another owner, and is refused.
 pub(crate) async fn reentrancy_counts(ctx: &Ctx, flavor: Flavor) {
     let client = ctx.client().await;
-    let owner = flavor.lock(&*client, NAME);
-    let same_owner = owner.clone();
+    let handle = flavor.lock(&*client, NAME);
+    let clone = handle.clone();
     let other = flavor.lock(&*client, NAME);
-    assert_eq!(owner.hold_count(), 0);
-    let first = ok("acquire", owner.acquire().await);
-    let second = ok("re-enter", owner.try_acquire().await).expect("re-entry must not block");
-    let third = ok(
-        "re-enter through a clone",
-        same_owner.acquire_timeout(Duration::from_millis(1)).await,
-    );
-    assert_eq!(owner.hold_count(), 3);
-    assert!(owner.is_held_by_me());
+    assert_eq!(handle.hold_count(), 0);
+    let first = ok("acquire", handle.acquire().await);
+    let second = ok("re-enter", first.reenter());
+    let third = ok("re-enter the re-entry", second.reenter());
+    assert_eq!(handle.hold_count(), 3);
+    assert_eq!(clone.hold_count(), 3, "a clone shares the hold count");
+    assert!(handle.is_held_by_me());
+    refused("the same handle again", handle.try_acquire().await);
+    refused("a clone of the handle", clone.try_acquire().await);
     refused(
         "another handle of the same client",
         other.try_acquire().await,
     );
+    assert_eq!(handle.hold_count(), 3, "refused tries changed the count");
     ok("release 1", first.release().await);
     ok("release 2", second.release().await);
-    assert_eq!(owner.hold_count(), 1);
+    assert_eq!(handle.hold_count(), 1);
     refused("still held once", other.try_acquire().await);
     ok("release 3", third.release().await);
-    assert_eq!(owner.hold_count(), 0);
+    assert_eq!(handle.hold_count(), 0);
     got("free after the last release", other.try_acquire().await)
         .release()
         .await
         .expect("release");
 }
 
-/// Two tasks of one owner acquiring at once both get in: one through the backend,
-/// the other as a re-entry.
-pub(crate) async fn concurrent_reentry_does_not_deadlock(ctx: &Ctx, flavor: Flavor) {
-    let owner = flavor.lock(&*ctx.client().await, NAME);
-    let (a, b) = within("two acquires", ctx.slack(), async {
-        tokio::join!(owner.acquire(), owner.acquire())
-    })
-    .await
-    .0;
-    let (a, b) = (ok("first", a), ok("second", b));
-    assert_eq!(
-        a.fencing_token(),
-        b.fencing_token(),
-        "one acquisition, one token"
-    );
-    assert_eq!(owner.hold_count(), 2);
-    ok("release", a.release().await);
-    ok("release", b.release().await);
-    assert!(!ok("is_locked", owner.is_locked().await));
+/// An acquire by code that already holds, through the same handle, waits for the
+/// holder like any other owner (re-entry goes through the guard): it ends at its wait
+/// limit, and the holder's guard is untouched.
+pub(crate) async fn nested_acquire_waits_for_the_holder(ctx: &Ctx, flavor: Flavor) {
+    let handle = flavor.lock(&*ctx.client().await, NAME);
+    let guard = ok("acquire", handle.acquire().await);
+    let limit = Duration::from_millis(300);
+    let (nested, took) = within(
+        "nested acquire",
+        limit + ctx.slack(),
+        handle.acquire_timeout(limit),
+    )
+    .await;
+    expect_err("nested acquire", nested, is_timeout);
+    assert!(took >= limit, "gave up after {took:?}");
+    assert!(guard.is_held());
+    assert_eq!(handle.hold_count(), 1);
+    let inner = ok("re-enter through the guard", guard.reenter());
+    ok("release inner", inner.release().await);
+    ok("release", guard.release().await);
+    assert!(!ok("is_locked", handle.is_locked().await));
 }
 
 /// A fixed lease ends on its own and is not renewed: the guard says so, and another
@@ -444,6 +449,7 @@ pub(crate) async fn lease_loss_is_reported(ctx: &Ctx, flavor: Flavor) {
     assert_ne!(loss, LeaseLoss::Released, "reported as released");
     assert!(!guard.is_held());
     assert_eq!(holder.hold_count(), 0);
+    expect_err("re-enter after loss", guard.reenter(), is_lease_lost);
     expect_err("release after loss", guard.release().await, is_lease_lost);
     let other = flavor.lock(&*ctx.client().await, NAME);
     got("other after loss", other.try_acquire().await)
@@ -457,7 +463,7 @@ pub(crate) async fn drop_releases(ctx: &Ctx, flavor: Flavor) {
     let holder = flavor.lock(&*ctx.client().await, NAME);
     let other = flavor.lock(&*ctx.client().await, NAME);
     let guard = ok("acquire", holder.acquire().await);
-    let extra = ok("re-enter", holder.acquire().await);
+    let extra = ok("re-enter", guard.reenter());
     drop(extra);
     assert_eq!(
         holder.hold_count(),

@@ -80,14 +80,14 @@ pub(crate) async fn writer_waits_for_readers(ctx: &Ctx) {
     ok("release", guard.release().await);
 }
 
-/// The writer takes the read side too, releases the write side, and keeps reading:
-/// others may then read but not write.
+/// The writer takes the read side too (`downgrade`), releases the write side, and keeps
+/// reading: others may then read but not write.
 pub(crate) async fn downgrade(ctx: &Ctx) {
     let owner = rw(&*ctx.client().await);
     let other = rw(&*ctx.client().await);
     let write = ok("write", owner.write().await);
-    let (read, _) = within("read while writing", ctx.slack(), owner.read()).await;
-    let read = ok("read while writing", read);
+    let (read, _) = within("downgrade", ctx.slack(), write.downgrade()).await;
+    let read = ok("downgrade", read);
     assert_eq!((owner.write_hold_count(), owner.read_hold_count()), (1, 1));
     refused("other read while write held", other.try_read().await);
     ok("release write", write.release().await);
@@ -102,13 +102,14 @@ pub(crate) async fn downgrade(ctx: &Ctx) {
         .expect("release");
 }
 
-/// Asking for the write side while holding only the read side is refused, and the
-/// read hold survives the refusal.
-pub(crate) async fn upgrade_refused(ctx: &Ctx) {
+/// A reader cannot become a writer: only a write guard downgrades, and a write through
+/// the reader's own handle is another owner, refused while the read is held. The read
+/// hold survives both.
+pub(crate) async fn no_upgrade(ctx: &Ctx) {
     let owner = rw(&*ctx.client().await);
     let read = ok("read", owner.read().await);
-    expect_err("upgrade", owner.try_write().await, is_invalid);
-    expect_err("upgrade with wait", owner.write().await, is_invalid);
+    expect_err("downgrade a read guard", read.downgrade().await, is_invalid);
+    refused("write through the reader's handle", owner.try_write().await);
     assert!(read.is_held());
     assert_eq!(owner.read_hold_count(), 1);
     ok("release", read.release().await);

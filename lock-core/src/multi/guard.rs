@@ -34,6 +34,21 @@ impl MultiGuard {
         MultiGuard { members }
     }
 
+    /// Another guard on this acquisition of every member, at once and with no round
+    /// trip (see [`LockGuard::reenter`]): every member stays held until the last guard
+    /// of the acquisition goes.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] if a member's lease is no longer held; nothing changes then.
+    pub fn reenter(&self) -> Result<MultiGuard> {
+        let mut members = Vec::with_capacity(self.members.len());
+        for (id, guard) in &self.members {
+            // A failure drops the guards made so far: each only gives up its own hold.
+            members.push((id.clone(), guard.reenter()?));
+        }
+        Ok(MultiGuard { members })
+    }
+
     /// Every member's guard, in the order the members were taken.
     pub fn guards(&self) -> impl ExactSizeIterator<Item = &LockGuard> {
         self.members.iter().map(|(_, guard)| guard)
@@ -114,7 +129,7 @@ impl MultiGuard {
     }
 
     /// Makes every member's lease end `ttl` from now, as [`LockGuard::extend`] does for
-    /// one, all at once.
+    /// one, all at once (so for the guards [`reenter`](Self::reenter) made too).
     ///
     /// # Errors
     /// The first member's error, in member order, if any extension failed; the others

@@ -86,7 +86,7 @@ impl Member {
             .require(self.id.backend(), self.kind, lease)
     }
 
-    /// Guards this member's owner holds on a live lease of its side.
+    /// Guards of acquires through this member's handle held on live leases of its side.
     pub(super) fn hold_count(&self) -> u32 {
         match &self.handle {
             Handle::Mutex(lock) => lock.hold_count(),
@@ -95,7 +95,7 @@ impl Member {
         }
     }
 
-    /// Acquires through the member's own handle (so it re-enters what that owner holds).
+    /// Acquires through the member's own handle, as an owner of its own.
     ///
     /// # Cancel safety
     /// As the handle's acquire: nothing is left behind.

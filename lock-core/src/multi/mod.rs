@@ -25,7 +25,7 @@ use member::Member;
 /// Members are any mix of exclusive locks, fair locks and either side of read-write
 /// locks, from one client or several, on one backend or several (a Redis lock for a
 /// cache and a PostgreSQL lock for its table, say). Build one with
-/// [`MultiLock::builder`]; cloning is cheap and gives the same owners.
+/// [`MultiLock::builder`]; cloning is cheap.
 ///
 /// ```
 /// use std::time::Duration;
@@ -73,14 +73,13 @@ use member::Member;
 /// When an acquire fails (a member held, the wait limit reached, a backend error), every
 /// member taken so far is released before it returns.
 ///
-/// # Re-entry
+/// # Owners and re-entry
 ///
-/// Each member is acquired through its own handle, so the handle's rules apply: a
-/// member whose owner already holds its lock re-enters it (no round trip, its hold
-/// count goes up by one, its lease stays as it is, and a fixed lease asked of the
-/// multi-lock does not change it). Releasing the [`MultiGuard`] gives back exactly the
-/// holds it took: locks held before stay held. Acquiring the same `MultiLock` (or a
-/// clone) again while holding it re-enters every member.
+/// Each acquire of a multi-lock is an owner of its own, on every member, as an acquire
+/// of one lock is: two acquires that run at the same time, of one `MultiLock` or of two
+/// over overlapping members, exclude each other. Code that holds the multi-lock
+/// re-enters it through its guard ([`MultiGuard::reenter`]): no round trip, and every
+/// member stays held until the last guard of the acquisition goes.
 ///
 /// One lock listed twice, even through two handles, is refused by
 /// [`build`](MultiLockBuilder::build): one owner would wait for the other forever.
@@ -101,7 +100,8 @@ impl MultiLock {
         self.members.iter().map(|m| (m.id(), m.kind()))
     }
 
-    /// Whether every member's owner holds its lock on a live lease. No round trip.
+    /// Whether every member's handle holds its lock on a live lease (through any
+    /// acquire made with it). No round trip.
     pub fn is_held_by_me(&self) -> bool {
         self.members.iter().all(|m| m.hold_count() > 0)
     }
@@ -150,8 +150,7 @@ impl MultiLock {
     /// # Errors
     /// * [`Error::Timeout`] naming the member not granted in time (for a single try:
     ///   held), with the multi-lock's wait limit;
-    /// * [`Error::InvalidArgument`] for bad durations, and as a member's handle gives it
-    ///   (asking for the write side of a lock its owner holds only for reading);
+    /// * [`Error::InvalidArgument`] for bad durations;
     /// * [`Error::Unsupported`] if a member's backend cannot keep a fixed lease, before
     ///   anything is taken;
     /// * any member's error ([`Error::Unavailable`], [`Error::Closed`], ...).
@@ -161,8 +160,7 @@ impl MultiLock {
     /// # Cancel safety
     /// Cancel safe: if the future is dropped, the member being waited for is left as
     /// its own acquire leaves it (nothing held or queued), and the members already taken
-    /// are released in the background as dropped guards are. Holds from before the call
-    /// stay.
+    /// are released in the background as dropped guards are.
     pub async fn acquire_with(&self, options: AcquireOptions) -> Result<MultiGuard> {
         let deadline = options.validate(Instant::now())?;
         for member in self.members.iter() {
@@ -171,7 +169,6 @@ impl MultiLock {
         let span = tracing::debug_span!("lock.multi_acquire", members = self.members.len());
         async {
             let mut taken = Vec::with_capacity(self.members.len());
-            let mut fresh = Vec::with_capacity(self.members.len());
             let last = self.members.len() - 1;
             for (index, member) in self.members.iter().enumerate() {
                 let wait = match options.wait {
@@ -186,10 +183,7 @@ impl MultiLock {
                     Lease::Watchdog
                 };
                 match member.acquire(AcquireOptions { wait, lease }).await {
-                    Ok(guard) => {
-                        fresh.push(member.hold_count() == 1);
-                        taken.push((member.id().clone(), guard));
-                    }
+                    Ok(guard) => taken.push((member.id().clone(), guard)),
                     Err(err) => {
                         tracing::debug!(lock = %member.id(), error = %err, "multi-lock member not acquired");
                         release_all(taken).await;
@@ -198,8 +192,8 @@ impl MultiLock {
                 }
             }
             if let Lease::Fixed(ttl) = options.lease {
-                let earlier = taken[..last].iter().zip(&fresh).filter(|(_, f)| **f);
-                let extended = join_all(earlier.map(|((_, guard), _)| guard.extend(ttl))).await;
+                let earlier = taken[..last].iter();
+                let extended = join_all(earlier.map(|(_, guard)| guard.extend(ttl))).await;
                 if let Some(err) = extended.into_iter().find_map(Result::err) {
                     release_all(taken).await;
                     return Err(err);
@@ -234,7 +228,7 @@ fn with_wait_limit(err: Error, wait: Wait) -> Error {
     }
 }
 
-/// A clone is the same owners: it re-enters what this one holds.
+/// A clone has the same members; acquiring through either is an owner of its own.
 impl Clone for MultiLock {
     fn clone(&self) -> Self {
         MultiLock {

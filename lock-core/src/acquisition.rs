@@ -1,0 +1,393 @@
+//! One acquisition: a granted lease, the guards that share it (the first, and those
+//! made by re-entry), and how it is given back.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::backend::{LockBackend, LockKind, Renewal};
+use crate::error::{Error, Result};
+use crate::guard::{HoldOps, LockGuard};
+use crate::handle::Handle;
+use crate::lease::{LeaseLoss, Stamp};
+use crate::options::{validate_lease, AcquireOptions, Lease, Wait};
+use crate::watchdog::LeaseEntry;
+
+/// How long a release that failed with a retryable error is retried in the background.
+/// Longer than any lease a session-based backend keeps alive without its server.
+const RELEASE_RETRY_LIMIT: Duration = Duration::from_secs(300);
+
+/// One granted lease and its guards.
+#[derive(Debug)]
+pub(crate) struct Acquisition<B: LockBackend> {
+    handle: Arc<Handle<B>>,
+    lease: Arc<LeaseEntry<B>>,
+    /// The lease asked for: a downgrade takes the read side with the same kind.
+    asked: Lease,
+    /// Guards not yet released or dropped. Zero once the acquisition was given back
+    /// (its last guard went, or a shutdown released it): guards left then are stale.
+    holds: Mutex<u32>,
+}
+
+/// What giving up one hold did.
+enum GiveUp {
+    /// Other guards of the acquisition remain.
+    Remaining,
+    /// That was the last hold: the lease must be released on the backend.
+    Last,
+    /// The acquisition was already given back (by a shutdown).
+    AlreadyGone,
+}
+
+impl<B: LockBackend> Acquisition<B> {
+    pub(crate) fn new(
+        handle: Arc<Handle<B>>,
+        lease: Arc<LeaseEntry<B>>,
+        asked: Lease,
+    ) -> Arc<Self> {
+        Arc::new(Acquisition {
+            handle,
+            lease,
+            asked,
+            holds: Mutex::new(1),
+        })
+    }
+
+    pub(crate) fn lease(&self) -> &LeaseEntry<B> {
+        &self.lease
+    }
+
+    pub(crate) fn kind(&self) -> LockKind {
+        self.lease.held.kind
+    }
+
+    fn holds(&self) -> MutexGuard<'_, u32> {
+        // Single increments and assignments: a panic cannot leave it half done.
+        self.holds
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Guards on this acquisition, if its lease is live (0 otherwise).
+    pub(crate) fn live_holds(&self) -> u32 {
+        if self.lease.state.is_held() {
+            *self.holds()
+        } else {
+            0
+        }
+    }
+
+    /// A guard on this acquisition (the caller has counted its hold).
+    pub(crate) fn guard(self: &Arc<Self>) -> LockGuard {
+        let held = &self.lease.held;
+        LockGuard::new(
+            held.key.name().clone(),
+            held.kind,
+            held.fence,
+            self.lease.state.clone(),
+            Box::new(GuardHold {
+                acquisition: self.clone(),
+            }),
+        )
+    }
+
+    fn name(&self) -> String {
+        self.lease.held.key.name().to_string()
+    }
+
+    fn lease_lost(&self) -> Error {
+        Error::LeaseLost { name: self.name() }
+    }
+
+    /// Another guard on this live acquisition, with no round trip.
+    fn reenter(self: &Arc<Self>) -> Result<LockGuard> {
+        let mut holds = self.holds();
+        if *holds == 0 || !self.lease.state.is_held() {
+            return Err(self.lease_lost());
+        }
+        *holds += 1;
+        drop(holds);
+        tracing::trace!(key = %self.lease.held.key, "lock re-entered");
+        Ok(self.guard())
+    }
+
+    fn give_up(&self) -> GiveUp {
+        let mut holds = self.holds();
+        match *holds {
+            0 => GiveUp::AlreadyGone,
+            1 => {
+                *holds = 0;
+                drop(holds);
+                self.stop();
+                GiveUp::Last
+            }
+            _ => {
+                *holds -= 1;
+                GiveUp::Remaining
+            }
+        }
+    }
+
+    /// Stops renewing and tracking the lease: it is about to be released.
+    fn stop(&self) {
+        let client = self.handle.client();
+        client.watchdog.unwatch(&self.lease);
+        client.untrack(&self.lease);
+        self.handle.forget(self);
+    }
+
+    /// Gives up one guard's hold; the last one releases the lease at the backend.
+    async fn release(self: &Arc<Self>) -> Result<()> {
+        match self.give_up() {
+            GiveUp::Remaining if self.lease.state.is_held() => Ok(()),
+            GiveUp::Remaining | GiveUp::AlreadyGone => Err(self.lease_lost()),
+            GiveUp::Last => self.give_back().await,
+        }
+    }
+
+    fn release_on_drop(self: &Arc<Self>) {
+        if !matches!(self.give_up(), GiveUp::Last) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::debug!(key = %self.lease.held.key, "guard dropped outside a runtime; the lease will expire");
+            return;
+        };
+        let acquisition = self.clone();
+        let cleanups = self.handle.client().cleanups.clone();
+        cleanups.spawn_on(&runtime, async move {
+            let _ = acquisition.give_back().await;
+        });
+    }
+
+    /// Gives back the lease whatever the hold count, for
+    /// [`LockClient::shutdown`](crate::LockClient::shutdown): the guards left on it turn
+    /// stale. One already given back is left alone, and one lost before is only cleaned
+    /// up at the backend, not reported.
+    pub(crate) async fn release_for_shutdown(self: &Arc<Self>) -> Result<()> {
+        {
+            let mut holds = self.holds();
+            if *holds == 0 {
+                return Ok(());
+            }
+            *holds = 0;
+        }
+        self.stop();
+        let lost_before = !self.lease.state.is_held();
+        let released = self.give_back().await;
+        if lost_before {
+            return Ok(());
+        }
+        released
+    }
+
+    /// Releases the lease at the backend and says what that means for the caller: the
+    /// one place a release's outcome is read.
+    async fn give_back(self: &Arc<Self>) -> Result<()> {
+        let held = &self.lease.held;
+        // A lease already lost here (expired, revoked, its session gone) is reported
+        // as lost whatever the backend answers: the caller holds nothing to retry for.
+        let lost_before = !self.lease.state.is_held();
+        let span = tracing::debug_span!("lock.release", key = %held.key, kind = ?held.kind, fence = held.fence);
+        let result = self.handle.backend().release(held).instrument(span).await;
+        match self.outcome(result, lost_before) {
+            Outcome::Done(result) => result,
+            Outcome::Retry(err) => {
+                self.retry_in_background();
+                Err(err)
+            }
+        }
+    }
+
+    fn outcome(&self, result: Result<()>, lost_before: bool) -> Outcome {
+        let (state, key, fence) = (
+            &self.lease.state,
+            &self.lease.held.key,
+            self.lease.held.fence,
+        );
+        match result {
+            Ok(()) if lost_before => {
+                // The backend still had it (its lease outlasts ours by a margin), but
+                // this guard had reported it gone: the holder may not have been alone.
+                tracing::debug!(%key, fence, "released a lease that had run out here");
+                Outcome::Done(Err(self.lease_lost()))
+            }
+            Ok(()) => {
+                state.end(LeaseLoss::Released);
+                tracing::debug!(%key, fence, "lock released");
+                Outcome::Done(Ok(()))
+            }
+            Err(Error::NotOwner { .. }) => {
+                state.end(LeaseLoss::Revoked);
+                tracing::warn!(%key, fence, "release found the lease already lost");
+                Outcome::Done(Err(self.lease_lost()))
+            }
+            Err(err) if lost_before || !state.is_held() => {
+                tracing::debug!(%key, error = %err, "release of a lost lease failed");
+                Outcome::Done(Err(self.lease_lost()))
+            }
+            Err(err) if err.is_retryable() => {
+                tracing::warn!(%key, error = %err, "release failed; retrying it in the background");
+                Outcome::Retry(err)
+            }
+            Err(err) => {
+                tracing::warn!(%key, error = %err, "release failed; the lease will expire");
+                Outcome::Done(Err(err))
+            }
+        }
+    }
+
+    /// Keeps releasing the lease after a release failed with a retryable error, with
+    /// backoff, until the backend lets go, says the lease is gone, or
+    /// [`RELEASE_RETRY_LIMIT`] passes. Without this a lease whose life is a session
+    /// (ZooKeeper) stays held as long as the session does. Safe to repeat: a release
+    /// acts only on this acquisition (key, owner and fence), never on a newer one.
+    fn retry_in_background(self: &Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::debug!(key = %self.lease.held.key, "no runtime to retry the release on; the lease will expire");
+            return;
+        };
+        let acquisition = self.clone();
+        let cleanups = self.handle.client().cleanups.clone();
+        cleanups.spawn_on(&runtime, async move {
+            let (held, state) = (&acquisition.lease.held, &acquisition.lease.state);
+            let give_up = Instant::now() + RELEASE_RETRY_LIMIT;
+            let mut delay = Duration::from_millis(50);
+            loop {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+                match acquisition.handle.backend().release(held).await {
+                    Ok(()) => {
+                        state.end(LeaseLoss::Released);
+                        tracing::debug!(key = %held.key, fence = held.fence, "lock released on a retry");
+                        return;
+                    }
+                    Err(Error::NotOwner { .. }) => {
+                        state.end(LeaseLoss::Revoked);
+                        return;
+                    }
+                    Err(err) if err.is_retryable() && Instant::now() < give_up => {
+                        tracing::debug!(key = %held.key, error = %err, "release retry failed");
+                    }
+                    Err(err) => {
+                        tracing::warn!(key = %held.key, error = %err, "gave up releasing; the lease will expire");
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    async fn extend(&self, ttl: Duration) -> Result<()> {
+        validate_lease(ttl)?;
+        let handle = &self.handle;
+        if !handle.backend().capabilities().fixed_lease {
+            return Err(Error::Unsupported {
+                backend: handle.backend().name(),
+                operation: "extending a lease",
+            });
+        }
+        let client = handle.client();
+        // Stop the watchdog first, or its next renewal would override the new expiry,
+        // then wait for a renewal already in flight to be applied before sending ours.
+        let was_watched = client.watchdog.unwatch(&self.lease);
+        let _renewal = self.lease.renewal.lock().await;
+        if !self.lease.state.is_held() {
+            return Err(self.lease_lost());
+        }
+        let sent = Stamp::now();
+        let span = tracing::debug_span!("lock.extend", key = %self.lease.held.key, fence = self.lease.held.fence, ?ttl);
+        let renewed = match handle
+            .backend()
+            .renew(&[&self.lease.held], ttl)
+            .instrument(span)
+            .await
+        {
+            Ok(renewed) => renewed,
+            Err(err) => {
+                // Nothing is known to have changed: a lease the watchdog kept stays kept.
+                if was_watched && *self.holds() > 0 {
+                    client.watchdog.watch(self.lease.clone());
+                }
+                return Err(err);
+            }
+        };
+        if renewed.first() != Some(&Renewal::Renewed) {
+            self.lease.state.end(LeaseLoss::Revoked);
+            return Err(self.lease_lost());
+        }
+        if !self.lease.state.renewed(sent, client.validity(ttl)) {
+            // The reply came after the lease ran out here: it stays lost.
+            return Err(self.lease_lost());
+        }
+        Ok(())
+    }
+
+    /// Takes the read side as this write acquisition's owner: granted at once by every
+    /// backend while the write lease lives.
+    async fn read_as_writer(&self) -> Result<LockGuard> {
+        if self.kind() != LockKind::Write {
+            return Err(Error::invalid_argument(format!(
+                "only a write guard can downgrade; this guard holds the {} lock on `{}`",
+                match self.kind() {
+                    LockKind::Exclusive => "exclusive",
+                    LockKind::Fair => "fair",
+                    LockKind::Read => "read",
+                    LockKind::Write => "write",
+                },
+                self.name()
+            )));
+        }
+        if *self.holds() == 0 || !self.lease.state.is_held() {
+            return Err(self.lease_lost());
+        }
+        let options = AcquireOptions {
+            wait: Wait::No,
+            lease: self.asked,
+        };
+        let owner = Some(self.lease.held.owner.clone());
+        match self.handle.acquire_as(LockKind::Read, options, owner).await {
+            Err(Error::Timeout { .. }) if !self.lease.state.is_held() => Err(self.lease_lost()),
+            other => other,
+        }
+    }
+}
+
+/// What a release's answer means for its caller.
+enum Outcome {
+    Done(Result<()>),
+    /// A retryable failure: the lease may still be held at the backend.
+    Retry(Error),
+}
+
+/// A guard's link to its acquisition.
+#[derive(Debug)]
+struct GuardHold<B: LockBackend> {
+    acquisition: Arc<Acquisition<B>>,
+}
+
+impl<B: LockBackend> HoldOps for GuardHold<B> {
+    fn release(&self) -> BoxFuture<'_, Result<()>> {
+        self.acquisition.release().boxed()
+    }
+
+    fn release_on_drop(&self) {
+        self.acquisition.release_on_drop();
+    }
+
+    fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<()>> {
+        self.acquisition.extend(ttl).boxed()
+    }
+
+    fn reenter(&self) -> Result<LockGuard> {
+        self.acquisition.reenter()
+    }
+
+    fn read_as_writer(&self) -> BoxFuture<'_, Result<LockGuard>> {
+        self.acquisition.read_as_writer().boxed()
+    }
+}

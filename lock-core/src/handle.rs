@@ -1,0 +1,186 @@
+//! One lock handle: a key of one client, and the acquisitions made through it. Every
+//! lock type is a thin wrapper around this.
+//!
+//! A handle is not an owner. Each acquire call through it is an acquisition of its own,
+//! with an owner token of its own, so two calls that run at the same time (tasks
+//! sharing the handle, futures joined in one task) exclude each other exactly as two
+//! clients would. Re-entry goes through a guard the caller already holds
+//! ([`LockGuard::reenter`](crate::LockGuard::reenter)).
+
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::acquisition::Acquisition;
+use crate::backend::{AcquireRequest, HeldLease, LockBackend, LockFamily, LockKind, OwnerToken};
+use crate::client::ClientInner;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::id::LockId;
+use crate::lease::{LeaseState, LossNotifier, Stamp};
+use crate::name::LockKey;
+use crate::options::{AcquireOptions, Lease, Wait};
+use crate::watchdog::LeaseEntry;
+
+/// A key of one client, shared by a handle's clones and by its acquisitions.
+#[derive(Debug)]
+pub(crate) struct Handle<B: LockBackend> {
+    client: Arc<ClientInner<B>>,
+    key: LockKey,
+    /// Acquisitions made through this handle that may still have guards, for the hold
+    /// counts. An acquisition removes itself when its last guard goes.
+    live: Mutex<Vec<Weak<Acquisition<B>>>>,
+}
+
+impl<B: LockBackend> Handle<B> {
+    pub(crate) fn new(client: Arc<ClientInner<B>>, key: LockKey) -> Arc<Self> {
+        Arc::new(Handle {
+            client,
+            key,
+            live: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub(crate) fn key(&self) -> &LockKey {
+        &self.key
+    }
+
+    pub(crate) fn client(&self) -> &Arc<ClientInner<B>> {
+        &self.client
+    }
+
+    pub(crate) fn backend(&self) -> &B {
+        &self.client.backend
+    }
+
+    pub(crate) fn lock_id(&self, family: LockFamily) -> LockId {
+        let backend = &self.client.backend;
+        LockId::new(self.key.clone(), family, backend.name(), backend.location())
+    }
+
+    fn live(&self) -> MutexGuard<'_, Vec<Weak<Acquisition<B>>>> {
+        // Pushes and retains only: a panic cannot leave it half done.
+        self.live
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// How many guards of acquisitions of `kind` made through this handle are held on
+    /// live leases.
+    pub(crate) fn hold_count(&self, kind: LockKind) -> u32 {
+        self.live()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|acquisition| acquisition.kind() == kind)
+            .map(|acquisition| acquisition.live_holds())
+            .sum()
+    }
+
+    /// Forgets an acquisition whose last guard went.
+    pub(crate) fn forget(&self, acquisition: &Acquisition<B>) {
+        self.live()
+            .retain(|a| a.strong_count() > 0 && !std::ptr::eq(a.as_ptr(), acquisition));
+    }
+
+    /// Acquires `kind` as a new owner, waiting and leasing as `options` say.
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        kind: LockKind,
+        options: AcquireOptions,
+    ) -> Result<LockGuard> {
+        self.acquire_as(kind, options, None).await
+    }
+
+    /// Acquires `kind` for `owner` (a downgrade takes the read side with the write
+    /// acquisition's token), or as a new owner.
+    pub(crate) async fn acquire_as(
+        self: &Arc<Self>,
+        kind: LockKind,
+        options: AcquireOptions,
+        owner: Option<OwnerToken>,
+    ) -> Result<LockGuard> {
+        let deadline = options.validate(Instant::now())?;
+        self.check_supported(kind, options.lease)?;
+        let client = &self.client;
+        if client.is_closed() {
+            return Err(Error::Closed);
+        }
+        let token = owner.unwrap_or_else(|| client.next_owner_token());
+        let (ttl, watched) = match options.lease {
+            Lease::Watchdog => (client.watchdog_lease, true),
+            Lease::Fixed(ttl) => (ttl, false),
+        };
+        let span = tracing::debug_span!("lock.acquire", key = %self.key, ?kind, owner = %token);
+        async {
+            let sent = Stamp::now();
+            let state = LeaseState::new(sent.at + client.validity(ttl));
+            let loss = LossNotifier::new(&state);
+            let request = AcquireRequest {
+                key: &self.key,
+                kind,
+                owner: &token,
+                ttl,
+                deadline,
+                watchdog: watched,
+                loss: &loss,
+            };
+            // A shutdown ends the wait; the backend cleans up as for a dropped acquire.
+            let _acquiring = client.acquiring.begin();
+            let grant = tokio::select! {
+                grant = client.backend.acquire(request) => grant?,
+                () = client.closed() => return Err(Error::Closed),
+            };
+            let Some(grant) = grant else {
+                tracing::debug!("lock not acquired before the deadline");
+                return Err(self.timeout(options.wait));
+            };
+            // Count the lease from the attempt that won it, not from the start of the wait.
+            state.granted(grant.started_at, client.validity(ttl));
+            let fence = grant.fence;
+            let entry = Arc::new(LeaseEntry::new(
+                client.next_lease_id(),
+                HeldLease {
+                    key: self.key.clone(),
+                    kind,
+                    owner: token.clone(),
+                    fence,
+                    data: grant.data,
+                },
+                state,
+                watched,
+            ));
+            let acquisition = Acquisition::new(self.clone(), entry.clone(), options.lease);
+            if watched {
+                client.watchdog.watch(entry);
+            }
+            self.live().push(Arc::downgrade(&acquisition));
+            // Recorded before looking at `closed`, which a shutdown sets before it takes
+            // the records: so either it releases this grant or this call does.
+            client.track(&acquisition);
+            if client.is_closed() && client.untrack(acquisition.lease()) {
+                let _ = acquisition.release_for_shutdown().await;
+                return Err(Error::Closed);
+            }
+            tracing::debug!(fence, "lock acquired");
+            Ok(acquisition.guard())
+        }
+        .instrument(span)
+        .await
+    }
+
+    fn check_supported(&self, kind: LockKind, lease: Lease) -> Result<()> {
+        let backend = &self.client.backend;
+        backend.capabilities().require(backend.name(), kind, lease)
+    }
+
+    fn timeout(&self, wait: Wait) -> Error {
+        Error::Timeout {
+            name: self.key.name().to_string(),
+            waited: match wait {
+                Wait::For(limit) => limit,
+                Wait::No | Wait::Forever => std::time::Duration::ZERO,
+            },
+        }
+    }
+}
