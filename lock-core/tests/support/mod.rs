@@ -46,6 +46,10 @@ struct Hooks {
     renewal_request_delay: Mutex<Duration>,
     /// How long a release's reply takes to come back after the release took effect.
     release_reply_delay: Mutex<Duration>,
+    /// How long a release takes to reach the backend.
+    release_request_delay: Mutex<Duration>,
+    /// Every release fails with `Unavailable` (a backend that is down).
+    releases_down: std::sync::atomic::AtomicBool,
 }
 
 /// A [`MemoryBackend`] behind a counting, fault-injecting wrapper. Clones share all.
@@ -72,6 +76,8 @@ impl Default for Wrapped {
                 failing_renewals: AtomicUsize::new(0),
                 renewal_request_delay: Mutex::new(Duration::ZERO),
                 release_reply_delay: Mutex::new(Duration::ZERO),
+                release_request_delay: Mutex::new(Duration::ZERO),
+                releases_down: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -91,6 +97,16 @@ impl Wrapped {
     /// Every renewal reaches the backend `delay` after it was sent.
     pub fn delay_renewal_requests(&self, delay: Duration) {
         *self.hooks.renewal_request_delay.lock().unwrap() = delay;
+    }
+
+    /// Every release reaches the backend `delay` after it was sent.
+    pub fn delay_release_requests(&self, delay: Duration) {
+        *self.hooks.release_request_delay.lock().unwrap() = delay;
+    }
+
+    /// Every release fails with a retryable error from now on (`false` ends it).
+    pub fn releases_down(&self, down: bool) {
+        self.hooks.releases_down.store(down, Ordering::SeqCst);
     }
 
     /// Every release's reply arrives `delay` after the release took effect.
@@ -168,11 +184,15 @@ impl LockBackend for Wrapped {
             self.hooks
                 .failing_releases
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
-        if failing.is_ok() {
+        if failing.is_ok() || self.hooks.releases_down.load(Ordering::SeqCst) {
             return Err(Error::Unavailable {
                 backend: "wrapped-memory",
                 source: "the reply was lost".into(),
             });
+        }
+        let delay = *self.hooks.release_request_delay.lock().unwrap();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
         }
         let released = self.inner.release(lease).await;
         let delay = *self.hooks.release_reply_delay.lock().unwrap();

@@ -1,0 +1,81 @@
+//! Nothing the machinery does may hang or hold a lock longer than it must: a shutdown
+//! beside an acquire future that is never polled again, a release retried against a
+//! backend that is down, a fair waiter behind a holder that overran its lease, a
+//! release whose future is dropped half way.
+
+mod support;
+
+use std::time::Duration;
+
+use lock_core::memory::MemoryBackend;
+use lock_core::prelude::*;
+use lock_core::{AcquireOptions, Error, LockClient};
+use support::Wrapped;
+
+/// A task that holds an acquire future pinned (a `select!` loop) and calls `shutdown`
+/// without polling it again: the shutdown must still end.
+#[tokio::test(start_paused = true)]
+async fn shutdown_ends_beside_an_acquire_future_that_is_never_polled_again() {
+    let backend = MemoryBackend::new();
+    let client = LockClient::new(backend.clone());
+    let holder = LockClient::new(backend);
+    let held = holder.lock("busy").unwrap().acquire().await.unwrap();
+    let lock = client.lock("busy").unwrap();
+    let mut waiting = Box::pin(lock.acquire());
+    assert!(
+        futures::poll!(&mut waiting).is_pending(),
+        "waits for the holder"
+    );
+    tokio::time::timeout(Duration::from_secs(60), client.shutdown())
+        .await
+        .expect("shutdown waited for a future nobody polls")
+        .unwrap();
+    assert!(matches!(waiting.await, Err(Error::Closed)));
+    held.release().await.unwrap();
+}
+
+/// A release against a backend that stays down is retried only while the lease can
+/// still be held at the server: a fixed lease of 5 s is gone by then, so a shutdown
+/// returns within it, not after minutes of pointless retries.
+#[tokio::test(start_paused = true)]
+async fn release_retries_end_when_the_lease_has_run_out() {
+    let backend = Wrapped::default();
+    let client = LockClient::new(backend.clone());
+    let lock = client.lock("down").unwrap();
+    let fixed = AcquireOptions::try_once().lease(Duration::from_secs(5));
+    let guard = lock.acquire_with(fixed).await.unwrap();
+    backend.releases_down(true);
+    let err = guard.release().await.unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    let started = tokio::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(60), client.shutdown())
+        .await
+        .expect("shutdown kept retrying a release for a lease long gone")
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "retried for {:?}",
+        started.elapsed()
+    );
+}
+
+/// A `release` whose future is dropped after its first poll (a timeout around it)
+/// still gives the lock back, rather than leaving it to run out unrenewed.
+#[tokio::test(start_paused = true)]
+async fn a_release_dropped_half_way_still_releases() {
+    let backend = Wrapped::default();
+    let client = LockClient::builder(backend.clone())
+        .watchdog_lease(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let guard = client.lock("half").unwrap().acquire().await.unwrap();
+    backend.delay_release_requests(Duration::from_millis(500));
+    let cut = tokio::time::timeout(Duration::from_millis(100), guard.release()).await;
+    assert!(cut.is_err(), "the release was still under way");
+    let other = LockClient::new(backend).lock("half").unwrap();
+    let next = other
+        .acquire_timeout(Duration::from_secs(5))
+        .await
+        .expect("the dropped release left the lock held until its lease ran out");
+    next.release().await.unwrap();
+}
