@@ -193,7 +193,11 @@ impl<B: LockBackend> Acquisition<B> {
         // as lost whatever the backend answers: the caller holds nothing to retry for.
         let lost_before = !self.lease.state.is_held();
         let span = tracing::debug_span!("lock.release", key = %held.key, kind = ?held.kind, fence = held.fence);
+        // If the caller drops this future before the backend answered, the release is
+        // seen through in the background rather than left to the lease's end.
+        let mut unfinished = Unfinished(Some(self.clone()));
         let result = self.handle.backend().release(held).instrument(span).await;
+        unfinished.0 = None;
         match self.outcome(result, lost_before) {
             Outcome::Done(result) => result,
             Outcome::Retry(err) => {
@@ -241,11 +245,44 @@ impl<B: LockBackend> Acquisition<B> {
         }
     }
 
+    /// Sends the release again in the background, for a release future dropped before
+    /// the backend answered.
+    fn finish_in_background(self: &Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let acquisition = self.clone();
+        let cleanups = self.handle.client().cleanups.clone();
+        cleanups.spawn_on(&runtime, async move {
+            let _ = acquisition.give_back().await;
+        });
+    }
+
+    /// Until when a release is worth retrying: while the server may still hold the
+    /// lease. A lease that expires at the server (every backend with fixed leases) is
+    /// gone by its local expiry plus the drift margin, whatever we do; a session's
+    /// (ZooKeeper) lives as long as the session, so it is retried for
+    /// [`RELEASE_RETRY_LIMIT`]. Backends that keep a lease on a session they renew
+    /// themselves (etcd's watchdog keys) see their own failed releases through.
+    fn retry_until(&self) -> Instant {
+        let client = self.handle.client();
+        if !self.handle.backend().capabilities().fixed_lease {
+            return Instant::now() + RELEASE_RETRY_LIMIT;
+        }
+        let ttl = match self.asked {
+            Lease::Watchdog => client.watchdog_lease,
+            Lease::Fixed(ttl) => ttl,
+        };
+        // A second for the request's way to the server, which counts from receipt.
+        self.lease.state.expires_at() + client.drift_margin(ttl) + Duration::from_secs(1)
+    }
+
     /// Keeps releasing the lease after a release failed with a retryable error, with
-    /// backoff, until the backend lets go, says the lease is gone, or
-    /// [`RELEASE_RETRY_LIMIT`] passes. Without this a lease whose life is a session
-    /// (ZooKeeper) stays held as long as the session does. Safe to repeat: a release
-    /// acts only on this acquisition (key, owner and fence), never on a newer one.
+    /// backoff, until the backend lets go, says the lease is gone, or the server can no
+    /// longer hold it ([`retry_until`](Self::retry_until)). Without this a lease whose
+    /// life is a session (ZooKeeper) stays held as long as the session does. Safe to
+    /// repeat: a release acts only on this acquisition (key, owner and fence), never on
+    /// a newer one.
     fn retry_in_background(self: &Arc<Self>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::debug!(key = %self.lease.held.key, "no runtime to retry the release on; the lease will expire");
@@ -255,7 +292,7 @@ impl<B: LockBackend> Acquisition<B> {
         let cleanups = self.handle.client().cleanups.clone();
         cleanups.spawn_on(&runtime, async move {
             let (held, state) = (&acquisition.lease.held, &acquisition.lease.state);
-            let give_up = Instant::now() + RELEASE_RETRY_LIMIT;
+            let give_up = acquisition.retry_until();
             let mut delay = Duration::from_millis(50);
             loop {
                 tokio::time::sleep(delay).await;
@@ -353,6 +390,18 @@ impl<B: LockBackend> Acquisition<B> {
         match self.handle.acquire_as(LockKind::Read, options, owner).await {
             Err(Error::Timeout { .. }) if !self.lease.state.is_held() => Err(self.lease_lost()),
             other => other,
+        }
+    }
+}
+
+/// A release under way, until the backend answered: dropped before that, it finishes
+/// the release in the background.
+struct Unfinished<B: LockBackend>(Option<Arc<Acquisition<B>>>);
+
+impl<B: LockBackend> Drop for Unfinished<B> {
+    fn drop(&mut self) {
+        if let Some(acquisition) = self.0.take() {
+            acquisition.finish_in_background();
         }
     }
 }

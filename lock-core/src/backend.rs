@@ -240,6 +240,12 @@ pub enum Renewal {
 ///   queue entry, node or granted lease (spawn a clean-up if the reply may be in flight).
 /// * **Errors.** An unreachable backend is [`Error::Unavailable`](crate::Error::Unavailable)
 ///   within the configured connect or request timeout; never panic.
+/// * **Failed releases.** lock-core retries a release that failed with a retryable
+///   error while the server may still hold the lease: with fixed leases supported, until
+///   its local expiry plus the drift margin; otherwise (the lease is a session) for
+///   minutes. A backend that keeps watchdog leases on a session of its own that it
+///   renews beyond that (etcd) sees its own failed releases through until they succeed
+///   or the session ends.
 ///
 /// The conformance-tests crate checks all of this against a real server.
 pub trait LockBackend: Send + Sync + fmt::Debug + 'static {

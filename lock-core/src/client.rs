@@ -22,6 +22,9 @@ use crate::options::{
 };
 use crate::watchdog::{LeaseEntry, Watchdog};
 
+/// How long a shutdown waits for the acquires under way to see it.
+const ACQUIRES_GRACE: Duration = Duration::from_secs(1);
+
 /// What every lock handle of a client shares.
 #[derive(Debug)]
 pub(crate) struct ClientInner<B: LockBackend> {
@@ -70,6 +73,11 @@ impl<B: LockBackend> ClientInner<B> {
     /// clock-drift margin.
     pub(crate) fn validity(&self, ttl: Duration) -> Duration {
         self.drift.validity(ttl, self.backend.lease_validity(ttl))
+    }
+
+    /// The clock-drift margin kept back from a lease of `ttl`.
+    pub(crate) fn drift_margin(&self, ttl: Duration) -> Duration {
+        self.drift.margin(ttl)
     }
 
     /// Records a new grant, for [`LockClient::shutdown`].
@@ -240,12 +248,16 @@ impl<B: LockBackend> LockClient<B> {
     ///
     /// 1. The client takes no more locks: acquires in progress on any of its handles
     ///    end with [`Error::Closed`](crate::Error::Closed) (their waits are removed as
-    ///    for a dropped acquire), and later ones fail with it at once.
+    ///    for a dropped acquire), and later ones fail with it at once. An acquire future
+    ///    that is not polled again is waited for only a moment (a second): it ends with
+    ///    `Closed`, leaving nothing, whenever it is polled or dropped.
     /// 2. Every lease it holds is released, whatever the hold counts; guards still
     ///    around then report not held, and their `release` says the lease was lost.
     /// 3. It waits for the clean-ups still under way: releases retried in the
-    ///    background and the backend's own ([`LockBackend::settle`]). A backend
-    ///    shared with other clients is waited on for theirs too.
+    ///    background (only while the server may still hold their lease: a lease that
+    ///    expires on its own is not retried past its end) and the backend's own
+    ///    ([`LockBackend::settle`]). A backend shared with other clients is waited on
+    ///    for theirs too.
     ///
     /// Without it, a program that returns from `main` right after dropping a guard or
     /// an acquire can leave a lease or a queue place to run out on its own, blocking
@@ -275,9 +287,12 @@ impl<B: LockBackend> LockClient<B> {
         let inner = &self.inner;
         // Closed first: a grant recorded from now on sees it and gives itself back.
         inner.closed.send_replace(true);
-        // Acquires under way end at once; once they have, whatever they left at the
-        // backend is counted by its clean-ups, and any grant they got is recorded.
-        inner.acquiring.settled().await;
+        // Acquires under way end at once when next polled; once they have, whatever they
+        // left at the backend is counted by its clean-ups, and any grant they got is
+        // recorded. One never polled again (pinned in the caller's own `select!`) is not
+        // waited for past a moment: it gives back what it gets when it is polled or
+        // dropped.
+        let _ = tokio::time::timeout(ACQUIRES_GRACE, inner.acquiring.settled()).await;
         let held: Vec<_> = inner.held_map().drain().map(|(_, a)| a).collect();
         let mut first_error = None;
         for acquisition in held.iter().filter_map(Weak::upgrade) {

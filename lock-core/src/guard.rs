@@ -207,7 +207,7 @@ impl LockGuard {
     ///
     /// # Cancel safety
     /// If the future is dropped before it completes, the hold is given up anyway and
-    /// the lease, no longer renewed, expires on its own.
+    /// the release is seen through in the background, as for a dropped guard.
     pub async fn release(mut self) -> Result<()> {
         self.done = true;
         self.ops.release().await

@@ -59,6 +59,39 @@ async fn release_retries_end_when_the_lease_has_run_out() {
     );
 }
 
+/// The head of a fair queue is granted with a fixed lease and overruns it (never
+/// releases); the next waiter, queued while nobody held the lock, must be woken when
+/// that lease runs out, not wait for ever.
+#[tokio::test(start_paused = true)]
+async fn a_fair_waiter_behind_a_holder_that_overran_its_lease_is_granted() {
+    let backend = MemoryBackend::new();
+    let clients: Vec<_> = (0..3).map(|_| LockClient::new(backend.clone())).collect();
+    let first = clients[0]
+        .fair_lock("queue")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let head = clients[1].fair_lock("queue").unwrap();
+    let head = tokio::spawn(async move {
+        let fixed = AcquireOptions::wait_forever().lease(Duration::from_secs(1));
+        head.acquire_with(fixed).await.unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    first.release().await.unwrap();
+    // Before the woken head runs, the next waiter queues and finds nobody holding.
+    let next = clients[2].fair_lock("queue").unwrap();
+    let mut next = Box::pin(next.acquire_timeout(Duration::from_secs(30)));
+    assert!(futures::poll!(&mut next).is_pending());
+    let overrun = head.await.unwrap(); // granted; it never releases
+    let granted = tokio::time::timeout(Duration::from_secs(5), next)
+        .await
+        .expect("the next waiter was never woken after the head's lease ran out")
+        .unwrap();
+    assert!(!overrun.is_held());
+    granted.release().await.unwrap();
+}
+
 /// A `release` whose future is dropped after its first poll (a timeout around it)
 /// still gives the lock back, rather than leaving it to run out unrenewed.
 #[tokio::test(start_paused = true)]

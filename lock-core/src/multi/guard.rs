@@ -103,8 +103,8 @@ impl MultiGuard {
     /// other members were released all the same.
     ///
     /// # Cancel safety
-    /// If the future is dropped before it completes, every hold is given up anyway;
-    /// leases not yet released expire on their own, as for [`LockGuard::release`].
+    /// If the future is dropped before it completes, every hold is given up anyway and
+    /// the releases are seen through in the background, as for [`LockGuard::release`].
     pub async fn release(self) -> Result<(), MultiReleaseError> {
         let count = self.members.len();
         let releases = self.members.into_iter().map(|(id, guard)| {
