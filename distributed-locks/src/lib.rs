@@ -15,6 +15,7 @@
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod connect;
 
@@ -23,18 +24,22 @@ pub use lock_core::*;
 
 /// The Redis backend crate, [`lock_redis`]: `RedisBackend`, `RedLockBackend`, `RedisConfig`.
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use lock_redis as redis;
 
 /// The ZooKeeper backend crate, [`lock_zookeeper`]: `ZkBackend`, `ZkConfig`.
 #[cfg(feature = "zookeeper")]
+#[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
 pub use lock_zookeeper as zookeeper;
 
 /// The SQL backend crate, [`lock_sql`]: `SqlBackend`, `SqlOptions`, `Strategy`.
 #[cfg(feature = "sql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sql")))]
 pub use lock_sql as sql;
 
 /// The etcd backend crate, [`lock_etcd`]: `EtcdBackend`, `EtcdConfig`.
 #[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub use lock_etcd as etcd;
 
 /// The README's examples compile as doctests (they need every backend feature).
@@ -47,3 +52,8 @@ pub use lock_etcd as etcd;
 ))]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
+
+/// This crate's README, whose examples compile as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct CrateReadmeDoctests;

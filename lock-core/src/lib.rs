@@ -71,6 +71,7 @@
 //! lock-core runs on tokio. The watchdog and release-on-drop spawn tasks on the
 //! current runtime.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquisition;
 mod api;
@@ -120,3 +121,8 @@ pub use options::{
     check_duration, AcquireOptions, Deadline, Lease, Wait, DEFAULT_CLOCK_DRIFT,
     DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_LEASE, MIN_WATCHDOG_LEASE,
 };
+
+/// This crate's README, whose examples compile as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct CrateReadmeDoctests;

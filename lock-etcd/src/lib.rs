@@ -88,6 +88,7 @@
 //! key it wrote (or revokes its fixed lease), also when the grant was already on its
 //! way.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
 mod backend;
@@ -103,3 +104,8 @@ pub use config::{
     EtcdConfig, EtcdConfigBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT,
 };
 pub use etcd_client;
+
+/// This crate's README, whose examples compile as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct CrateReadmeDoctests;

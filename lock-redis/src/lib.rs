@@ -102,6 +102,7 @@
 //! but cannot close it. Use the fencing token wherever correctness matters, or a
 //! consensus-backed backend.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 mod calls;
@@ -123,3 +124,8 @@ pub use config::{
 };
 pub use redis;
 pub use redlock::RedLockBackend;
+
+/// This crate's README, whose examples compile as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct CrateReadmeDoctests;

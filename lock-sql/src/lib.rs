@@ -61,6 +61,7 @@
 //! that gives up removes its ticket; one that crashes stops blocking readers when its
 //! ticket expires ([`SqlOptions::queue_ttl`]).
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 mod db;
@@ -95,3 +96,8 @@ pub use sqlx;
 pub fn stored_key(key: &lock_core::LockKey) -> String {
     key::KeyId::of(key).hash
 }
+
+/// This crate's README, whose examples compile as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct CrateReadmeDoctests;

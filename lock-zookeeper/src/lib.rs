@@ -63,6 +63,7 @@
 //! Dropping an acquire future deletes its node (from a spawned task, since drop cannot
 //! wait), found by its uuid if the create was still in flight.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acl;
 mod backend;
@@ -81,3 +82,8 @@ pub use session::ConnectionState;
 pub use stats::ZkStats;
 /// The ZooKeeper client this backend is built on, for [`ZkBackend::zookeeper_client`].
 pub use zookeeper_client;
+
+/// This crate's README, whose examples compile as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct CrateReadmeDoctests;
