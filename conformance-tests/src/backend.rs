@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{LockBackend, LockClient, LockFamily, LockKey, LockProvider};
+use lock_core::backend::LockBackend;
+use lock_core::{LockClient, LockFamily, LockKey, LockProvider};
 
 /// The settings of one client made for a test.
 #[derive(Clone, Debug)]

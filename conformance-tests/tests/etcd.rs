@@ -7,7 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use conformance_tests::server::{specs::ETCD, TestServer};
 use conformance_tests::{run_suite, Backend, ClientOptions, HolderSpec};
-use lock_core::{LockBackend, LockFamily, LockKey, LockProvider};
+use lock_core::backend::LockBackend;
+use lock_core::{LockFamily, LockKey, LockProvider};
 use lock_etcd::{EtcdBackend, EtcdConfig};
 
 struct Etcd {

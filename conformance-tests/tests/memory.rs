@@ -33,7 +33,7 @@ impl Backend for Memory {
     }
 
     async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
-        use lock_core::LockBackend as _;
+        use lock_core::backend::LockBackend as _;
         self.backend
             .force_unlock(key, family)
             .await

@@ -8,7 +8,8 @@ use async_trait::async_trait;
 mod redis_support;
 use conformance_tests::server::{specs::REDIS, TestServer};
 use conformance_tests::{run_suite, Backend, ClientOptions};
-use lock_core::{LockBackend, LockFamily, LockKey, LockProvider};
+use lock_core::backend::LockBackend;
+use lock_core::{LockFamily, LockKey, LockProvider};
 use lock_redis::{RedLockBackend, RedisConfig};
 use redis_support::{leftovers, Inspect, Redis};
 

@@ -15,7 +15,8 @@ use async_trait::async_trait;
 use conformance_tests::server::TestServer;
 use conformance_tests::{run_suite, Backend, ClientOptions, HolderSpec};
 use futures::FutureExt;
-use lock_core::{LockBackend, LockFamily, LockKey, LockProvider};
+use lock_core::backend::LockBackend;
+use lock_core::{LockFamily, LockKey, LockProvider};
 use lock_zookeeper::{ZkBackend, ZkConfig};
 use tokio::time::Instant;
 

@@ -56,7 +56,10 @@ impl ConnectOptions {
         self
     }
 
-    fn client<B: lock_core::LockBackend>(&self, backend: B) -> Result<Arc<dyn LockProvider>> {
+    fn client<B: lock_core::backend::LockBackend>(
+        &self,
+        backend: B,
+    ) -> Result<Arc<dyn LockProvider>> {
         let mut builder = LockClient::builder(backend).watchdog_lease(self.watchdog_lease);
         if let Some(ns) = &self.namespace {
             builder = builder.namespace(ns.clone());

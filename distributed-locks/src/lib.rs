@@ -20,7 +20,16 @@
 mod connect;
 
 pub use connect::{connect, schemes, ConnectOptions};
-pub use lock_core::*;
+// What users call; backend implementers depend on `lock_core` and its `backend` module.
+pub use lock_core::{
+    memory, prelude, AcquireOptions, BoxError, Capabilities, DistributedLock, DistributedLockExt,
+    Error, FairLock, FairLockHandle, Lease, LeaseLoss, LeaseWatch, LockClient, LockClientBuilder,
+    LockFamily, LockGuard, LockHandle, LockId, LockKey, LockKind, LockName, LockProvider,
+    MemberError, MemberLoss, MultiGuard, MultiLock, MultiLockBuilder, MultiReleaseError, Namespace,
+    ReadWriteLock, ReadWriteLockExt, ReadWriteLockHandle, Result, Wait, DEFAULT_CLOCK_DRIFT,
+    DEFAULT_NAMESPACE, DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MAX_NAME_BYTES, MIN_LEASE,
+    MIN_WATCHDOG_LEASE, NAMESPACE_SEPARATORS,
+};
 
 /// The Redis backend crate, [`lock_redis`]: `RedisBackend`, `RedLockBackend`, `RedisConfig`.
 #[cfg(feature = "redis")]

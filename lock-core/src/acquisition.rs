@@ -13,8 +13,9 @@ use crate::backend::{LockBackend, LockKind, Renewal};
 use crate::error::{Error, Result};
 use crate::guard::{HoldOps, LockGuard};
 use crate::handle::Handle;
+use crate::id::LockId;
 use crate::lease::{LeaseLoss, Stamp};
-use crate::options::{validate_lease, AcquireOptions, Lease, Wait};
+use crate::options::{validate_lease, AcquireOptions, Lease};
 use crate::watchdog::LeaseEntry;
 
 /// How long a release that failed with a retryable error is retried in the background.
@@ -382,10 +383,7 @@ impl<B: LockBackend> Acquisition<B> {
         if *self.holds() == 0 || !self.lease.state.is_held() {
             return Err(self.lease_lost());
         }
-        let options = AcquireOptions {
-            wait: Wait::No,
-            lease: self.asked,
-        };
+        let options = AcquireOptions::try_once().with_lease(self.asked);
         let owner = Some(self.lease.held.owner.clone());
         match self.handle.acquire_as(LockKind::Read, options, owner).await {
             Err(Error::Timeout { .. }) if !self.lease.state.is_held() => Err(self.lease_lost()),
@@ -438,5 +436,11 @@ impl<B: LockBackend> HoldOps for GuardHold<B> {
 
     fn read_as_writer(&self) -> BoxFuture<'_, Result<LockGuard>> {
         self.acquisition.read_as_writer().boxed()
+    }
+
+    fn lock_id(&self) -> LockId {
+        self.acquisition
+            .handle
+            .lock_id(self.acquisition.kind().family())
     }
 }

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 use crate::backend::Capabilities;
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
+use crate::guard::{LeaseWatch, LockGuard};
 use crate::id::LockId;
 use crate::name::LockName;
 use crate::options::AcquireOptions;
@@ -218,6 +218,30 @@ impl<T: ReadWriteLock + ?Sized> ReadWriteLock for Arc<T> {
     }
 }
 
+/// Runs `job` under `guard`: the job's output, or [`Error::LeaseLost`] if the lease is
+/// lost first (the job's future is dropped then). The lock is released either way.
+async fn run_under<F, Fut, T>(guard: LockGuard, job: F) -> Result<T>
+where
+    F: FnOnce(LeaseWatch) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let lost = guard.lost();
+    let work = job(guard.watch());
+    tokio::select! {
+        output = work => {
+            guard.release().await?;
+            Ok(output)
+        }
+        loss = lost => {
+            let name = guard.name().to_string();
+            tracing::warn!(lock = %name, %loss, "lock lost while its job ran; the job was stopped");
+            // Whatever the backend still has of the lease goes back.
+            let _ = guard.release().await;
+            Err(Error::LeaseLost { name })
+        }
+    }
+}
+
 fn none_on_timeout(result: Result<LockGuard>) -> Result<Option<LockGuard>> {
     match result {
         Ok(guard) => Ok(Some(guard)),
@@ -254,9 +278,54 @@ pub trait DistributedLockExt: DistributedLock {
         self.acquire_with(AcquireOptions::wait_for(limit))
     }
 
-    /// Whether this owner holds the lock on a live lease. No round trip.
+    /// Whether an acquire made through this handle holds the lock on a live lease. No
+    /// round trip.
     fn is_held_by_me(&self) -> bool {
         self.hold_count() > 0
+    }
+
+    /// Runs `job` while holding the lock (ShedLock's use): acquires as `options` say,
+    /// runs the job, releases, and returns its output. If the lease is lost while the
+    /// job runs, the job's future is dropped at once and this returns
+    /// [`Error::LeaseLost`]. The job gets a [`LeaseWatch`] to hand the fencing token to
+    /// storage, or to check [`is_held`](LeaseWatch::is_held) before a step that must be
+    /// exclusive.
+    ///
+    /// # Errors
+    /// As [`acquire_with`](DistributedLock::acquire_with) (a [`Error::Timeout`] means the
+    /// job did not run); [`Error::LeaseLost`] if the lease was lost while it ran; the
+    /// release's error if the job finished but the release failed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the job where it is and releases the lock as a dropped
+    /// guard does.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::{memory::MemoryBackend, AcquireOptions, DistributedLockExt, LockClient};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// let lock = LockClient::new(MemoryBackend::new()).lock("nightly-report")?;
+    /// let rows = lock
+    ///     .run_exclusive(AcquireOptions::try_once(), |lease| async move {
+    ///         // ... write, passing lease.fencing_token() to the store ...
+    ///         42
+    ///     })
+    ///     .await?;
+    /// assert_eq!(rows, 42);
+    /// # Ok(()) }
+    /// ```
+    fn run_exclusive<F, Fut, T>(
+        &self,
+        options: AcquireOptions,
+        job: F,
+    ) -> impl Future<Output = Result<T>> + Send
+    where
+        F: FnOnce(LeaseWatch) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        let acquire = self.acquire_with(options);
+        async move { run_under(acquire.await?, job).await }
     }
 }
 
@@ -288,6 +357,50 @@ pub trait ReadWriteLockExt: ReadWriteLock {
     fn try_read(&self) -> impl Future<Output = Result<Option<LockGuard>>> + Send {
         let fut = self.read_with(AcquireOptions::try_once());
         async move { none_on_timeout(fut.await) }
+    }
+
+    /// Runs `job` holding the read side, as
+    /// [`DistributedLockExt::run_exclusive`] does with an exclusive lock.
+    ///
+    /// # Errors
+    /// As [`DistributedLockExt::run_exclusive`].
+    ///
+    /// # Cancel safety
+    /// As [`DistributedLockExt::run_exclusive`].
+    fn run_read<F, Fut, T>(
+        &self,
+        options: AcquireOptions,
+        job: F,
+    ) -> impl Future<Output = Result<T>> + Send
+    where
+        F: FnOnce(LeaseWatch) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        let acquire = self.read_with(options);
+        async move { run_under(acquire.await?, job).await }
+    }
+
+    /// Runs `job` holding the write side, as
+    /// [`DistributedLockExt::run_exclusive`] does with an exclusive lock.
+    ///
+    /// # Errors
+    /// As [`DistributedLockExt::run_exclusive`].
+    ///
+    /// # Cancel safety
+    /// As [`DistributedLockExt::run_exclusive`].
+    fn run_write<F, Fut, T>(
+        &self,
+        options: AcquireOptions,
+        job: F,
+    ) -> impl Future<Output = Result<T>> + Send
+    where
+        F: FnOnce(LeaseWatch) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        let acquire = self.write_with(options);
+        async move { run_under(acquire.await?, job).await }
     }
 
     /// Tries the write side once: `Ok(None)` if anyone else holds either side.

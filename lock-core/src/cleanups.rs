@@ -12,11 +12,11 @@ use tokio::sync::watch;
 ///
 /// Backends spawn the work they do for a dropped or failed call with
 /// [`spawn_on`](Cleanups::spawn_on), or hold a [`PendingCleanup`] while they do it in a
-/// task that already runs, and wait in [`LockBackend::settle`](crate::LockBackend::settle)
+/// task that already runs, and wait in [`LockBackend::settle`](crate::backend::LockBackend::settle)
 /// with [`settled`](Cleanups::settled).
 ///
 /// ```
-/// use lock_core::Cleanups;
+/// use lock_core::backend::Cleanups;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {

@@ -15,7 +15,7 @@ use crate::api::{DistributedLock, FairLock, ReadWriteLock};
 use crate::backend::{Capabilities, LockBackend, OwnerToken};
 use crate::cleanups::Cleanups;
 use crate::error::Result;
-use crate::locks::{FairMutex, Mutex, RwLock};
+use crate::locks::{FairLockHandle, LockHandle, ReadWriteLockHandle};
 use crate::name::{LockKey, LockName, Namespace};
 use crate::options::{
     check_duration, ClockDrift, DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_WATCHDOG_LEASE,
@@ -198,24 +198,27 @@ impl<B: LockBackend> LockClient<B> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an invalid name.
-    pub fn lock(&self, name: &str) -> Result<Mutex<B>> {
-        Ok(Mutex::new(self.inner.clone(), self.key(name)?))
+    pub fn lock(&self, name: &str) -> Result<LockHandle<B>> {
+        Ok(LockHandle::new(self.inner.clone(), self.key(name)?))
     }
 
     /// A new owner of the fair lock `name`.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an invalid name.
-    pub fn fair_lock(&self, name: &str) -> Result<FairMutex<B>> {
-        Ok(FairMutex::new(self.inner.clone(), self.key(name)?))
+    pub fn fair_lock(&self, name: &str) -> Result<FairLockHandle<B>> {
+        Ok(FairLockHandle::new(self.inner.clone(), self.key(name)?))
     }
 
     /// A new owner of the read-write lock `name`.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an invalid name.
-    pub fn rw_lock(&self, name: &str) -> Result<RwLock<B>> {
-        Ok(RwLock::new(self.inner.clone(), self.key(name)?))
+    pub fn rw_lock(&self, name: &str) -> Result<ReadWriteLockHandle<B>> {
+        Ok(ReadWriteLockHandle::new(
+            self.inner.clone(),
+            self.key(name)?,
+        ))
     }
 
     /// The backend.

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::backend::LockKind;
 use crate::error::Result;
+use crate::id::LockId;
+use crate::kinds::LockKind;
 use crate::lease::{LeaseLoss, LeaseState};
 use crate::name::LockName;
 
@@ -19,6 +20,7 @@ pub(crate) trait HoldOps: Send + Sync + fmt::Debug {
     fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<()>>;
     fn reenter(&self) -> Result<LockGuard>;
     fn read_as_writer(&self) -> BoxFuture<'_, Result<LockGuard>>;
+    fn lock_id(&self) -> LockId;
 }
 
 /// Proof of one acquisition: holds the lock until released or dropped.
@@ -95,6 +97,21 @@ impl LockGuard {
     /// The lock's name.
     pub fn name(&self) -> &LockName {
         &self.name
+    }
+
+    /// Which lock this guard holds, as every client of the same store names it.
+    pub fn lock_id(&self) -> LockId {
+        self.ops.lock_id()
+    }
+
+    /// A cheap, cloneable view of this guard's lease for code that must react to its
+    /// loss (say, a task doing the work) without holding the guard.
+    pub fn watch(&self) -> LeaseWatch {
+        LeaseWatch {
+            name: self.name.clone(),
+            fence: self.fence,
+            state: self.state.clone(),
+        }
     }
 
     /// Which lock or side this guard holds.
@@ -245,6 +262,52 @@ impl fmt::Debug for LockGuard {
         f.debug_struct("LockGuard")
             .field("name", &self.name)
             .field("kind", &self.kind)
+            .field("fencing_token", &self.fence)
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
+
+/// A view of one guard's lease that does not hold it: its fencing token, whether it is
+/// still held, and a future that resolves when it is lost. Made by
+/// [`LockGuard::watch`], handed to the job by
+/// [`DistributedLockExt::run_exclusive`](crate::DistributedLockExt::run_exclusive).
+#[derive(Clone)]
+pub struct LeaseWatch {
+    name: LockName,
+    fence: u64,
+    state: Arc<LeaseState>,
+}
+
+impl LeaseWatch {
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    /// The fencing token of the acquisition: pass it to the storage the lock protects.
+    pub fn fencing_token(&self) -> u64 {
+        self.fence
+    }
+
+    /// As [`LockGuard::is_held`].
+    pub fn is_held(&self) -> bool {
+        self.state.is_held()
+    }
+
+    /// As [`LockGuard::lost`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only watches.
+    pub fn lost(&self) -> impl Future<Output = LeaseLoss> + Send + 'static {
+        self.state.ended_future()
+    }
+}
+
+impl fmt::Debug for LeaseWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseWatch")
+            .field("name", &self.name)
             .field("fencing_token", &self.fence)
             .field("held", &self.is_held())
             .finish()

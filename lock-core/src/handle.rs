@@ -101,13 +101,13 @@ impl<B: LockBackend> Handle<B> {
         owner: Option<OwnerToken>,
     ) -> Result<LockGuard> {
         let deadline = options.validate(Instant::now())?;
-        self.check_supported(kind, options.lease)?;
+        self.check_supported(kind, options.lease_policy())?;
         let client = &self.client;
         if client.is_closed() {
             return Err(Error::Closed);
         }
         let token = owner.unwrap_or_else(|| client.next_owner_token());
-        let (ttl, watched) = match options.lease {
+        let (ttl, watched) = match options.lease_policy() {
             Lease::Watchdog => (client.watchdog_lease, true),
             Lease::Fixed(ttl) => (ttl, false),
         };
@@ -133,7 +133,7 @@ impl<B: LockBackend> Handle<B> {
             };
             let Some(grant) = grant else {
                 tracing::debug!("lock not acquired before the deadline");
-                return Err(self.timeout(options.wait));
+                return Err(self.timeout(options.wait()));
             };
             // Count the lease from the attempt that won it, not from the start of the wait.
             state.granted(grant.started_at, client.validity(ttl));
@@ -150,7 +150,7 @@ impl<B: LockBackend> Handle<B> {
                 state,
                 watched,
             ));
-            let acquisition = Acquisition::new(self.clone(), entry.clone(), options.lease);
+            let acquisition = Acquisition::new(self.clone(), entry.clone(), options.lease_policy());
             if watched {
                 client.watchdog.watch(entry);
             }

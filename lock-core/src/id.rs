@@ -7,7 +7,7 @@ use crate::backend::LockFamily;
 use crate::name::{LockKey, LockName};
 
 /// Which lock a handle names: its key (namespace and name), its lock family, and the
-/// backend and store it lives in ([`LockBackend::location`](crate::LockBackend::location)).
+/// backend and store it lives in ([`LockBackend::location`](crate::backend::LockBackend::location)).
 ///
 /// Handles of one lock, made by any client of the same store, have equal ids, and
 /// handles of different locks have different ones. Ids are ordered by key, then family,
@@ -70,7 +70,7 @@ impl LockId {
     }
 
     /// Where the backend keeps its locks (see
-    /// [`LockBackend::location`](crate::LockBackend::location)).
+    /// [`LockBackend::location`](crate::backend::LockBackend::location)).
     pub fn location(&self) -> &str {
         &self.location
     }

@@ -44,6 +44,8 @@ impl fmt::Display for LeaseLoss {
     }
 }
 
+impl std::error::Error for LeaseLoss {}
+
 /// A moment on both of the clocks a lease is counted on: tokio's (which tests can
 /// pause) and the time spent suspended (see [`crate::clock`]).
 #[derive(Clone, Copy, Debug)]
@@ -206,7 +208,7 @@ impl LeaseState {
 /// etcd keep-alive stream ending). Cloning is cheap; it does not keep the lease alive.
 ///
 /// ```
-/// # use lock_core::{LeaseLoss, LossNotifier};
+/// # use lock_core::{backend::LossNotifier, LeaseLoss};
 /// fn on_session_expired(notifiers: &[LossNotifier]) {
 ///     for n in notifiers {
 ///         n.notify(LeaseLoss::SessionLost);

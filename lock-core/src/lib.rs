@@ -2,7 +2,8 @@
 //! shares.
 //!
 //! A backend (Redis, ZooKeeper, etcd, SQL, or the in-memory [`memory`] backend here)
-//! implements the small [`LockBackend`] primitive: take, renew and release a lease.
+//! implements the small [`backend::LockBackend`] primitive: take, renew and release a
+//! lease.
 //! lock-core builds on it, once for all of them:
 //!
 //! * the user traits [`DistributedLock`], [`FairLock`] and [`ReadWriteLock`], object safe;
@@ -75,7 +76,7 @@
 
 mod acquisition;
 mod api;
-mod backend;
+pub mod backend;
 mod cleanups;
 mod client;
 mod clock;
@@ -83,6 +84,7 @@ mod error;
 mod guard;
 mod handle;
 mod id;
+mod kinds;
 mod lease;
 mod locks;
 pub mod memory;
@@ -100,17 +102,13 @@ pub mod prelude {
 }
 
 pub use api::{DistributedLock, DistributedLockExt, FairLock, ReadWriteLock, ReadWriteLockExt};
-pub use backend::{
-    AcquireRequest, Capabilities, Grant, HeldLease, LockBackend, LockFamily, LockKind, OwnerToken,
-    Renewal,
-};
-pub use cleanups::{Cleanups, PendingCleanup};
 pub use client::{LockClient, LockClientBuilder, LockProvider};
 pub use error::{BoxError, Error, Result};
-pub use guard::LockGuard;
+pub use guard::{LeaseWatch, LockGuard};
 pub use id::LockId;
-pub use lease::{LeaseLoss, LossNotifier};
-pub use locks::{FairMutex, Mutex, RwLock};
+pub use kinds::{Capabilities, LockFamily, LockKind};
+pub use lease::LeaseLoss;
+pub use locks::{FairLockHandle, LockHandle, ReadWriteLockHandle};
 pub use multi::{
     MemberError, MemberLoss, MultiGuard, MultiLock, MultiLockBuilder, MultiReleaseError,
 };
@@ -118,8 +116,8 @@ pub use name::{
     LockKey, LockName, Namespace, DEFAULT_NAMESPACE, MAX_NAME_BYTES, NAMESPACE_SEPARATORS,
 };
 pub use options::{
-    check_duration, AcquireOptions, Deadline, Lease, Wait, DEFAULT_CLOCK_DRIFT,
-    DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_LEASE, MIN_WATCHDOG_LEASE,
+    AcquireOptions, Lease, Wait, DEFAULT_CLOCK_DRIFT, DEFAULT_WATCHDOG_LEASE, MAX_DURATION,
+    MIN_LEASE, MIN_WATCHDOG_LEASE,
 };
 
 /// This crate's README, whose examples compile as doctests.

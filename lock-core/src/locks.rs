@@ -6,12 +6,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::api::{DistributedLock, FairLock, ReadWriteLock};
-use crate::backend::{Capabilities, LockBackend, LockFamily, LockKind};
+use crate::backend::LockBackend;
 use crate::client::ClientInner;
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::handle::Handle;
 use crate::id::LockId;
+use crate::kinds::{Capabilities, LockFamily, LockKind};
 use crate::name::{LockKey, LockName};
 use crate::options::AcquireOptions;
 
@@ -59,7 +60,7 @@ lock_handle!(
     ///
     /// Every acquire through it is an owner of its own; see
     /// [`LockGuard`](crate::LockGuard#owners-and-re-entry).
-    Mutex
+    LockHandle
 );
 lock_handle!(
     /// A handle on a fair (FIFO) exclusive lock. Implements [`FairLock`];
@@ -67,7 +68,7 @@ lock_handle!(
     ///
     /// Every acquire through it is an owner of its own; see
     /// [`LockGuard`](crate::LockGuard#owners-and-re-entry).
-    FairMutex
+    FairLockHandle
 );
 lock_handle!(
     /// A handle on a read-write lock. Implements [`ReadWriteLock`]; made by
@@ -75,7 +76,7 @@ lock_handle!(
     ///
     /// Every acquire through it is an owner of its own; see
     /// [`LockGuard`](crate::LockGuard#owners-and-re-entry).
-    RwLock
+    ReadWriteLockHandle
 );
 
 /// Implements [`DistributedLock`] for an exclusive handle taking `$kind` leases.
@@ -120,13 +121,13 @@ macro_rules! exclusive_lock {
     };
 }
 
-exclusive_lock!(Mutex, LockKind::Exclusive, LockFamily::Exclusive);
-exclusive_lock!(FairMutex, LockKind::Fair, LockFamily::Fair);
+exclusive_lock!(LockHandle, LockKind::Exclusive, LockFamily::Exclusive);
+exclusive_lock!(FairLockHandle, LockKind::Fair, LockFamily::Fair);
 
-impl<B: LockBackend> FairLock for FairMutex<B> {}
+impl<B: LockBackend> FairLock for FairLockHandle<B> {}
 
 #[async_trait]
-impl<B: LockBackend> ReadWriteLock for RwLock<B> {
+impl<B: LockBackend> ReadWriteLock for ReadWriteLockHandle<B> {
     fn name(&self) -> &LockName {
         self.handle.key().name()
     }

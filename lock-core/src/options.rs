@@ -60,6 +60,7 @@ impl ClockDrift {
 
 /// How long an acquire may wait for the lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Wait {
     /// Try once and fail with [`Error::Timeout`] if the lock is held.
     No,
@@ -72,6 +73,7 @@ pub enum Wait {
 
 /// How long a granted lock is held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Lease {
     /// The client's watchdog keeps the lease alive until the guard is released: the
     /// backend lease is the client's watchdog lease, renewed every third of it.
@@ -91,15 +93,17 @@ pub enum Lease {
 /// use std::time::Duration;
 /// use lock_core::{AcquireOptions, Lease, Wait};
 /// let opts = AcquireOptions::wait_for(Duration::from_secs(2)).lease(Duration::from_secs(10));
-/// assert_eq!(opts.wait, Wait::For(Duration::from_secs(2)));
-/// assert_eq!(opts.lease, Lease::Fixed(Duration::from_secs(10)));
+/// assert_eq!(opts.wait(), Wait::For(Duration::from_secs(2)));
+/// assert_eq!(opts.lease_policy(), Lease::Fixed(Duration::from_secs(10)));
+/// let same = AcquireOptions::default()
+///     .with_wait(Wait::For(Duration::from_secs(2)))
+///     .with_lease(Lease::Fixed(Duration::from_secs(10)));
+/// assert_eq!(opts, same);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct AcquireOptions {
-    /// How long to wait.
-    pub wait: Wait,
-    /// How long to hold.
-    pub lease: Lease,
+    wait: Wait,
+    lease: Lease,
 }
 
 impl AcquireOptions {
@@ -126,10 +130,32 @@ impl AcquireOptions {
 
     /// The same options with a fixed lease of `lease` instead of the watchdog.
     pub fn lease(self, lease: Duration) -> Self {
-        AcquireOptions {
-            lease: Lease::Fixed(lease),
-            ..self
-        }
+        self.with_lease(Lease::Fixed(lease))
+    }
+
+    /// The same options with the watchdog keeping the lease (the default).
+    pub fn watchdog(self) -> Self {
+        self.with_lease(Lease::Watchdog)
+    }
+
+    /// The same options with this wait.
+    pub fn with_wait(self, wait: Wait) -> Self {
+        AcquireOptions { wait, ..self }
+    }
+
+    /// The same options with this lease.
+    pub fn with_lease(self, lease: Lease) -> Self {
+        AcquireOptions { lease, ..self }
+    }
+
+    /// How long an acquire with these options waits.
+    pub fn wait(&self) -> Wait {
+        self.wait
+    }
+
+    /// Which lease an acquire with these options takes.
+    pub fn lease_policy(&self) -> Lease {
+        self.lease
     }
 
     /// Checks both durations and turns the wait into a deadline counted from `now`.
@@ -158,7 +184,7 @@ pub(crate) fn validate_lease(lease: Duration) -> Result<()> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::{check_duration, MAX_DURATION};
+/// use lock_core::{backend::check_duration, MAX_DURATION};
 /// let ms = Duration::from_millis(1);
 /// assert!(check_duration("connect timeout", Duration::from_secs(2), ms, MAX_DURATION).is_ok());
 /// let err = check_duration("connect timeout", Duration::ZERO, ms, MAX_DURATION).unwrap_err();
@@ -191,7 +217,7 @@ pub fn check_duration(
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::Deadline;
+/// use lock_core::backend::Deadline;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let d = Deadline::after(Duration::from_millis(5));
 /// assert!(!d.has_passed());

@@ -194,7 +194,7 @@ fn public_types_are_send_and_sync() {
     fn is_send_sync<T: Send + Sync>() {}
     is_send_sync::<LockGuard>();
     is_send_sync::<LockClient<MemoryBackend>>();
-    is_send_sync::<lock_core::Mutex<MemoryBackend>>();
+    is_send_sync::<lock_core::LockHandle<MemoryBackend>>();
     is_send_sync::<lock_core::Error>();
     let client = LockClient::new(MemoryBackend::new());
     let lock = client.lock("b").unwrap();

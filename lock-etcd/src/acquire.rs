@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use etcd_client::EventType;
-use lock_core::{
-    AcquireRequest, Cleanups, Deadline, Grant, LockKey, LockKind, LossNotifier, OwnerToken,
-    PendingCleanup, Result,
+use lock_core::backend::{
+    AcquireRequest, Cleanups, Deadline, Grant, LossNotifier, OwnerToken, PendingCleanup,
 };
+use lock_core::{LockKey, LockKind, Result};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 

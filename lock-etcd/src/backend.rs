@@ -10,10 +10,10 @@ use etcd_client::{
     Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp, TxnResponse,
     WatchStream,
 };
-use lock_core::{
-    AcquireRequest, Capabilities, Cleanups, Error, Grant, HeldLease, LockBackend, LockFamily,
-    LockKey, LossNotifier, Renewal, Result,
+use lock_core::backend::{
+    AcquireRequest, Cleanups, Grant, HeldLease, LockBackend, LossNotifier, Renewal,
 };
+use lock_core::{Capabilities, Error, LockFamily, LockKey, Result};
 
 use crate::config::EtcdConfig;
 use crate::error::{within, BACKEND};

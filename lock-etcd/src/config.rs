@@ -252,7 +252,7 @@ impl EtcdConfigBuilder {
             ("connect timeout", self.connect_timeout),
             ("request timeout", self.request_timeout),
         ] {
-            lock_core::check_duration(
+            lock_core::backend::check_duration(
                 what,
                 value,
                 Duration::from_millis(1),

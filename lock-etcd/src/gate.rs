@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex as StdMutex};
 
-use lock_core::Deadline;
+use lock_core::backend::Deadline;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 type Slots = StdMutex<HashMap<String, Arc<AsyncMutex<()>>>>;

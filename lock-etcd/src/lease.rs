@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
-use lock_core::{LeaseLoss, LossNotifier, Result};
+use lock_core::backend::LossNotifier;
+use lock_core::{LeaseLoss, Result};
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::time::Instant;
 

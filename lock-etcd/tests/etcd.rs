@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{backend, endpoint, key, start};
+use lock_core::backend::LockBackend;
 use lock_core::prelude::*;
-use lock_core::{Error, LeaseLoss, LockBackend, LockClient, LockFamily};
+use lock_core::{Error, LeaseLoss, LockClient, LockFamily};
 use lock_etcd::{EtcdBackend, EtcdConfig};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};

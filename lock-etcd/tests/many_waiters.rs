@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{backend, key, start};
+use lock_core::backend::LockBackend;
 use lock_core::prelude::*;
-use lock_core::{LockBackend, LockClient, LockFamily};
+use lock_core::{LockClient, LockFamily};
 use tokio::time::Instant;
 
 const NS: &str = "crowd";

@@ -7,10 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{
-    AcquireRequest, Capabilities, Error, Grant, HeldLease, LockBackend, LockFamily, LockKey,
-    Renewal, Result,
-};
+use lock_core::{Capabilities, Error, LockFamily, LockKey, Result};
+
+use lock_core::backend::{AcquireRequest, Grant, HeldLease, LockBackend, Renewal};
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use tokio::time::Instant;
 

@@ -472,7 +472,7 @@ impl RedisConfigBuilder {
             ),
             ("failover grace", self.failover_grace, Duration::ZERO),
         ] {
-            lock_core::check_duration(what, value, min, lock_core::MAX_DURATION)?;
+            lock_core::backend::check_duration(what, value, min, lock_core::MAX_DURATION)?;
         }
         if let Some(acks) = &self.replica_acks {
             if cluster.is_some() {
@@ -485,7 +485,7 @@ impl RedisConfigBuilder {
                     "replica acknowledgement needs at least one replica",
                 ));
             }
-            lock_core::check_duration(
+            lock_core::backend::check_duration(
                 "replica acknowledgement timeout",
                 acks.timeout,
                 Duration::from_millis(1),

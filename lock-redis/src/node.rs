@@ -5,7 +5,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{Cleanups, Result};
+use lock_core::Result;
+
+use lock_core::backend::Cleanups;
 use redis::aio::{
     ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
 };
@@ -128,7 +130,7 @@ impl Node {
         &self.inner.pubsub
     }
 
-    /// The clean-ups left running on this server ([`lock_core::LockBackend::settle`]).
+    /// The clean-ups left running on this server ([`lock_core::backend::LockBackend::settle`]).
     pub(crate) fn cleanups(&self) -> &Cleanups {
         &self.inner.cleanups
     }

@@ -7,10 +7,8 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use futures::stream::{FuturesUnordered, StreamExt};
-use lock_core::{
-    AcquireRequest, Capabilities, Error, Grant, HeldLease, LockBackend, LockFamily, LockKey,
-    LockKind, Renewal, Result,
-};
+use lock_core::backend::{AcquireRequest, Grant, HeldLease, LockBackend, Renewal};
+use lock_core::{Capabilities, Error, LockFamily, LockKey, LockKind, Result};
 use rand::Rng;
 use tokio::sync::oneshot;
 use tokio::time::Instant;

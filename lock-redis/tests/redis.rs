@@ -6,10 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{client, keys, RedisServer};
-use lock_core::{
-    prelude::*, AcquireOptions, Error, HeldLease, LockBackend, LockKey, LockKind, LockName,
-    Namespace, OwnerToken, Renewal,
-};
+use lock_core::backend::{HeldLease, LockBackend, OwnerToken, Renewal};
+use lock_core::{prelude::*, AcquireOptions, Error, LockKey, LockKind, LockName, Namespace};
 use lock_redis::{RedisBackend, RedisConfig};
 use redis::AsyncCommands;
 

@@ -67,12 +67,12 @@ async fn scripts_run(raw: &mut MultiplexedConnection) -> u64 {
 /// One round: our waiter waits on `lock` while a foreign holder has it; `release`
 /// deletes the key as that client would. Returns how long the waiter took to notice.
 async fn time_a_silent_release<B, F>(
-    lock: lock_core::Mutex<B>,
+    lock: lock_core::LockHandle<B>,
     settle: Duration,
     release: F,
 ) -> Duration
 where
-    B: lock_core::LockBackend,
+    B: lock_core::backend::LockBackend,
     F: std::future::Future<Output = ()>,
 {
     let waiter = tokio::spawn(async move {

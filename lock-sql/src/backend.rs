@@ -4,10 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{
-    AcquireRequest, Capabilities, Error, Grant, HeldLease, LockBackend, LockFamily, LockKey,
-    Renewal, Result,
-};
+use lock_core::{Capabilities, Error, LockFamily, LockKey, Result};
+
+use lock_core::backend::{AcquireRequest, Grant, HeldLease, LockBackend, Renewal};
 
 use crate::db::Db;
 use crate::dialect::Dialect;

@@ -6,7 +6,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Cleanups, Error, Result};
+use lock_core::{Error, Result};
+
+use lock_core::backend::Cleanups;
 use sqlx::any::{AnyArguments, AnyPoolOptions};
 use sqlx::query::Query;
 use sqlx::{Any, AnyPool, AssertSqlSafe, Row};

@@ -17,7 +17,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{AcquireRequest, Error, Grant, HeldLease, LockFamily, LockKind, Renewal, Result};
+use lock_core::{Error, LockFamily, LockKind, Result};
+
+use lock_core::backend::{AcquireRequest, Grant, HeldLease, Renewal};
 use sqlx::any::AnyArguments;
 use sqlx::query::Query;
 use sqlx::{Any, AnyConnection, Row};

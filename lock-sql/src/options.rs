@@ -246,7 +246,7 @@ impl SqlOptions {
             ("request_timeout", self.request_timeout),
             ("queue_ttl", self.queue_ttl),
         ] {
-            lock_core::check_duration(what, d, Duration::from_millis(1), limit)?;
+            lock_core::backend::check_duration(what, d, Duration::from_millis(1), limit)?;
         }
         if self.queue_ttl < Duration::from_millis(30) {
             return Err(Error::invalid_argument(format!(

@@ -14,7 +14,8 @@
 use std::time::Duration;
 
 use futures::future::join_all;
-use lock_core::{AcquireRequest, Error, Grant, HeldLease, LockFamily, LockKind, Renewal, Result};
+use lock_core::backend::{AcquireRequest, Grant, HeldLease, Renewal};
+use lock_core::{Error, LockFamily, LockKind, Result};
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AssertSqlSafe, Row};
 use tokio::sync::Mutex;

@@ -6,10 +6,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{
-    AcquireRequest, Capabilities, Error, Grant, HeldLease, LockBackend, LockFamily, LockKey,
-    LockKind, OwnerToken, Renewal, Result,
-};
+use lock_core::{Capabilities, Error, LockFamily, LockKey, LockKind, Result};
+
+use lock_core::backend::{AcquireRequest, Grant, HeldLease, LockBackend, OwnerToken, Renewal};
 use zookeeper_client::{Client, Error as ZkError};
 
 use crate::config::ZkConfig;
@@ -64,7 +63,7 @@ pub(crate) struct Inner {
     /// request of their owner is granted at once (downgrade).
     writers: Mutex<HashMap<(String, OwnerToken), Arc<LeaseFlags>>>,
     /// Contender nodes of dropped acquires being deleted.
-    pub(crate) cleanups: lock_core::Cleanups,
+    pub(crate) cleanups: lock_core::backend::Cleanups,
 }
 
 impl Inner {
@@ -121,7 +120,7 @@ impl ZkBackend {
                 sessions: Sessions::new(config),
                 counters: Counters::default(),
                 writers: Mutex::new(HashMap::new()),
-                cleanups: lock_core::Cleanups::default(),
+                cleanups: lock_core::backend::Cleanups::default(),
             }),
         }
     }

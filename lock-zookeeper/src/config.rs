@@ -252,7 +252,7 @@ fn parse_host(host: &str) -> Result<String> {
 }
 
 fn check_timeout(what: &str, timeout: Duration) -> Result<Duration> {
-    lock_core::check_duration(
+    lock_core::backend::check_duration(
         &format!("zookeeper {what}"),
         timeout,
         Duration::from_millis(1),

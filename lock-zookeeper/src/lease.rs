@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use lock_core::{LeaseLoss, LossNotifier};
+use lock_core::backend::LossNotifier;
+use lock_core::LeaseLoss;
 use tokio::sync::{watch, Notify};
 use zookeeper_client::{EventType, WatchedEvent};
 

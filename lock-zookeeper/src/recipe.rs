@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use lock_core::{AcquireRequest, Grant, LockKind, Result};
+use lock_core::backend::{AcquireRequest, Grant};
+use lock_core::{LockKind, Result};
 use tokio::time::Instant;
 use zookeeper_client::{Client, Error as ZkError, EventType, Stat, WatchedEvent};
 
@@ -306,7 +307,7 @@ async fn find_own(client: &Client, dir: &str, prefix: &str) -> Option<(String, S
 /// acquire future is dropped (the delete is spawned, since drop cannot wait).
 struct Pending {
     client: Client,
-    cleanups: lock_core::Cleanups,
+    cleanups: lock_core::backend::Cleanups,
     dir: String,
     /// `_c_<uuid>`: finds the node if the create's reply was lost.
     tag: String,
@@ -315,7 +316,12 @@ struct Pending {
 }
 
 impl Pending {
-    fn new(client: Client, cleanups: lock_core::Cleanups, dir: &str, protect: &uuid::Uuid) -> Self {
+    fn new(
+        client: Client,
+        cleanups: lock_core::backend::Cleanups,
+        dir: &str,
+        protect: &uuid::Uuid,
+    ) -> Self {
         Pending {
             client,
             cleanups,

@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use conformance_tests::server::redis_cluster::ClusterDeployment;
 use conformance_tests::server::sentinel::SentinelDeployment;
 use conformance_tests::{Backend, ClientOptions, HolderSpec};
-use lock_core::{DistributedLockExt, LockBackend, LockClient, LockFamily, LockKey, LockProvider};
+use lock_core::backend::LockBackend;
+use lock_core::{DistributedLockExt, LockClient, LockFamily, LockKey, LockProvider};
 use lock_redis::{redis, RedisBackend, RedisConfig, RedisConfigBuilder};
 use tokio::time::Instant;
 

@@ -399,7 +399,8 @@ pub async fn for_update_grant_never_outlives_its_connection(sql: &Sql) {
 /// not kill that connection. PostgreSQL finds the real holder by the row's `xmax`
 /// and frees the lock; MariaDB refuses and leaves both alone.
 pub async fn force_unlock_spares_a_reused_connection_id(sql: &Sql) {
-    use lock_core::{LockBackend as _, LockFamily};
+    use lock_core::backend::LockBackend as _;
+    use lock_core::LockFamily;
     use sqlx::Connection as _;
     let ns = ns();
     let holder = client(sql, &ns, sql.options()).await;

@@ -77,7 +77,7 @@ impl Backend for Sql {
     }
 
     async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
-        use lock_core::LockBackend as _;
+        use lock_core::backend::LockBackend as _;
         let backend = self.backend().await.map_err(|e| e.to_string())?;
         match self.strategy {
             // The row vanishes behind the holder's back.

@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
+use lock_core::backend::LockBackend;
 use lock_core::prelude::*;
-use lock_core::{
-    Error, LeaseLoss, LockBackend, LockClient, LockFamily, LockKey, LockName, Namespace,
-};
+use lock_core::{Error, LeaseLoss, LockClient, LockFamily, LockKey, LockName, Namespace};
 use lock_zookeeper::zookeeper_client::{Acls, Client, CreateMode};
 use lock_zookeeper::{ConnectionState, ZkBackend};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};

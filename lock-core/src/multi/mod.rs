@@ -164,34 +164,35 @@ impl MultiLock {
     pub async fn acquire_with(&self, options: AcquireOptions) -> Result<MultiGuard> {
         let deadline = options.validate(Instant::now())?;
         for member in self.members.iter() {
-            member.check_supported(options.lease)?;
+            member.check_supported(options.lease_policy())?;
         }
         let span = tracing::debug_span!("lock.multi_acquire", members = self.members.len());
         async {
             let mut taken = Vec::with_capacity(self.members.len());
             let last = self.members.len() - 1;
             for (index, member) in self.members.iter().enumerate() {
-                let wait = match options.wait {
+                let wait = match options.wait() {
                     Wait::For(_) => Wait::For(deadline.remaining().unwrap_or_default()),
                     other => other,
                 };
                 // Earlier members keep a watchdog lease until the last is in: a fixed
                 // lease must not run out while later members are awaited.
                 let lease = if index == last {
-                    options.lease
+                    options.lease_policy()
                 } else {
                     Lease::Watchdog
                 };
-                match member.acquire(AcquireOptions { wait, lease }).await {
+                let options = AcquireOptions::default().with_wait(wait).with_lease(lease);
+                match member.acquire(options).await {
                     Ok(guard) => taken.push((member.id().clone(), guard)),
                     Err(err) => {
                         tracing::debug!(lock = %member.id(), error = %err, "multi-lock member not acquired");
                         release_all(taken).await;
-                        return Err(with_wait_limit(err, options.wait));
+                        return Err(with_wait_limit(err, options.wait()));
                     }
                 }
             }
-            if let Lease::Fixed(ttl) = options.lease {
+            if let Lease::Fixed(ttl) = options.lease_policy() {
                 let earlier = taken[..last].iter();
                 let extended = join_all(earlier.map(|(_, guard)| guard.extend(ttl))).await;
                 if let Some(err) = extended.into_iter().find_map(Result::err) {

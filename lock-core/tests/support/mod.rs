@@ -8,11 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lock_core::backend::{AcquireRequest, Grant, HeldLease, LockBackend, Renewal};
 use lock_core::memory::MemoryBackend;
-use lock_core::{
-    AcquireRequest, Capabilities, Error, Grant, HeldLease, LockBackend, LockFamily, LockKey,
-    Renewal, Result,
-};
+use lock_core::{Capabilities, Error, LockFamily, LockKey, Result};
 use tokio::sync::watch;
 
 /// How many calls of each kind reached the backend.

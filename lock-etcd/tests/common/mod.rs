@@ -7,7 +7,8 @@ use std::time::Duration;
 
 pub use conformance_tests::server::specs::ETCD;
 use conformance_tests::server::TestServer;
-use lock_core::{LockBackend, LockFamily, LockKey, LockName, Namespace};
+use lock_core::backend::LockBackend;
+use lock_core::{LockFamily, LockKey, LockName, Namespace};
 use lock_etcd::{EtcdBackend, EtcdConfig};
 
 pub fn key(namespace: &str, name: &str) -> LockKey {

@@ -1,0 +1,108 @@
+//! The lock types and what a backend supports: what users and backends both name.
+
+use crate::error::Result;
+use crate::options::Lease;
+
+/// Which lock a request is for. Exclusive, fair and read-write locks on one name are
+/// separate locks that do not exclude each other; they share only the fencing counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LockKind {
+    /// [`DistributedLock`](crate::DistributedLock): one holder, no order among waiters.
+    Exclusive,
+    /// [`FairLock`](crate::FairLock): one holder, granted in request order.
+    Fair,
+    /// The shared side of a [`ReadWriteLock`](crate::ReadWriteLock).
+    Read,
+    /// The exclusive side of a [`ReadWriteLock`](crate::ReadWriteLock).
+    Write,
+}
+
+impl LockKind {
+    /// Read and write requests name one read-write lock; this says which lock.
+    pub fn family(self) -> LockFamily {
+        match self {
+            LockKind::Exclusive => LockFamily::Exclusive,
+            LockKind::Fair => LockFamily::Fair,
+            LockKind::Read | LockKind::Write => LockFamily::ReadWrite,
+        }
+    }
+}
+
+/// A lock type, for queries that cover both sides of a read-write lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LockFamily {
+    /// Exclusive locks.
+    Exclusive,
+    /// Fair locks.
+    Fair,
+    /// Read-write locks.
+    ReadWrite,
+}
+
+/// What a backend can do. The machinery refuses what is not supported with
+/// [`Error::Unsupported`](crate::Error::Unsupported) before calling the backend, and the
+/// conformance suite skips (loudly) what a backend lacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// [`LockKind::Fair`] requests are granted in request order.
+    pub fair: bool,
+    /// [`LockKind::Read`] and [`LockKind::Write`] are supported.
+    pub read_write: bool,
+    /// [`Lease::Fixed`](crate::Lease::Fixed) leases expire on their own while the client
+    /// lives. False where the lease is a session (ZooKeeper).
+    pub fixed_lease: bool,
+    /// Locks can be shared with other processes (false for the in-memory backend).
+    pub cross_process: bool,
+}
+
+impl Capabilities {
+    /// [`Error::Unsupported`](crate::Error::Unsupported) naming what `backend` lacks for
+    /// a `kind` lock with `lease`, checked before anything is sent.
+    pub(crate) fn require(self, backend: &'static str, kind: LockKind, lease: Lease) -> Result<()> {
+        let missing = match kind {
+            LockKind::Fair if !self.fair => Some("fair locks"),
+            LockKind::Read | LockKind::Write if !self.read_write => Some("read-write locks"),
+            _ if matches!(lease, Lease::Fixed(_)) && !self.fixed_lease => Some("fixed leases"),
+            _ => None,
+        };
+        match missing {
+            Some(operation) => Err(crate::Error::Unsupported { backend, operation }),
+            None => Ok(()),
+        }
+    }
+
+    /// Everything supported.
+    pub const ALL: Capabilities = Capabilities {
+        fair: true,
+        read_write: true,
+        fixed_lease: true,
+        cross_process: true,
+    };
+
+    /// The same capabilities with `cross_process` set.
+    pub const fn with_cross_process(self, cross_process: bool) -> Self {
+        Capabilities {
+            cross_process,
+            ..self
+        }
+    }
+
+    /// The same capabilities with `fair` set.
+    pub const fn with_fair(self, fair: bool) -> Self {
+        Capabilities { fair, ..self }
+    }
+
+    /// The same capabilities with `read_write` set.
+    pub const fn with_read_write(self, read_write: bool) -> Self {
+        Capabilities { read_write, ..self }
+    }
+
+    /// The same capabilities with `fixed_lease` set.
+    pub const fn with_fixed_lease(self, fixed_lease: bool) -> Self {
+        Capabilities {
+            fixed_lease,
+            ..self
+        }
+    }
+}
