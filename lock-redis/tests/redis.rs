@@ -602,3 +602,71 @@ async fn an_acquire_whose_reply_was_lost_is_granted_when_it_runs_again() {
         assert!(left.is_empty(), "{kind:?}: left behind {left:?}");
     }
 }
+
+/// A write request from an owner that has a live read entry must leave the entry alone
+/// and wait like any other writer while it lives (issue 26, item 3). Sent to the
+/// backend directly: lock-core refuses such an upgrade itself, and the backend must not
+/// depend on it (a downgrade's read entry carries the write's owner token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_request_never_drops_a_live_read_entry_of_its_own_owner() {
+    let server = RedisServer::start();
+    let direct = common::Direct::new(server.backend()).await;
+    let mut raw = server.raw().await;
+    let key = common::lock_key("own-read", "doc");
+    let readers_key = "{own-read:doc}:rw:read";
+    let owner = OwnerToken::from_string("client-a:1".to_owned());
+    let other = OwnerToken::from_string("client-b:1".to_owned());
+
+    let read = direct
+        .acquire(&key, LockKind::Read, &owner, LONG, None)
+        .await
+        .unwrap()
+        .expect("the read side is free");
+    let before: Vec<String> = raw.hkeys(readers_key).await.unwrap();
+    let write = direct
+        .acquire(&key, LockKind::Write, &owner, LONG, None)
+        .await
+        .unwrap();
+    let after: Vec<String> = raw.hkeys(readers_key).await.unwrap();
+    println!(
+        "read entries before the owner's write request: {before:?}; after it: {after:?}; \
+         the write was granted with fence {:?}",
+        write.as_ref().map(|g| g.fence)
+    );
+    assert!(
+        write.is_none(),
+        "the write was granted while the owner's own read entry was live"
+    );
+    assert_eq!(after, before, "the live read entry was dropped");
+    // It waits like any writer: not granted within a wait while the read lives...
+    let waited = direct
+        .acquire(
+            &key,
+            LockKind::Write,
+            &owner,
+            LONG,
+            Some(Duration::from_millis(300)),
+        )
+        .await
+        .unwrap();
+    assert!(waited.is_none(), "granted while the read entry lives");
+    assert!(direct
+        .acquire(&key, LockKind::Write, &other, LONG, None)
+        .await
+        .unwrap()
+        .is_none());
+    // ...and granted once the read is released.
+    direct
+        .release(&key, LockKind::Read, &owner, read)
+        .await
+        .expect("the read entry is still there to release");
+    let write = direct
+        .acquire(&key, LockKind::Write, &owner, LONG, None)
+        .await
+        .unwrap()
+        .expect("free once the read is released");
+    direct
+        .release(&key, LockKind::Write, &owner, write)
+        .await
+        .unwrap();
+}
