@@ -9,20 +9,22 @@
 -- Returns {1, fence} when granted, else {0, ms until something may expire, or -1}.
 -- Entries of the caller's own are grants whose replies never reached it (the call is
 -- run again after a dropped connection): lock-core asks again only when the owner
--- holds nothing of the kind it asks for here, and never asks to upgrade. Its reader
--- entries are dropped, and its writer key is taken over by a write acquire (a read
--- acquire beside its own writer key is a downgrade).
+-- holds nothing of the kind it asks for here. A read acquire drops its reader
+-- entries; a write acquire never does (a live read entry of the same owner, from a
+-- downgrade or an upgrade attempt, blocks the write like anyone's), and takes over
+-- its writer key (a read acquire beside its own writer key is a downgrade).
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local owner = ARGV[1]
 local lease = tonumber(ARGV[2])
+local reading = ARGV[3] == 'r'
 local readers = redis.call('hgetall', KEYS[2])
 local live = 0
 local soonest = nil
 local own = owner .. ':'
 for i = 1, #readers, 2 do
   local expiry = tonumber(readers[i + 1])
-  if expiry <= now or string.sub(readers[i], 1, #own) == own then
+  if expiry <= now or (reading and string.sub(readers[i], 1, #own) == own) then
     redis.call('hdel', KEYS[2], readers[i])
   else
     live = live + 1
