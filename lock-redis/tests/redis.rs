@@ -670,3 +670,111 @@ async fn a_write_request_never_drops_a_live_read_entry_of_its_own_owner() {
         .await
         .unwrap();
 }
+
+/// What holds lock `name` of `kind` in namespace `ns`: the string key's value, or the
+/// reader entries.
+async fn stored(
+    raw: &mut redis::aio::MultiplexedConnection,
+    ns: &str,
+    name: &str,
+    kind: LockKind,
+) -> Vec<String> {
+    let key = match kind {
+        LockKind::Exclusive => format!("{ns}:{name}"),
+        LockKind::Fair => format!("{{{ns}:{name}}}:fair"),
+        LockKind::Write => format!("{{{ns}:{name}}}:rw:write"),
+        LockKind::Read => return raw.hkeys(format!("{{{ns}:{name}}}:rw:read")).await.unwrap(),
+    };
+    let value: Option<String> = raw.get(key).await.unwrap();
+    value.into_iter().collect()
+}
+
+/// Issue 26, item 2. A request abandoned at the call timeout still runs on the server
+/// and undoes whatever it is granted there. If another request of the same owner was
+/// granted meanwhile (a retry after the timeout, a ride-out under Sentinel or Cluster),
+/// the late one must not take that grant over: its undo would then delete a live
+/// grant. The server is kept busy (`DEBUG SLEEP`) so each late request runs after the
+/// other request's grant, as when it reaches the server second (a reconnect, a
+/// `NOSCRIPT` reload).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_request_never_takes_over_a_live_grant_of_its_owner() {
+    let server = RedisServer::start();
+    let backend = server.backend();
+    let direct = common::Direct::new(backend.clone()).await;
+    let mut raw = server.raw().await;
+    let owner = OwnerToken::from_string("client-a:1".to_owned());
+    let other = OwnerToken::from_string("client-b:1".to_owned());
+    let ns = "abandoned";
+    let kinds = [
+        LockKind::Exclusive,
+        LockKind::Fair,
+        LockKind::Write,
+        LockKind::Read,
+    ];
+    let mut live = Vec::new();
+    for kind in kinds {
+        let name = format!("{kind:?}");
+        let key = common::lock_key(ns, &name);
+        let grant = direct
+            .acquire(&key, kind, &owner, LONG, None)
+            .await
+            .unwrap()
+            .expect("free");
+        let before = stored(&mut raw, ns, &name, kind).await;
+        live.push((kind, name, key, grant, before));
+    }
+
+    let mut sleeper = server.raw().await;
+    let busy = tokio::spawn(async move {
+        let _: redis::RedisResult<()> = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg(2.5)
+            .query_async(&mut sleeper)
+            .await;
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let late = futures::future::join_all(
+        live.iter()
+            .map(|(kind, _, key, _, _)| direct.acquire(key, *kind, &owner, LONG, None)),
+    )
+    .await;
+    for ((kind, ..), late) in live.iter().zip(late) {
+        let err = late.map(|g| g.map(|g| g.fence)).unwrap_err();
+        assert!(err.is_retryable(), "{kind:?}: {err}");
+    }
+    busy.await.unwrap();
+    // The late requests have run by now; whatever they were granted is given back.
+    backend.settle().await;
+
+    let mut taken = Vec::new();
+    for (kind, name, _, _, before) in &live {
+        let after = stored(&mut raw, ns, name, *kind).await;
+        println!("{kind:?}: the live grant stored {before:?}; after the late request: {after:?}");
+        if &after != before {
+            taken.push(*kind);
+        }
+    }
+    assert!(
+        taken.is_empty(),
+        "the late request took over (and its undo removed) the live grant of {taken:?}"
+    );
+    for (kind, _, key, grant, _) in live {
+        let conflicting = if kind == LockKind::Read {
+            LockKind::Write
+        } else {
+            kind
+        };
+        assert!(
+            direct
+                .acquire(&key, conflicting, &other, LONG, None)
+                .await
+                .unwrap()
+                .is_none(),
+            "{kind:?}: another owner got in"
+        );
+        direct
+            .release(&key, kind, &owner, grant)
+            .await
+            .unwrap_or_else(|err| panic!("{kind:?}: {err}"));
+    }
+}

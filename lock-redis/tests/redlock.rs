@@ -4,8 +4,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{keys, RedisServer};
-use lock_core::{prelude::*, AcquireOptions, Error, LockClient};
+use common::{keys, lock_key, Direct, RedisServer};
+use lock_core::{prelude::*, AcquireOptions, Error, LockBackend, LockClient, LockKind, OwnerToken};
 use lock_redis::RedLockBackend;
 use redis::AsyncCommands;
 
@@ -221,4 +221,80 @@ async fn two_hung_masters_stall_neither_grants_nor_renewals() {
     again.release().await.unwrap();
     servers[3].resume();
     servers[4].resume();
+}
+
+/// Issue 26, item 2, on RedLock: a round abandoned at the masters' call timeout runs on
+/// them later and gives back whatever it is granted. If another round of the same
+/// owner holds the lock by then, the late round must not take its keys over (and then
+/// delete them). Every master is kept busy (`DEBUG SLEEP`) so the late round runs after
+/// the live grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_redlock_round_never_takes_over_a_live_grant_of_its_owner() {
+    let servers = cluster(3);
+    let backend = RedLockBackend::new(servers.iter().map(RedisServer::config)).unwrap();
+    let direct = Direct::new(backend.clone()).await;
+    let owner = OwnerToken::from_string("client-a:1".to_owned());
+    let other = OwnerToken::from_string("client-b:1".to_owned());
+    let key = lock_key("rl-abandoned", "k");
+    let lease = Duration::from_secs(60);
+    let mut raws = Vec::new();
+    for server in &servers {
+        raws.push(server.raw().await);
+    }
+    let values = |raws: &mut Vec<redis::aio::MultiplexedConnection>| {
+        let mut raws = raws.clone();
+        async move {
+            let mut values = Vec::new();
+            for raw in &mut raws {
+                let value: Option<String> = raw.get("rl-abandoned:k").await.unwrap();
+                values.push(value);
+            }
+            values
+        }
+    };
+
+    let grant = direct
+        .acquire(&key, LockKind::Exclusive, &owner, lease, None)
+        .await
+        .unwrap()
+        .expect("free");
+    let before = values(&mut raws).await;
+
+    let mut busy = Vec::new();
+    for server in &servers {
+        let mut sleeper = server.raw().await;
+        busy.push(tokio::spawn(async move {
+            let _: redis::RedisResult<()> = redis::cmd("DEBUG")
+                .arg("SLEEP")
+                .arg(2.5)
+                .query_async(&mut sleeper)
+                .await;
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let late = direct
+        .acquire(&key, LockKind::Exclusive, &owner, lease, None)
+        .await;
+    let err = late.map(|g| g.map(|g| g.fence)).unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    for task in busy {
+        task.await.unwrap();
+    }
+    backend.settle().await;
+
+    let after = values(&mut raws).await;
+    println!("the live grant stored {before:?}; after the late round: {after:?}");
+    assert_eq!(
+        after, before,
+        "the late round took over (and its undo removed) the live grant"
+    );
+    assert!(direct
+        .acquire(&key, LockKind::Exclusive, &other, lease, None)
+        .await
+        .unwrap()
+        .is_none());
+    direct
+        .release(&key, LockKind::Exclusive, &owner, grant)
+        .await
+        .unwrap();
 }
