@@ -10,13 +10,15 @@ use lock_core::{
     prelude::*, AcquireOptions, Error, HeldLease, LockBackend, LockKey, LockKind, LockName,
     Namespace, OwnerToken, Renewal,
 };
-use lock_redis::{RedisBackend, RedisConfig};
+use lock_redis::{RedisBackend, RedisConfig, RedisLease};
 use redis::AsyncCommands;
 
 const LONG: Duration = Duration::from_secs(30);
 
-fn lease_of(namespace: &str, name: &str, kind: LockKind, value: &str) -> HeldLease<()> {
-    let (owner, fence) = value.rsplit_once(':').expect("owner:fence");
+/// The lease a stored value `owner:request:fence` stands for.
+fn lease_of(namespace: &str, name: &str, kind: LockKind, value: &str) -> HeldLease<RedisLease> {
+    let (rest, fence) = value.rsplit_once(':').expect("owner:request:fence");
+    let (owner, request) = rest.rsplit_once(':').expect("owner:request");
     HeldLease {
         key: LockKey::new(
             Namespace::new(namespace).unwrap(),
@@ -25,7 +27,7 @@ fn lease_of(namespace: &str, name: &str, kind: LockKind, value: &str) -> HeldLea
         kind,
         owner: OwnerToken::from_string(owner.to_owned()),
         fence: fence.parse().unwrap(),
-        data: (),
+        data: RedisLease::new(request),
     }
 }
 
@@ -171,7 +173,7 @@ async fn one_renewal_call_reports_each_lease_and_a_deleted_key_as_lost() {
         lease_of("renew", "c", LockKind::Read, &readers[0]),
         lease_of("renew", "d", LockKind::Write, &vd),
     ];
-    let refs: Vec<&HeldLease<()>> = leases.iter().collect();
+    let refs: Vec<&HeldLease<RedisLease>> = leases.iter().collect();
 
     let _: i64 = raw.del("{renew:b}:fair").await.unwrap();
     let renewed = backend.renew(&refs, LONG).await.unwrap();
@@ -183,7 +185,7 @@ async fn one_renewal_call_reports_each_lease_and_a_deleted_key_as_lost() {
     }
 
     // Large batches are split, but still answer in order.
-    let many: Vec<&HeldLease<()>> = (0..2500).map(|i| refs[i % 4]).collect();
+    let many: Vec<&HeldLease<RedisLease>> = (0..2500).map(|i| refs[i % 4]).collect();
     let renewed = backend.renew(&many, LONG).await.unwrap();
     assert_eq!(renewed.len(), 2500);
     assert_eq!(renewed[1], Lost);
