@@ -298,3 +298,50 @@ async fn an_abandoned_redlock_round_never_takes_over_a_live_grant_of_its_owner()
         .await
         .unwrap();
 }
+
+/// Tokens strictly increase across RedLock grants, and a guard's token is the one the
+/// masters of its majority store (the lease value and at least the counter): with
+/// fencing floors finer than a second the masters' counters disagree on almost every
+/// grant, and the round's second step settles them on the maximum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_tokens_increase_and_the_majority_stores_the_guards_token() {
+    let servers = cluster(5);
+    let c = client(&servers, "settle");
+    let quorum = c.backend().quorum();
+    let mut raws = Vec::new();
+    for server in &servers {
+        raws.push(server.raw().await);
+    }
+    let mut last = 0;
+    for _ in 0..10 {
+        let guard = c.lock("k").unwrap().try_acquire().await.unwrap();
+        let guard = guard.expect("free");
+        let token = guard.fencing_token();
+        assert!(token > last, "token {token} after {last}");
+        let mut stored = Vec::new();
+        for raw in &mut raws {
+            let value: Option<String> = raw.get("settle:k").await.unwrap();
+            let counter: Option<u64> = raw.get("{settle:k}:fence").await.unwrap();
+            stored.push((value, counter));
+        }
+        let holding = stored
+            .iter()
+            .filter(|(value, counter)| {
+                value
+                    .as_deref()
+                    .is_some_and(|v| v.ends_with(&format!(":{token}")))
+                    && counter.is_some_and(|c| c >= token)
+            })
+            .count();
+        assert!(
+            holding >= quorum
+                && stored.iter().all(|(value, _)| value
+                    .as_deref()
+                    .is_none_or(|v| v.ends_with(&format!(":{token}")))),
+            "the guard's token {token} is not what the masters store: {stored:?}"
+        );
+        guard.release().await.unwrap();
+        last = token;
+    }
+    println!("ten RedLock grants, each stored with its token on every master that holds it; last token {last}");
+}
