@@ -54,13 +54,16 @@ fn min_validity(ttl: Duration) -> Duration {
 /// * **Validity:** the guard counts `lease - drift` from the start of the winning
 ///   round (and of each renewal), never the whole lease: the masters' clocks may run
 ///   up to the drift margin fast against this one.
-/// * **Fencing tokens** strictly increase: each master's counter is incremented by the
-///   script, the grant takes the majority's maximum `F`, and a second step moves each
-///   master of the majority to `F` (its lease value and counter) before the grant is
-///   returned. Any two majorities share a master, whose counter is then at least every
-///   earlier `F`, so the next grant's maximum is larger. This needs one more round trip
-///   only when the counters disagree. A master that restarts empty forgets its
-///   counter: RedLock assumes masters that persist (or wait a lease before rejoining).
+/// * **Fencing tokens** strictly increase: each master's script takes one more than the
+///   larger of its counter and its clock in microseconds, the grant takes the
+///   majority's maximum `F`, and a second step moves each master of the majority that
+///   issued less to `F` (its lease value and counter) before the grant is returned.
+///   Any two majorities share a master, whose counter is then at least every earlier
+///   `F`, so the next grant's maximum is larger. The masters' clocks differ by
+///   microseconds at least, so almost every grant takes that second round trip (to
+///   those masters at once). A master that restarts empty forgets its counter but not
+///   its clock; RedLock still assumes masters that persist (or wait a lease before
+///   rejoining), since it also forgets the locks.
 /// * **Renewal** counts as renewed on a majority; **release** runs on all masters.
 /// * Fair and read-write locks are not offered
 ///   ([`Capabilities::fair`] and [`Capabilities::read_write`] are false).

@@ -120,7 +120,7 @@ async fn redlock_fails_cleanly_with_three_of_five_masters_down() {
 async fn redlock_fences_increase_even_when_counters_disagree() {
     let mut servers = cluster(5);
     // One master's counter is far ahead (say it took part in grants the others missed;
-    // counters never start below the clock in seconds times a million, so "far ahead" is ahead of
+    // counters never start below the clock in microseconds, so "far ahead" is ahead of
     // that: year 2128).
     const AHEAD: u64 = 5_000_000_000_000_000;
     let mut raw = servers[0].raw().await;
