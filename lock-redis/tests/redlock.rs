@@ -345,3 +345,37 @@ async fn redlock_tokens_increase_and_the_majority_stores_the_guards_token() {
     }
     println!("ten RedLock grants, each stored with its token on every master that holds it; last token {last}");
 }
+
+/// Issue 26, item 9: a lock lost on a majority of the masters (expired, deleted or
+/// taken there) is no longer held, even if a minority still had it: the release must
+/// say so (lock-core reports the lease lost), and still free the minority's copies. A
+/// lock that a minority lost is released as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_release_with_the_majority_lost_reports_the_lease_lost() {
+    let servers = cluster(5);
+    let c = client(&servers, "release");
+    let fixed = AcquireOptions::try_once().lease(Duration::from_secs(60));
+    for lost_on in [2, 3] {
+        let name = format!("lost-on-{lost_on}");
+        let key = format!("release:{name}");
+        let guard = c.lock(&name).unwrap().acquire_with(fixed).await.unwrap();
+        for server in &servers[..lost_on] {
+            let deleted: usize = server.raw().await.del(&key).await.unwrap();
+            assert_eq!(deleted, 1);
+        }
+        let released = guard.release().await;
+        println!("release with the key deleted on {lost_on} of 5 masters: {released:?}");
+        if lost_on < c.backend().quorum() {
+            released.expect("a majority still held it");
+        } else {
+            assert!(
+                matches!(released, Err(Error::LeaseLost { .. })),
+                "released a lock a majority had lost: {released:?}"
+            );
+        }
+        for server in &servers {
+            let exists: bool = server.raw().await.exists(&key).await.unwrap();
+            assert!(!exists, "a copy was left behind");
+        }
+    }
+}
