@@ -64,7 +64,8 @@ fn min_validity(ttl: Duration) -> Duration {
 ///   those masters at once). A master that restarts empty forgets its counter but not
 ///   its clock; RedLock still assumes masters that persist (or wait a lease before
 ///   rejoining), since it also forgets the locks.
-/// * **Renewal** counts as renewed on a majority; **release** runs on all masters.
+/// * **Renewal** counts as renewed on a majority; **release** runs on all masters and
+///   succeeds only if a majority still had the lock (else the lease is reported lost).
 /// * Fair and read-write locks are not offered
 ///   ([`Capabilities::fair`] and [`Capabilities::read_write`] are false).
 ///
@@ -504,14 +505,29 @@ impl LockBackend for RedLockBackend {
         }
     }
 
+    /// Releases the lease on every master. It was still held only if a majority had
+    /// it: released on fewer, it is reported as not this owner's
+    /// ([`Error::NotOwner`], which lock-core reports as a lost lease), the minority's
+    /// copies freed all the same, unless the masters that did not answer could make up
+    /// the majority (a retryable [`Error::Unavailable`]: whether it was held is
+    /// unknown).
     async fn release(&self, lease: &HeldLease<RedisLease>) -> Result<()> {
         let keys = Keys::new(&lease.key);
         let value = lease_value(lease.owner.as_str(), &lease.data, lease.fence);
         let (released, answered) = release_everywhere(&self.nodes, &keys, value).await;
-        if released > 0 {
+        let quorum = self.quorum();
+        let silent = self.nodes.len() - answered;
+        if released >= quorum {
             Ok(())
-        } else if answered < self.quorum() {
+        } else if answered < quorum {
             Err(self.no_quorum(answered))
+        } else if released + silent >= quorum {
+            Err(err::Error::ReleaseUndecided {
+                released,
+                silent,
+                needed: quorum,
+            }
+            .into())
         } else {
             Err(Error::NotOwner {
                 name: lease.key.name().to_string(),
