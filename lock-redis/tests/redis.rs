@@ -726,23 +726,23 @@ async fn an_abandoned_request_never_takes_over_a_live_grant_of_its_owner() {
         live.push((kind, name, key, grant, before));
     }
 
-    let mut sleeper = server.raw().await;
-    let busy = tokio::spawn(async move {
-        let _: redis::RedisResult<()> = redis::cmd("DEBUG")
-            .arg("SLEEP")
-            .arg(2.5)
-            .query_async(&mut sleeper)
-            .await;
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let busy = server.busy_for(4.0).await;
     let late = futures::future::join_all(
         live.iter()
             .map(|(kind, _, key, _, _)| direct.acquire(key, *kind, &owner, LONG, None)),
     )
     .await;
     for ((kind, ..), late) in live.iter().zip(late) {
-        let err = late.map(|g| g.map(|g| g.fence)).unwrap_err();
-        assert!(err.is_retryable(), "{kind:?}: {err}");
+        match late {
+            // Abandoned at the call timeout (1 s), long before the server wakes.
+            Err(err) => assert!(err.is_retryable(), "{kind:?}: {err}"),
+            // Only if this machine was too slow to time it out before the server woke.
+            Ok(None) => println!("{kind:?}: the late request was answered: blocked"),
+            Ok(Some(grant)) => panic!(
+                "{kind:?}: granted again (fence {}) while the live grant holds",
+                grant.fence
+            ),
+        }
     }
     busy.await.unwrap();
     // The late requests have run by now; whatever they were granted is given back.

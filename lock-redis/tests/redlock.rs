@@ -262,21 +262,21 @@ async fn an_abandoned_redlock_round_never_takes_over_a_live_grant_of_its_owner()
 
     let mut busy = Vec::new();
     for server in &servers {
-        let mut sleeper = server.raw().await;
-        busy.push(tokio::spawn(async move {
-            let _: redis::RedisResult<()> = redis::cmd("DEBUG")
-                .arg("SLEEP")
-                .arg(2.5)
-                .query_async(&mut sleeper)
-                .await;
-        }));
+        busy.push(server.busy_for(4.0).await);
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let late = direct
         .acquire(&key, LockKind::Exclusive, &owner, lease, None)
         .await;
-    let err = late.map(|g| g.map(|g| g.fence)).unwrap_err();
-    assert!(err.is_retryable(), "{err}");
+    match late {
+        // Abandoned at the masters' call timeout (1 s), long before they wake.
+        Err(err) => assert!(err.is_retryable(), "{err}"),
+        // Only if this machine was too slow to time it out before they woke.
+        Ok(None) => println!("the late round was answered: blocked"),
+        Ok(Some(grant)) => panic!(
+            "granted again (fence {}) while the live grant holds",
+            grant.fence
+        ),
+    }
     for task in busy {
         task.await.unwrap();
     }

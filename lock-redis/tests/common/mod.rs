@@ -131,6 +131,37 @@ impl RedisServer {
         self.signal("STOP");
     }
 
+    /// Keeps the server busy for `seconds` (`DEBUG SLEEP`: it answers nothing
+    /// meanwhile, then carries on), and returns once it is: a `PING` on another
+    /// connection goes unanswered. The returned task ends when the sleep does.
+    pub async fn busy_for(&self, seconds: f64) -> tokio::task::JoinHandle<()> {
+        let mut probe = self.raw().await;
+        let mut sleeper = self.raw().await;
+        let sleep = tokio::spawn(async move {
+            let _: redis::RedisResult<()> = redis::cmd("DEBUG")
+                .arg("SLEEP")
+                .arg(seconds)
+                .query_async(&mut sleeper)
+                .await;
+        });
+        let started = Instant::now();
+        loop {
+            let ping = redis::cmd("PING");
+            let ping = ping.query_async::<String>(&mut probe);
+            if tokio::time::timeout(Duration::from_millis(100), ping)
+                .await
+                .is_err()
+            {
+                return sleep;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the server never went busy"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Thaws it after [`pause`](Self::pause).
     pub fn resume(&self) {
         self.signal("CONT");
