@@ -162,7 +162,7 @@ async fn replica_acknowledgement_cost_is_printed() {
 /// replica has the lease, its key and the counter are deleted on the replica (made
 /// writable), then the primary is killed. The holder must be told at its next renewal,
 /// the waiter must then get the lock, and its token must still be higher: the counter
-/// never restarts below the server clock (whole seconds, times a million).
+/// never restarts below the server clock (in microseconds).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_the_failover_loses_is_reported_to_its_holder() {
     use lock_redis::redis::{self, AsyncCommands};

@@ -89,12 +89,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .key("{latency:scripts}:fence")
             .arg("owner")
             .arg(10_000)
+            .arg("request")
             .invoke_async(&mut raw)
             .await?;
         let _: i64 = our_release
             .key("latency:scripts")
             .arg("latency:scripts:released")
-            .arg(format!("owner:{fence}"))
+            .arg(format!("owner:request:{fence}"))
             .invoke_async(&mut raw)
             .await?;
         our_scripts.push(t.elapsed());

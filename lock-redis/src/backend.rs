@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use crate::calls::{self, Call, Request};
 use crate::config::{RedisConfig, ReplicaAcks, TooFewReplicas};
 use crate::error::{self as err, BACKEND};
-use crate::keys::{lease_value, Keys};
+use crate::keys::{lease_value, Keys, RedisLease};
 use crate::node::Node;
 use crate::scripts::{Attempt, Blocker};
 
@@ -430,7 +430,7 @@ pub(crate) fn sleep_for(ms: i64, cap: Duration, registers: bool) -> Duration {
 }
 
 impl LockBackend for RedisBackend {
-    type Lease = ();
+    type Lease = RedisLease;
 
     fn name(&self) -> &'static str {
         BACKEND
@@ -448,7 +448,7 @@ impl LockBackend for RedisBackend {
         self.node.cleanups().settled().await;
     }
 
-    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<()>>> {
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<RedisLease>>> {
         let request = self.request(&req);
         let waits = !req.deadline.has_passed();
         let registers = waits && request.registers();
@@ -469,13 +469,17 @@ impl LockBackend for RedisBackend {
             } else {
                 None
             };
+            // A new id per call: a call abandoned at its timeout may still run later,
+            // and must then neither take over nor undo what a later call is granted.
+            let lease = RedisLease::fresh();
             let undo = request.clone();
+            let undo_lease = lease.clone();
             let attempt_sent = Instant::now();
             let attempt = attempt(
                 &self.node,
-                request.acquire_with(registers),
+                request.acquire_with(&lease, registers),
                 request.ttl,
-                move |fence| undo.release(fence),
+                move |fence| undo.release(&undo_lease, fence),
                 permit,
             )
             .await;
@@ -492,7 +496,7 @@ impl LockBackend for RedisBackend {
                     place.disarm();
                     return Ok(Some(Grant {
                         fence,
-                        data: (),
+                        data: lease,
                         started_at: attempt_sent,
                     }));
                 }
@@ -518,9 +522,9 @@ impl LockBackend for RedisBackend {
         }
     }
 
-    async fn release(&self, lease: &HeldLease<()>) -> Result<()> {
+    async fn release(&self, lease: &HeldLease<RedisLease>) -> Result<()> {
         let keys = self.keys(&lease.key);
-        let value = lease_value(lease.owner.as_str(), lease.fence);
+        let value = lease_value(lease.owner.as_str(), &lease.data, lease.fence);
         let call = calls::release(&keys, lease.kind, &[value]);
         let released: i64 = self.node.call("release", &call).await?;
         if released == 1 {
@@ -532,7 +536,11 @@ impl LockBackend for RedisBackend {
         }
     }
 
-    async fn renew(&self, leases: &[&HeldLease<()>], ttl: Duration) -> Result<Vec<Renewal>> {
+    async fn renew(
+        &self,
+        leases: &[&HeldLease<RedisLease>],
+        ttl: Duration,
+    ) -> Result<Vec<Renewal>> {
         renew_on(&self.node, leases, ttl).await
     }
 
@@ -551,9 +559,9 @@ impl LockBackend for RedisBackend {
 
 /// Renews `leases` on one server, [`RENEW_CHUNK`] per script call (on a cluster,
 /// per node: see [`renew_on_cluster`]).
-pub(crate) async fn renew_on<L>(
+pub(crate) async fn renew_on(
     node: &Node,
-    leases: &[&HeldLease<L>],
+    leases: &[&HeldLease<RedisLease>],
     ttl: Duration,
 ) -> Result<Vec<Renewal>> {
     if node.is_cluster() {
@@ -563,7 +571,7 @@ pub(crate) async fn renew_on<L>(
     for chunk in leases.chunks(RENEW_CHUNK) {
         let values: Vec<String> = chunk
             .iter()
-            .map(|l| lease_value(l.owner.as_str(), l.fence))
+            .map(|l| lease_value(l.owner.as_str(), &l.data, l.fence))
             .collect();
         let call = calls::renew(
             chunk.iter().zip(&values).map(|(lease, value)| {
@@ -596,16 +604,20 @@ pub(crate) async fn renew_on<L>(
 /// (per [`RENEW_CHUNK`] leases) for the leases whose slots it serves, all nodes at
 /// once. A node's call that fails because slots moved since the map was read renews
 /// its leases one by one instead, each routed by its own key.
-async fn renew_on_cluster<L>(
+async fn renew_on_cluster(
     node: &Node,
-    leases: &[&HeldLease<L>],
+    leases: &[&HeldLease<RedisLease>],
     ttl: Duration,
 ) -> Result<Vec<Renewal>> {
     let entries: Vec<(String, bool, String)> = leases
         .iter()
         .map(|lease| {
             let (key, reader) = Keys::in_cluster(&lease.key).lease_key(lease.kind);
-            (key, reader, lease_value(lease.owner.as_str(), lease.fence))
+            (
+                key,
+                reader,
+                lease_value(lease.owner.as_str(), &lease.data, lease.fence),
+            )
         })
         .collect();
     let slots: redis::Value = node

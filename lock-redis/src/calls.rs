@@ -6,7 +6,7 @@ use std::time::Duration;
 use lock_core::{LockFamily, LockKind};
 use redis::{Script, ScriptInvocation};
 
-use crate::keys::{lease_value, Keys};
+use crate::keys::{lease_value, Keys, RedisLease};
 use crate::pubsub::Interest;
 use crate::scripts;
 
@@ -55,16 +55,18 @@ impl Request {
         matches!(self.kind, LockKind::Fair | LockKind::Write)
     }
 
-    /// The acquire call; `wait` says whether a blocked request registers itself.
-    pub(crate) fn acquire_with(&self, wait: bool) -> Call {
+    /// One acquire call, identified by `lease` (a new one per call: see
+    /// [`RedisLease`]); `wait` says whether a blocked request registers itself.
+    pub(crate) fn acquire_with(&self, lease: &RedisLease, wait: bool) -> Call {
         let k = &self.keys;
         let ttl = millis(self.ttl);
         let wait = if wait { "1" } else { "0" }.to_owned();
+        let request = lease.request().to_owned();
         match self.kind {
             LockKind::Exclusive => Call {
                 script: scripts::EXCLUSIVE_ACQUIRE.get(k.sharded),
                 keys: vec![k.lock.clone(), k.fence()],
-                args: vec![self.owner.clone(), ttl],
+                args: vec![self.owner.clone(), ttl, request],
             },
             LockKind::Fair => Call {
                 script: scripts::FAIR_ACQUIRE.get(k.sharded),
@@ -81,6 +83,7 @@ impl Request {
                     millis(self.waiter_lease),
                     wait,
                     k.fair_channel(),
+                    request,
                 ],
             },
             LockKind::Read | LockKind::Write => Call {
@@ -98,6 +101,7 @@ impl Request {
                     self.waiter.clone(),
                     millis(self.waiter_lease),
                     wait,
+                    request,
                 ],
             },
         }
@@ -136,9 +140,13 @@ impl Request {
         }
     }
 
-    /// The release of the lease this request was granted with `fence`.
-    pub(crate) fn release(&self, fence: u64) -> Call {
-        release(&self.keys, self.kind, &[lease_value(&self.owner, fence)])
+    /// The release of the lease the call of `lease` was granted with `fence`.
+    pub(crate) fn release(&self, lease: &RedisLease, fence: u64) -> Call {
+        release(
+            &self.keys,
+            self.kind,
+            &[lease_value(&self.owner, lease, fence)],
+        )
     }
 }
 

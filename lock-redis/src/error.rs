@@ -22,6 +22,13 @@ pub(crate) enum Error {
     UnexpectedReply(String),
     /// Too few RedLock masters answered.
     NoQuorum { answered: usize, needed: usize },
+    /// A RedLock release freed the lock on fewer masters than a majority, and with the
+    /// masters that did not answer it may still have been held by one.
+    ReleaseUndecided {
+        released: usize,
+        silent: usize,
+        needed: usize,
+    },
     /// A grant fewer replicas acknowledged than configured; it was released.
     TooFewReplicas(String),
 }
@@ -39,6 +46,15 @@ impl std::fmt::Display for Error {
                 "only {answered} Redis masters answered; a majority of {needed} is needed"
             ),
             Error::TooFewReplicas(what) => write!(f, "{what}"),
+            Error::ReleaseUndecided {
+                released,
+                silent,
+                needed,
+            } => write!(
+                f,
+                "released on {released} Redis masters and {silent} did not answer: whether \
+                 a majority of {needed} still held the lock is unknown"
+            ),
         }
     }
 }
@@ -63,7 +79,10 @@ impl Error {
     /// server's own "busy, try again" answers (LOADING, TRYAGAIN, MASTERDOWN, ...).
     fn is_retryable(&self) -> bool {
         match self {
-            Error::TimedOut { .. } | Error::NoQuorum { .. } | Error::TooFewReplicas(_) => true,
+            Error::TimedOut { .. }
+            | Error::NoQuorum { .. }
+            | Error::ReleaseUndecided { .. }
+            | Error::TooFewReplicas(_) => true,
             Error::UnexpectedReply(_) => false,
             Error::Redis(err) => {
                 err.is_io_error()
@@ -162,6 +181,12 @@ mod tests {
             after: Duration::from_millis(5),
         };
         assert!(lock_core::Error::from(timeout).is_retryable());
+        let undecided = Error::ReleaseUndecided {
+            released: 1,
+            silent: 2,
+            needed: 3,
+        };
+        assert!(lock_core::Error::from(undecided).is_retryable());
         let reply = Error::UnexpectedReply("nil".into());
         assert!(!lock_core::Error::from(reply).is_retryable());
         let wrong_type: RedisError = (redis::ErrorKind::UnexpectedReturnType, "WRONGTYPE").into();

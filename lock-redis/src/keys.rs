@@ -13,6 +13,8 @@
 //! three characters are written as they are, so other clients share them as on one
 //! server.
 
+use std::sync::Arc;
+
 use lock_core::{LockKey, LockKind};
 
 /// The keys and channels of one lock.
@@ -81,7 +83,7 @@ impl Keys {
         self.aux("channel")
     }
 
-    /// The fair lock's holder (a string `owner:fence` with a PX lease).
+    /// The fair lock's holder (a string `owner:request:fence` with a PX lease).
     pub(crate) fn fair_holder(&self) -> String {
         self.aux("fair")
     }
@@ -101,12 +103,12 @@ impl Keys {
         self.aux("fair:channel")
     }
 
-    /// The read-write lock's writer (a string `owner:fence` with a PX lease).
+    /// The read-write lock's writer (a string `owner:request:fence` with a PX lease).
     pub(crate) fn rw_writer(&self) -> String {
         self.aux("rw:write")
     }
 
-    /// The read-write lock's readers (hash `owner:fence` -> expiry ms).
+    /// The read-write lock's readers (hash `owner:request:fence` -> expiry ms).
     pub(crate) fn rw_readers(&self) -> String {
         self.aux("rw:read")
     }
@@ -133,9 +135,52 @@ impl Keys {
     }
 }
 
-/// The value a lease of `owner` with `fence` is stored as.
-pub(crate) fn lease_value(owner: &str, fence: u64) -> String {
-    format!("{owner}:{fence}")
+/// What the Redis backends keep with each granted lease: the id of the request that
+/// won it.
+///
+/// A lease is stored as `<owner token>:<request id>:<fence>` (the exclusive key's
+/// value, the fair and write holders' values, a reader's entry). Every acquire call
+/// sends an id of its own, and the scripts act on a key only as far as that request
+/// wrote it: a call run again after its reply was lost takes its own grant over, but
+/// an abandoned call of the same owner that reaches the server late never takes over,
+/// nor its undo removes, a grant another request of that owner holds. Releases and
+/// renewals match the whole value.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct RedisLease {
+    request: Arc<str>,
+}
+
+impl RedisLease {
+    /// The lease of the request whose id is `request` (the part of a stored value
+    /// between the owner token and the fence), for rebuilding a
+    /// [`HeldLease`](lock_core::backend::HeldLease) from what the server stores.
+    pub fn new(request: impl Into<String>) -> Self {
+        RedisLease {
+            request: request.into().into(),
+        }
+    }
+
+    /// A lease for a new request: 64 random bits in hex.
+    pub(crate) fn fresh() -> Self {
+        RedisLease::new(format!("{:016x}", rand::random::<u64>()))
+    }
+
+    /// The id of the request that won this lease.
+    pub fn request(&self) -> &str {
+        &self.request
+    }
+}
+
+impl std::fmt::Debug for RedisLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RedisLease").field(&&*self.request).finish()
+    }
+}
+
+/// The value a lease of `owner`, won by the request of `lease`, with `fence` is
+/// stored as.
+pub(crate) fn lease_value(owner: &str, lease: &RedisLease, fence: u64) -> String {
+    format!("{owner}:{}:{fence}", lease.request)
 }
 
 #[cfg(test)]
@@ -153,7 +198,11 @@ mod tests {
         assert_eq!(keys.lock, "app:jobs");
         assert_eq!(keys.fence(), "{app:jobs}:fence");
         assert_eq!(keys.fair_queue(), "{app:jobs}:fair:queue");
-        assert_eq!(lease_value("c:1", 7), "c:1:7");
+        assert_eq!(lease_value("c:1", &RedisLease::new("9f"), 7), "c:1:9f:7");
+        let (a, b) = (RedisLease::fresh(), RedisLease::fresh());
+        assert_ne!(a, b, "every request has an id of its own");
+        assert_eq!(a.request().len(), 16);
+        assert!(!a.request().contains(':'));
         assert_eq!(Keys::in_cluster(&key).lock, "app:jobs");
     }
 

@@ -33,14 +33,24 @@
 //! # Layout
 //!
 //! The exclusive lock is the key `namespace:name`, a plain string holding
-//! `<owner token>:<fence>` with a `PX` lease: the layout of redis-py's `Lock`,
-//! redsync and rslock. A lock held by one of those clients (`SET key token NX PX`)
-//! excludes ours, and ours excludes theirs. Its fencing counter and every key of the
+//! `<owner token>:<request id>:<fence>` with a `PX` lease: the layout of redis-py's
+//! `Lock`, redsync and rslock. A lock held by one of those clients (`SET key token NX
+//! PX`) excludes ours, and ours excludes theirs. Its fencing counter and every key of the
 //! fair and read-write locks live at `{namespace:name}:...`, in the same hash slot.
-//! The fencing counter never expires (tokens must keep increasing), and a grant never
-//! takes a token below the server clock's whole second times a million: a counter lost
-//! to a failover or to a restart without persistence starts again above every token
-//! issued before.
+//! The fencing counter never expires (tokens must keep increasing), and a grant takes
+//! one more than the larger of the counter and the server clock in microseconds: a
+//! counter lost to a failover or to a restart without persistence starts again above
+//! every token issued before, and tokens follow the order of the grants to within the
+//! servers' clock skew, even while an old primary that has not yet heard of a
+//! failover keeps granting beside the new one.
+//!
+//! Every acquire call (every RedLock round) sends a request id of its own
+//! ([`RedisLease`]). A call that is run again after its reply was lost finds the key
+//! its own request wrote and takes it over with a new fence. A key of the same owner
+//! written by another request blocks like anyone's: a call abandoned at its timeout
+//! still runs on the server when it gets there, and gives back whatever it is granted,
+//! so it must never take over (and then remove) a grant a later call of that owner
+//! holds. Releases and renewals match the whole stored value.
 //!
 //! # Waiting
 //!
@@ -69,7 +79,7 @@
 //! # Read-write locks
 //!
 //! The writer is a string key with a `PX` lease; readers are entries of a hash
-//! (`owner:fence` to expiry by the server clock). **Writers are preferred:** once a
+//! (`owner:request:fence` to expiry by the server clock). **Writers are preferred:** once a
 //! writer waits, new readers wait behind it (the writer's own owner may still take the
 //! read lock: downgrade), so a stream of readers cannot starve a writer. Readers can
 //! starve under a stream of writers.
@@ -122,6 +132,7 @@ pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAILOVER_GRACE, DEFAULT_SILENT_HOLDER_POLL,
     DEFAULT_WAITER_LEASE,
 };
+pub use keys::RedisLease;
 pub use redis;
 pub use redlock::RedLockBackend;
 

@@ -199,7 +199,8 @@ impl Node {
     /// the node ask the sentinels again, and the call runs once more on the primary
     /// they name. Repeating is safe for every call made here: releases, renewals and
     /// queue removals are idempotent, and an acquire whose first run was granted finds
-    /// its own key and takes it over with a new fence (see the acquire scripts).
+    /// the key its own request wrote (the same request id: see
+    /// [`RedisLease`](crate::RedisLease)) and takes it over with a new fence.
     async fn run<T, Fut>(
         &self,
         what: &'static str,

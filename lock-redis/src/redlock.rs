@@ -17,7 +17,7 @@ use crate::backend::{attempt, renew_on, sleep_for, SilentPoll};
 use crate::calls::{self, Call, Request};
 use crate::config::RedisConfig;
 use crate::error::{self as err, BACKEND};
-use crate::keys::{lease_value, Keys};
+use crate::keys::{lease_value, Keys, RedisLease};
 use crate::node::Node;
 use crate::pubsub::Interest;
 use crate::scripts::{self, Attempt, Blocker};
@@ -54,14 +54,18 @@ fn min_validity(ttl: Duration) -> Duration {
 ///   up to the drift margin fast against this one. lock-core keeps that margin on
 ///   every backend ([`LockClientBuilder::clock_drift`](lock_core::LockClientBuilder::clock_drift),
 ///   1 % plus 2 ms by default), so RedLock's guards need nothing more.
-/// * **Fencing tokens** strictly increase: each master's counter is incremented by the
-///   script, the grant takes the majority's maximum `F`, and a second step moves each
-///   master of the majority to `F` (its lease value and counter) before the grant is
-///   returned. Any two majorities share a master, whose counter is then at least every
-///   earlier `F`, so the next grant's maximum is larger. This needs one more round trip
-///   only when the counters disagree. A master that restarts empty forgets its
-///   counter: RedLock assumes masters that persist (or wait a lease before rejoining).
-/// * **Renewal** counts as renewed on a majority; **release** runs on all masters.
+/// * **Fencing tokens** strictly increase: each master's script takes one more than the
+///   larger of its counter and its clock in microseconds, the grant takes the
+///   majority's maximum `F`, and a second step moves each master of the majority that
+///   issued less to `F` (its lease value and counter) before the grant is returned.
+///   Any two majorities share a master, whose counter is then at least every earlier
+///   `F`, so the next grant's maximum is larger. The masters' clocks differ by
+///   microseconds at least, so almost every grant takes that second round trip (to
+///   those masters at once). A master that restarts empty forgets its counter but not
+///   its clock; RedLock still assumes masters that persist (or wait a lease before
+///   rejoining), since it also forgets the locks.
+/// * **Renewal** counts as renewed on a majority; **release** runs on all masters and
+///   succeeds only if a majority still had the lock (else the lease is reported lost).
 /// * Fair and read-write locks are not offered
 ///   ([`Capabilities::fair`] and [`Capabilities::read_write`] are false).
 ///
@@ -185,13 +189,22 @@ enum Round {
 }
 
 /// One RedLock round, run in its own task by [`RedLockBackend::acquire`] so that a
-/// dropped acquire future never leaves a majority grant behind.
-async fn round(nodes: Arc<[Node]>, request: Request, timeouts: Vec<Duration>) -> Result<Round> {
+/// dropped acquire future never leaves a majority grant behind. `lease` identifies the
+/// round: every value it writes, settles or releases carries its request id, so
+/// nothing here ever matches another round's key, even one of the same owner with an
+/// equal fence on that master.
+async fn round(
+    nodes: Arc<[Node]>,
+    request: Request,
+    lease: RedisLease,
+    timeouts: Vec<Duration>,
+) -> Result<Round> {
     let quorum = majority_of(nodes.len());
     let started = Instant::now();
     let phase1 = nodes.iter().zip(&timeouts).map(|(node, timeout)| {
         let undo = request.clone();
-        let call = request.acquire_with(false);
+        let undo_lease = lease.clone();
+        let call = request.acquire_with(&lease, false);
         // A grant that arrives after the timeout is released by attempt()'s task.
         tokio::time::timeout(
             *timeout,
@@ -199,7 +212,7 @@ async fn round(nodes: Arc<[Node]>, request: Request, timeouts: Vec<Duration>) ->
                 node,
                 call,
                 request.ttl,
-                move |fence| undo.release(fence),
+                move |fence| undo.release(&undo_lease, fence),
                 None,
             ),
         )
@@ -248,7 +261,7 @@ async fn round(nodes: Arc<[Node]>, request: Request, timeouts: Vec<Duration>) ->
     }
     let fence = granted.iter().map(|(_, f)| *f).max().unwrap_or(0);
     let owner = &request.owner;
-    let chosen = lease_value(owner, fence);
+    let chosen = lease_value(owner, &lease, fence);
     let mut settled = 0;
     if granted.len() >= quorum {
         let settle = granted.iter().map(|(i, f)| {
@@ -257,7 +270,11 @@ async fn round(nodes: Arc<[Node]>, request: Request, timeouts: Vec<Duration>) ->
             let call = Call {
                 script: scripts::REDLOCK_SETTLE.get(false),
                 keys: vec![request.keys.lock.clone(), request.keys.fence()],
-                args: vec![lease_value(owner, *f), chosen.clone(), fence.to_string()],
+                args: vec![
+                    lease_value(owner, &lease, *f),
+                    chosen.clone(),
+                    fence.to_string(),
+                ],
             };
             async move {
                 if *f == fence {
@@ -277,7 +294,7 @@ async fn round(nodes: Arc<[Node]>, request: Request, timeouts: Vec<Duration>) ->
     }
     // No valid majority: release every grant of this round, whichever fence it is at.
     let release = granted.iter().map(|(i, f)| {
-        let values = [lease_value(owner, *f), chosen.clone()];
+        let values = [lease_value(owner, &lease, *f), chosen.clone()];
         let call = calls::release(&request.keys, LockKind::Exclusive, &values);
         let node = &nodes[*i];
         let timeout = timeouts[*i];
@@ -358,7 +375,7 @@ async fn release_everywhere(nodes: &[Node], keys: &Keys, value: String) -> (usiz
 }
 
 impl LockBackend for RedLockBackend {
-    type Lease = ();
+    type Lease = RedisLease;
 
     fn name(&self) -> &'static str {
         BACKEND
@@ -380,7 +397,7 @@ impl LockBackend for RedLockBackend {
         join_all(self.nodes.iter().map(|node| node.cleanups().settled())).await;
     }
 
-    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<()>>> {
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<RedisLease>>> {
         if req.kind != LockKind::Exclusive {
             return Err(Error::Unsupported {
                 backend: BACKEND,
@@ -421,14 +438,24 @@ impl LockBackend for RedLockBackend {
             let nodes = self.nodes.clone();
             let attempt_request = request.clone();
             let attempt_timeouts = timeouts.clone();
+            // A new id per round: rounds of one owner may overlap (a round abandoned by
+            // a dropped acquire still runs), and must not act on each other's keys.
+            let lease = RedisLease::fresh();
+            let round_lease = lease.clone();
             // Counted as a clean-up: if the acquire future is dropped, this task gives
             // back what the round won.
             let cleanups = self.nodes[0].cleanups().clone();
             cleanups.spawn_on(&tokio::runtime::Handle::current(), async move {
-                let outcome = round(nodes.clone(), attempt_request.clone(), attempt_timeouts).await;
+                let outcome = round(
+                    nodes.clone(),
+                    attempt_request.clone(),
+                    round_lease.clone(),
+                    attempt_timeouts,
+                )
+                .await;
                 if let Err(Ok(Round::Granted(fence))) = tx.send(outcome) {
                     // The acquire future is gone: give the majority back.
-                    let value = lease_value(&attempt_request.owner, fence);
+                    let value = lease_value(&attempt_request.owner, &round_lease, fence);
                     release_everywhere(&nodes, &attempt_request.keys, value).await;
                 }
             });
@@ -439,7 +466,7 @@ impl LockBackend for RedLockBackend {
                 Round::Granted(fence) => {
                     return Ok(Some(Grant {
                         fence,
-                        data: (),
+                        data: lease,
                         started_at: round_started,
                     }))
                 }
@@ -474,14 +501,29 @@ impl LockBackend for RedLockBackend {
         }
     }
 
-    async fn release(&self, lease: &HeldLease<()>) -> Result<()> {
+    /// Releases the lease on every master. It was still held only if a majority had
+    /// it: released on fewer, it is reported as not this owner's
+    /// ([`Error::NotOwner`], which lock-core reports as a lost lease), the minority's
+    /// copies freed all the same, unless the masters that did not answer could make up
+    /// the majority (a retryable [`Error::Unavailable`]: whether it was held is
+    /// unknown).
+    async fn release(&self, lease: &HeldLease<RedisLease>) -> Result<()> {
         let keys = Keys::new(&lease.key);
-        let value = lease_value(lease.owner.as_str(), lease.fence);
+        let value = lease_value(lease.owner.as_str(), &lease.data, lease.fence);
         let (released, answered) = release_everywhere(&self.nodes, &keys, value).await;
-        if released > 0 {
+        let quorum = self.quorum();
+        let silent = self.nodes.len() - answered;
+        if released >= quorum {
             Ok(())
-        } else if answered < self.quorum() {
+        } else if answered < quorum {
             Err(self.no_quorum(answered))
+        } else if released + silent >= quorum {
+            Err(err::Error::ReleaseUndecided {
+                released,
+                silent,
+                needed: quorum,
+            }
+            .into())
         } else {
             Err(Error::NotOwner {
                 name: lease.key.name().to_string(),
@@ -489,7 +531,11 @@ impl LockBackend for RedLockBackend {
         }
     }
 
-    async fn renew(&self, leases: &[&HeldLease<()>], ttl: Duration) -> Result<Vec<Renewal>> {
+    async fn renew(
+        &self,
+        leases: &[&HeldLease<RedisLease>],
+        ttl: Duration,
+    ) -> Result<Vec<Renewal>> {
         let quorum = self.quorum();
         // Done shortly after a majority renewed every lease: a silent master must not
         // hold the renewal past the lease it renews.

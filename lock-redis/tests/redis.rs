@@ -8,13 +8,15 @@ use std::time::{Duration, Instant};
 use common::{client, keys, RedisServer};
 use lock_core::backend::{HeldLease, LockBackend, OwnerToken, Renewal};
 use lock_core::{prelude::*, AcquireOptions, Error, LockKey, LockKind, LockName, Namespace};
-use lock_redis::{RedisBackend, RedisConfig};
+use lock_redis::{RedisBackend, RedisConfig, RedisLease};
 use redis::AsyncCommands;
 
 const LONG: Duration = Duration::from_secs(30);
 
-fn lease_of(namespace: &str, name: &str, kind: LockKind, value: &str) -> HeldLease<()> {
-    let (owner, fence) = value.rsplit_once(':').expect("owner:fence");
+/// The lease a stored value `owner:request:fence` stands for.
+fn lease_of(namespace: &str, name: &str, kind: LockKind, value: &str) -> HeldLease<RedisLease> {
+    let (rest, fence) = value.rsplit_once(':').expect("owner:request:fence");
+    let (owner, request) = rest.rsplit_once(':').expect("owner:request");
     HeldLease {
         key: LockKey::new(
             Namespace::new(namespace).unwrap(),
@@ -23,7 +25,7 @@ fn lease_of(namespace: &str, name: &str, kind: LockKind, value: &str) -> HeldLea
         kind,
         owner: OwnerToken::from_string(owner.to_owned()),
         fence: fence.parse().unwrap(),
-        data: (),
+        data: RedisLease::new(request),
     }
 }
 
@@ -169,7 +171,7 @@ async fn one_renewal_call_reports_each_lease_and_a_deleted_key_as_lost() {
         lease_of("renew", "c", LockKind::Read, &readers[0]),
         lease_of("renew", "d", LockKind::Write, &vd),
     ];
-    let refs: Vec<&HeldLease<()>> = leases.iter().collect();
+    let refs: Vec<&HeldLease<RedisLease>> = leases.iter().collect();
 
     let _: i64 = raw.del("{renew:b}:fair").await.unwrap();
     let renewed = backend.renew(&refs, LONG).await.unwrap();
@@ -181,7 +183,7 @@ async fn one_renewal_call_reports_each_lease_and_a_deleted_key_as_lost() {
     }
 
     // Large batches are split, but still answer in order.
-    let many: Vec<&HeldLease<()>> = (0..2500).map(|i| refs[i % 4]).collect();
+    let many: Vec<&HeldLease<RedisLease>> = (0..2500).map(|i| refs[i % 4]).collect();
     let renewed = backend.renew(&many, LONG).await.unwrap();
     assert_eq!(renewed.len(), 2500);
     assert_eq!(renewed[1], Lost);
@@ -598,5 +600,181 @@ async fn an_acquire_whose_reply_was_lost_is_granted_when_it_runs_again() {
             .filter(|k| !k.ends_with(":fence"))
             .collect();
         assert!(left.is_empty(), "{kind:?}: left behind {left:?}");
+    }
+}
+
+/// A write request from an owner that has a live read entry must leave the entry alone
+/// and wait like any other writer while it lives (issue 26, item 3). Sent to the
+/// backend directly: lock-core refuses such an upgrade itself, and the backend must not
+/// depend on it (a downgrade's read entry carries the write's owner token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_request_never_drops_a_live_read_entry_of_its_own_owner() {
+    let server = RedisServer::start();
+    let direct = common::Direct::new(server.backend()).await;
+    let mut raw = server.raw().await;
+    let key = common::lock_key("own-read", "doc");
+    let readers_key = "{own-read:doc}:rw:read";
+    let owner = OwnerToken::from_string("client-a:1".to_owned());
+    let other = OwnerToken::from_string("client-b:1".to_owned());
+
+    let read = direct
+        .acquire(&key, LockKind::Read, &owner, LONG, None)
+        .await
+        .unwrap()
+        .expect("the read side is free");
+    let before: Vec<String> = raw.hkeys(readers_key).await.unwrap();
+    let write = direct
+        .acquire(&key, LockKind::Write, &owner, LONG, None)
+        .await
+        .unwrap();
+    let after: Vec<String> = raw.hkeys(readers_key).await.unwrap();
+    println!(
+        "read entries before the owner's write request: {before:?}; after it: {after:?}; \
+         the write was granted with fence {:?}",
+        write.as_ref().map(|g| g.fence)
+    );
+    assert!(
+        write.is_none(),
+        "the write was granted while the owner's own read entry was live"
+    );
+    assert_eq!(after, before, "the live read entry was dropped");
+    // It waits like any writer: not granted within a wait while the read lives...
+    let waited = direct
+        .acquire(
+            &key,
+            LockKind::Write,
+            &owner,
+            LONG,
+            Some(Duration::from_millis(300)),
+        )
+        .await
+        .unwrap();
+    assert!(waited.is_none(), "granted while the read entry lives");
+    assert!(direct
+        .acquire(&key, LockKind::Write, &other, LONG, None)
+        .await
+        .unwrap()
+        .is_none());
+    // ...and granted once the read is released.
+    direct
+        .release(&key, LockKind::Read, &owner, read)
+        .await
+        .expect("the read entry is still there to release");
+    let write = direct
+        .acquire(&key, LockKind::Write, &owner, LONG, None)
+        .await
+        .unwrap()
+        .expect("free once the read is released");
+    direct
+        .release(&key, LockKind::Write, &owner, write)
+        .await
+        .unwrap();
+}
+
+/// What holds lock `name` of `kind` in namespace `ns`: the string key's value, or the
+/// reader entries.
+async fn stored(
+    raw: &mut redis::aio::MultiplexedConnection,
+    ns: &str,
+    name: &str,
+    kind: LockKind,
+) -> Vec<String> {
+    let key = match kind {
+        LockKind::Exclusive => format!("{ns}:{name}"),
+        LockKind::Fair => format!("{{{ns}:{name}}}:fair"),
+        LockKind::Write => format!("{{{ns}:{name}}}:rw:write"),
+        LockKind::Read => return raw.hkeys(format!("{{{ns}:{name}}}:rw:read")).await.unwrap(),
+    };
+    let value: Option<String> = raw.get(key).await.unwrap();
+    value.into_iter().collect()
+}
+
+/// Issue 26, item 2. A request abandoned at the call timeout still runs on the server
+/// and undoes whatever it is granted there. If another request of the same owner was
+/// granted meanwhile (a retry after the timeout, a ride-out under Sentinel or Cluster),
+/// the late one must not take that grant over: its undo would then delete a live
+/// grant. The server is kept busy (`DEBUG SLEEP`) so each late request runs after the
+/// other request's grant, as when it reaches the server second (a reconnect, a
+/// `NOSCRIPT` reload).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_request_never_takes_over_a_live_grant_of_its_owner() {
+    let server = RedisServer::start();
+    let backend = server.backend();
+    let direct = common::Direct::new(backend.clone()).await;
+    let mut raw = server.raw().await;
+    let owner = OwnerToken::from_string("client-a:1".to_owned());
+    let other = OwnerToken::from_string("client-b:1".to_owned());
+    let ns = "abandoned";
+    let kinds = [
+        LockKind::Exclusive,
+        LockKind::Fair,
+        LockKind::Write,
+        LockKind::Read,
+    ];
+    let mut live = Vec::new();
+    for kind in kinds {
+        let name = format!("{kind:?}");
+        let key = common::lock_key(ns, &name);
+        let grant = direct
+            .acquire(&key, kind, &owner, LONG, None)
+            .await
+            .unwrap()
+            .expect("free");
+        let before = stored(&mut raw, ns, &name, kind).await;
+        live.push((kind, name, key, grant, before));
+    }
+
+    let busy = server.busy_for(4.0).await;
+    let late = futures::future::join_all(
+        live.iter()
+            .map(|(kind, _, key, _, _)| direct.acquire(key, *kind, &owner, LONG, None)),
+    )
+    .await;
+    for ((kind, ..), late) in live.iter().zip(late) {
+        match late {
+            // Abandoned at the call timeout (1 s), long before the server wakes.
+            Err(err) => assert!(err.is_retryable(), "{kind:?}: {err}"),
+            // Only if this machine was too slow to time it out before the server woke.
+            Ok(None) => println!("{kind:?}: the late request was answered: blocked"),
+            Ok(Some(grant)) => panic!(
+                "{kind:?}: granted again (fence {}) while the live grant holds",
+                grant.fence
+            ),
+        }
+    }
+    busy.await.unwrap();
+    // The late requests have run by now; whatever they were granted is given back.
+    backend.settle().await;
+
+    let mut taken = Vec::new();
+    for (kind, name, _, _, before) in &live {
+        let after = stored(&mut raw, ns, name, *kind).await;
+        println!("{kind:?}: the live grant stored {before:?}; after the late request: {after:?}");
+        if &after != before {
+            taken.push(*kind);
+        }
+    }
+    assert!(
+        taken.is_empty(),
+        "the late request took over (and its undo removed) the live grant of {taken:?}"
+    );
+    for (kind, _, key, grant, _) in live {
+        let conflicting = if kind == LockKind::Read {
+            LockKind::Write
+        } else {
+            kind
+        };
+        assert!(
+            direct
+                .acquire(&key, conflicting, &other, LONG, None)
+                .await
+                .unwrap()
+                .is_none(),
+            "{kind:?}: another owner got in"
+        );
+        direct
+            .release(&key, kind, &owner, grant)
+            .await
+            .unwrap_or_else(|err| panic!("{kind:?}: {err}"));
     }
 }

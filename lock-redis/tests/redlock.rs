@@ -4,8 +4,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{keys, RedisServer};
-use lock_core::{prelude::*, AcquireOptions, Error, LockClient};
+use common::{keys, lock_key, Direct, RedisServer};
+use lock_core::backend::{LockBackend, OwnerToken};
+use lock_core::{prelude::*, AcquireOptions, Error, LockClient, LockKind};
 use lock_redis::RedLockBackend;
 use redis::AsyncCommands;
 
@@ -120,7 +121,7 @@ async fn redlock_fails_cleanly_with_three_of_five_masters_down() {
 async fn redlock_fences_increase_even_when_counters_disagree() {
     let mut servers = cluster(5);
     // One master's counter is far ahead (say it took part in grants the others missed;
-    // counters never start below the clock in seconds times a million, so "far ahead" is ahead of
+    // counters never start below the clock in microseconds, so "far ahead" is ahead of
     // that: year 2128).
     const AHEAD: u64 = 5_000_000_000_000_000;
     let mut raw = servers[0].raw().await;
@@ -221,4 +222,161 @@ async fn two_hung_masters_stall_neither_grants_nor_renewals() {
     again.release().await.unwrap();
     servers[3].resume();
     servers[4].resume();
+}
+
+/// Issue 26, item 2, on RedLock: a round abandoned at the masters' call timeout runs on
+/// them later and gives back whatever it is granted. If another round of the same
+/// owner holds the lock by then, the late round must not take its keys over (and then
+/// delete them). Every master is kept busy (`DEBUG SLEEP`) so the late round runs after
+/// the live grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_redlock_round_never_takes_over_a_live_grant_of_its_owner() {
+    let servers = cluster(3);
+    let backend = RedLockBackend::new(servers.iter().map(RedisServer::config)).unwrap();
+    let direct = Direct::new(backend.clone()).await;
+    let owner = OwnerToken::from_string("client-a:1".to_owned());
+    let other = OwnerToken::from_string("client-b:1".to_owned());
+    let key = lock_key("rl-abandoned", "k");
+    let lease = Duration::from_secs(60);
+    let mut raws = Vec::new();
+    for server in &servers {
+        raws.push(server.raw().await);
+    }
+    let values = |raws: &mut Vec<redis::aio::MultiplexedConnection>| {
+        let mut raws = raws.clone();
+        async move {
+            let mut values = Vec::new();
+            for raw in &mut raws {
+                let value: Option<String> = raw.get("rl-abandoned:k").await.unwrap();
+                values.push(value);
+            }
+            values
+        }
+    };
+
+    let grant = direct
+        .acquire(&key, LockKind::Exclusive, &owner, lease, None)
+        .await
+        .unwrap()
+        .expect("free");
+    let before = values(&mut raws).await;
+
+    let mut busy = Vec::new();
+    for server in &servers {
+        busy.push(server.busy_for(4.0).await);
+    }
+    let late = direct
+        .acquire(&key, LockKind::Exclusive, &owner, lease, None)
+        .await;
+    match late {
+        // Abandoned at the masters' call timeout (1 s), long before they wake.
+        Err(err) => assert!(err.is_retryable(), "{err}"),
+        // Only if this machine was too slow to time it out before they woke.
+        Ok(None) => println!("the late round was answered: blocked"),
+        Ok(Some(grant)) => panic!(
+            "granted again (fence {}) while the live grant holds",
+            grant.fence
+        ),
+    }
+    for task in busy {
+        task.await.unwrap();
+    }
+    backend.settle().await;
+
+    let after = values(&mut raws).await;
+    println!("the live grant stored {before:?}; after the late round: {after:?}");
+    assert_eq!(
+        after, before,
+        "the late round took over (and its undo removed) the live grant"
+    );
+    assert!(direct
+        .acquire(&key, LockKind::Exclusive, &other, lease, None)
+        .await
+        .unwrap()
+        .is_none());
+    direct
+        .release(&key, LockKind::Exclusive, &owner, grant)
+        .await
+        .unwrap();
+}
+
+/// Tokens strictly increase across RedLock grants, and a guard's token is the one the
+/// masters of its majority store (the lease value and at least the counter): with
+/// fencing floors finer than a second the masters' counters disagree on almost every
+/// grant, and the round's second step settles them on the maximum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_tokens_increase_and_the_majority_stores_the_guards_token() {
+    let servers = cluster(5);
+    let c = client(&servers, "settle");
+    let quorum = c.backend().quorum();
+    let mut raws = Vec::new();
+    for server in &servers {
+        raws.push(server.raw().await);
+    }
+    let mut last = 0;
+    for _ in 0..10 {
+        let guard = c.lock("k").unwrap().try_acquire().await.unwrap();
+        let guard = guard.expect("free");
+        let token = guard.fencing_token();
+        assert!(token > last, "token {token} after {last}");
+        let mut stored = Vec::new();
+        for raw in &mut raws {
+            let value: Option<String> = raw.get("settle:k").await.unwrap();
+            let counter: Option<u64> = raw.get("{settle:k}:fence").await.unwrap();
+            stored.push((value, counter));
+        }
+        let holding = stored
+            .iter()
+            .filter(|(value, counter)| {
+                value
+                    .as_deref()
+                    .is_some_and(|v| v.ends_with(&format!(":{token}")))
+                    && counter.is_some_and(|c| c >= token)
+            })
+            .count();
+        assert!(
+            holding >= quorum
+                && stored.iter().all(|(value, _)| value
+                    .as_deref()
+                    .is_none_or(|v| v.ends_with(&format!(":{token}")))),
+            "the guard's token {token} is not what the masters store: {stored:?}"
+        );
+        guard.release().await.unwrap();
+        last = token;
+    }
+    println!("ten RedLock grants, each stored with its token on every master that holds it; last token {last}");
+}
+
+/// Issue 26, item 9: a lock lost on a majority of the masters (expired, deleted or
+/// taken there) is no longer held, even if a minority still had it: the release must
+/// say so (lock-core reports the lease lost), and still free the minority's copies. A
+/// lock that a minority lost is released as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_release_with_the_majority_lost_reports_the_lease_lost() {
+    let servers = cluster(5);
+    let c = client(&servers, "release");
+    let fixed = AcquireOptions::try_once().lease(Duration::from_secs(60));
+    for lost_on in [2, 3] {
+        let name = format!("lost-on-{lost_on}");
+        let key = format!("release:{name}");
+        let guard = c.lock(&name).unwrap().acquire_with(fixed).await.unwrap();
+        for server in &servers[..lost_on] {
+            let deleted: usize = server.raw().await.del(&key).await.unwrap();
+            assert_eq!(deleted, 1);
+        }
+        let released = guard.release().await;
+        println!("release with the key deleted on {lost_on} of 5 masters: {released:?}");
+        if lost_on < c.backend().quorum() {
+            released.expect("a majority still held it");
+        } else {
+            assert!(
+                matches!(released, Err(Error::LeaseLost { .. })),
+                "released a lock a majority had lost: {released:?}"
+            );
+        }
+        for server in &servers {
+            let exists: bool = server.raw().await.exists(&key).await.unwrap();
+            assert!(!exists, "a copy was left behind");
+        }
+    }
 }

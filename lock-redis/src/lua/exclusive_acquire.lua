@@ -1,16 +1,20 @@
 -- Takes the exclusive lock if nobody holds it.
 -- KEYS[1] lock key (a plain string: the redis-py / redsync layout)
 -- KEYS[2] fencing counter of the lock
--- ARGV[1] owner token, ARGV[2] lease in ms
+-- ARGV[1] owner token, ARGV[2] lease in ms, ARGV[3] request id (one per call)
+-- Stores `owner:request:fence`.
 -- Returns {1, fence} when granted, else {0, the holder's remaining lease in ms (-1 when
 -- the holder set no expiry), 1 if the holder is another kind of client}. Our holders
 -- publish their releases; another client (redis-py, redsync: a token without
 -- `:<fence>`, or a fence this counter never issued) does not, so its waiters poll.
--- A key of the caller's own is a grant whose reply never reached it (the call is run
--- again after a dropped connection): lock-core asks again only when the owner holds
--- nothing here, so it is taken over, with a new fence that a stale guard cannot match.
+-- A key this very request wrote is a grant whose reply never reached it (the call is
+-- run again after a dropped connection): it is taken over, with a new fence that a
+-- stale guard cannot match. A key of the same owner but another request blocks like
+-- anyone's: it may be a live grant, and this request may be one abandoned at its
+-- timeout that arrives late and gives back whatever it is granted.
+local mine = ARGV[1] .. ':' .. ARGV[3] .. ':'
 local holder = redis.call('get', KEYS[1])
-if holder and string.sub(holder, 1, #ARGV[1] + 1) ~= ARGV[1] .. ':' then
+if holder and string.sub(holder, 1, #mine) ~= mine then
   local fence = string.match(holder, ':(%d+)$')
   local issued = redis.call('get', KEYS[2])
   local silent = 1
@@ -20,5 +24,5 @@ if holder and string.sub(holder, 1, #ARGV[1] + 1) ~= ARGV[1] .. ':' then
   return {0, redis.call('pttl', KEYS[1]), silent}
 end
 local fence = next_fence(KEYS[2])
-redis.call('set', KEYS[1], ARGV[1] .. ':' .. string.format('%d', fence), 'PX', ARGV[2])
+redis.call('set', KEYS[1], mine .. string.format('%d', fence), 'PX', ARGV[2])
 return {1, fence}

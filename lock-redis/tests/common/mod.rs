@@ -9,9 +9,17 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lock_core::LockClient;
+use lock_core::backend::{
+    AcquireRequest, Deadline, Grant, HeldLease, LockBackend, LossNotifier, OwnerToken, Renewal,
+};
+use lock_core::memory::MemoryBackend;
+use lock_core::{
+    Capabilities, DistributedLockExt, LockClient, LockFamily, LockKey, LockKind, LockName,
+    Namespace,
+};
 use lock_redis::{RedisBackend, RedisConfig};
 
 /// One redis-server started for a test.
@@ -125,6 +133,37 @@ impl RedisServer {
         self.signal("STOP");
     }
 
+    /// Keeps the server busy for `seconds` (`DEBUG SLEEP`: it answers nothing
+    /// meanwhile, then carries on), and returns once it is: a `PING` on another
+    /// connection goes unanswered. The returned task ends when the sleep does.
+    pub async fn busy_for(&self, seconds: f64) -> tokio::task::JoinHandle<()> {
+        let mut probe = self.raw().await;
+        let mut sleeper = self.raw().await;
+        let sleep = tokio::spawn(async move {
+            let _: redis::RedisResult<()> = redis::cmd("DEBUG")
+                .arg("SLEEP")
+                .arg(seconds)
+                .query_async(&mut sleeper)
+                .await;
+        });
+        let started = Instant::now();
+        loop {
+            let ping = redis::cmd("PING");
+            let ping = ping.query_async::<String>(&mut probe);
+            if tokio::time::timeout(Duration::from_millis(100), ping)
+                .await
+                .is_err()
+            {
+                return sleep;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the server never went busy"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Thaws it after [`pause`](Self::pause).
     pub fn resume(&self) {
         self.signal("CONT");
@@ -201,4 +240,140 @@ pub async fn keys(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
     let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(conn).await.unwrap();
     keys.sort();
     keys
+}
+
+/// The key of lock `name` in `namespace`.
+pub fn lock_key(namespace: &str, name: &str) -> LockKey {
+    LockKey::new(
+        Namespace::new(namespace).expect("valid namespace"),
+        LockName::new(name).expect("valid name"),
+    )
+}
+
+/// Calls a backend's [`LockBackend::acquire`] and `release` directly, with any owner
+/// token: the requests lock-core would send, without its bookkeeping in between (so
+/// a test can send what lock-core's own checks would hold back).
+pub struct Direct<B: LockBackend> {
+    pub backend: B,
+    loss: LossNotifier,
+}
+
+impl<B: LockBackend> Direct<B> {
+    pub async fn new(backend: B) -> Self {
+        Direct {
+            backend,
+            loss: loss_notifier().await,
+        }
+    }
+
+    /// One request; `wait` None tries once.
+    pub async fn acquire(
+        &self,
+        key: &LockKey,
+        kind: LockKind,
+        owner: &OwnerToken,
+        ttl: Duration,
+        wait: Option<Duration>,
+    ) -> lock_core::Result<Option<Grant<B::Lease>>> {
+        let deadline = match wait {
+            None => Deadline::at(tokio::time::Instant::now()),
+            Some(wait) => Deadline::after(wait),
+        };
+        self.backend
+            .acquire(AcquireRequest {
+                key,
+                kind,
+                owner,
+                ttl,
+                deadline,
+                watchdog: false,
+                loss: &self.loss,
+            })
+            .await
+    }
+
+    /// Releases what `grant` was granted.
+    pub async fn release(
+        &self,
+        key: &LockKey,
+        kind: LockKind,
+        owner: &OwnerToken,
+        grant: Grant<B::Lease>,
+    ) -> lock_core::Result<()> {
+        self.backend
+            .release(&HeldLease {
+                key: key.clone(),
+                kind,
+                owner: owner.clone(),
+                fence: grant.fence,
+                data: grant.data,
+            })
+            .await
+    }
+}
+
+/// A loss notifier, which an [`AcquireRequest`] needs and only lock-core makes: taken
+/// from one acquisition on an in-memory backend. Redis leases never use it.
+async fn loss_notifier() -> LossNotifier {
+    let seen = Arc::new(Mutex::new(None));
+    let client = LockClient::new(Capture {
+        inner: MemoryBackend::new(),
+        seen: seen.clone(),
+    });
+    let guard = client
+        .lock("notifier")
+        .expect("valid name")
+        .acquire()
+        .await
+        .expect("in-memory acquire");
+    guard.release().await.expect("in-memory release");
+    let loss = seen.lock().unwrap().take();
+    loss.expect("the acquire passed a notifier")
+}
+
+/// An in-memory backend that keeps the loss notifier of the last request.
+#[derive(Debug)]
+struct Capture {
+    inner: MemoryBackend,
+    seen: Arc<Mutex<Option<LossNotifier>>>,
+}
+
+impl LockBackend for Capture {
+    type Lease = <MemoryBackend as LockBackend>::Lease;
+
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn acquire(
+        &self,
+        req: AcquireRequest<'_>,
+    ) -> lock_core::Result<Option<Grant<Self::Lease>>> {
+        *self.seen.lock().unwrap() = Some(req.loss.clone());
+        self.inner.acquire(req).await
+    }
+
+    async fn release(&self, lease: &HeldLease<Self::Lease>) -> lock_core::Result<()> {
+        self.inner.release(lease).await
+    }
+
+    async fn renew(
+        &self,
+        leases: &[&HeldLease<Self::Lease>],
+        ttl: Duration,
+    ) -> lock_core::Result<Vec<Renewal>> {
+        self.inner.renew(leases, ttl).await
+    }
+
+    async fn is_locked(&self, key: &LockKey, family: LockFamily) -> lock_core::Result<bool> {
+        self.inner.is_locked(key, family).await
+    }
+
+    async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> lock_core::Result<bool> {
+        self.inner.force_unlock(key, family).await
+    }
 }
