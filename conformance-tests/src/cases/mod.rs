@@ -197,6 +197,11 @@ pub fn all_cases() -> Vec<Case> {
             Box::new(|ctx| rwlock::downgrade(ctx).boxed()),
         ),
         case(
+            "rw::downgrade_with_queued_writer",
+            RW,
+            Box::new(|ctx| rwlock::downgrade_with_queued_writer(ctx).boxed()),
+        ),
+        case(
             "rw::upgrade_refused",
             RW,
             Box::new(|ctx| rwlock::upgrade_refused(ctx).boxed()),
