@@ -21,6 +21,7 @@ use crate::gate::{GatePermit, GateSlot, Gates};
 use crate::keys::Prefix;
 use crate::lease::{Lease, Leases};
 use crate::queries;
+use crate::writes::Writes;
 
 /// Compares (and reads) per transaction when the watchdog checks its keys; etcd
 /// refuses transactions of more than 128 operations by default.
@@ -32,6 +33,9 @@ pub(crate) struct Inner {
     pub(crate) config: EtcdConfig,
     pub(crate) leases: Leases,
     pub(crate) gates: Gates,
+    /// The write locks held through this client: a read request of their owner is a
+    /// downgrade.
+    pub(crate) writes: Writes,
     /// Makes fair and read-write keys unique per acquisition.
     pub(crate) seq: AtomicU64,
     /// Delete events that woke a waiter (diagnostics: no herd).
@@ -152,6 +156,11 @@ impl EtcdLease {
         lock(&self.lease).id()
     }
 
+    /// The key's create revision.
+    pub(crate) fn revision(&self) -> i64 {
+        self.revision
+    }
+
     fn lease(&self) -> Arc<Lease> {
         lock(&self.lease).clone()
     }
@@ -217,6 +226,7 @@ impl EtcdBackend {
                 config,
                 leases: Leases::default(),
                 gates: Gates::default(),
+                writes: Writes::default(),
                 seq: AtomicU64::new(1),
                 wakeups: AtomicU64::new(0),
                 cleanups: Cleanups::default(),
@@ -322,6 +332,7 @@ impl EtcdBackend {
                 let reply = other?;
                 debug_assert!(!reply.succeeded());
                 data.end_turn();
+                inner.writes.forget(held);
                 Ok(Renewal::Lost)
             }
         }
@@ -405,6 +416,8 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn release(&self, held: &HeldLease<EtcdLease>) -> Result<()> {
+        // From here on a read request of this owner is no downgrade.
+        self.inner.writes.forget(held);
         let data = &held.data;
         let revision = data.revision;
         let outcome = self
@@ -494,6 +507,7 @@ impl LockBackend for EtcdBackend {
                     Renewal::Renewed
                 } else {
                     held.data.end_turn();
+                    self.inner.writes.forget(held);
                     Renewal::Lost
                 }
             })

@@ -75,10 +75,17 @@
 //! # Read-write locks
 //!
 //! Writers and readers are keys under one prefix, ordered by create revision. A writer
-//! waits for every earlier key; a reader waits only for earlier writers of other
-//! owners. So a waiting writer holds back readers that come after it (no writer
-//! starvation) and never readers that came before (no reader starvation either). The
-//! owner of the write lock may take the read lock (downgrade).
+//! waits for every earlier key; a reader waits only for earlier writers. So a waiting
+//! writer holds back readers that come after it (no writer starvation) and never
+//! readers that came before (no reader starvation either).
+//!
+//! The holder of the write lock may take the read lock (downgrade). Its read key is a
+//! *downgrade* key (`.../d/...`), written in one transaction only while its write key
+//! still exists, and granted at once. Every writer waits for every downgrade key,
+//! whatever its place: a writer that queued while the write lock was held, before the
+//! downgrade, therefore never gets in while the downgraded owner still reads. Since
+//! downgrade readers never wait, this cannot deadlock. A read request whose write lock
+//! went meanwhile queues as an ordinary reader.
 //!
 //! # Errors and cancel safety
 //!
@@ -97,6 +104,7 @@ mod gate;
 mod keys;
 mod lease;
 mod queries;
+mod writes;
 
 pub use backend::{EtcdBackend, EtcdLease};
 pub use config::{
