@@ -33,9 +33,19 @@
 //!   fair `/<namespace>/<name>%fair`, read-write `/<namespace>/<name>%rw`; see
 //!   [`ZkBackend::lock_path`]. Lock paths are container nodes that the server reaps
 //!   once empty; a chroot (from the URL or [`ZkConfig::with_chroot`]) holds a tenant.
-//! * Read-write policy, as Curator's: a reader waits only for writers queued before it,
-//!   a writer for every node before it; the holder of the write lock may take the read
-//!   lock. Queue order decides, so neither side starves the other.
+//! * Read-write policy: a reader waits only for writers queued before it, a writer for
+//!   every node before it and for every downgrade reader. Queue order decides, so
+//!   neither side starves the other.
+//! * Downgrade: the holder of the write lock may take the read lock. Its reader node,
+//!   `_c_<uuid>-__DOWN__-__READ__<seq>` (still a reader in its place to Curator), is
+//!   created in one multi-op with a check that its write node still exists, and holds
+//!   at once; a read request whose write lock went meanwhile queues as an ordinary
+//!   reader. Since writers wait for downgrade readers wherever they stand, a writer
+//!   that queued while the write lock was held never gets in while the downgraded owner
+//!   still reads; downgrade readers never wait, so this cannot deadlock. Curator's
+//!   recipe lacks this: a *Curator* writer on the same path waits only for the nodes
+//!   before its own, so it can get in beside our downgraded reader (as it can beside a
+//!   Curator one).
 //! * Protected creation: the `_c_<uuid>` prefix lets a create whose reply was lost find
 //!   its node instead of leaving an orphan.
 //! * Fencing token: a zxid, so it is monotonic across the ensemble: the node's czxid

@@ -25,6 +25,11 @@ const KAZOO_READ_MARKER: &str = "__rlock__";
 /// The markers of Curator's `InterProcessReadWriteLock` nodes.
 pub(crate) const READ_MARKER: &str = "-__READ__";
 pub(crate) const WRITE_MARKER: &str = "-__WRIT__";
+/// Put before [`READ_MARKER`] in the node of a downgrade (the read side taken by the
+/// holder of the write lock): `_c_<uuid>-__DOWN__-__READ__<seq>`. Curator still sees a
+/// reader in its sequence order (it classifies by `__WRIT__` and sorts by what follows
+/// `__READ__`); our writers wait for every such node, whatever its place.
+const DOWNGRADE_TAG: &str = "-__DOWN__";
 
 /// The node every lock of `family` on `key` queues under.
 pub(crate) fn lock_path(key: &LockKey, family: LockFamily) -> String {
@@ -103,6 +108,11 @@ pub(crate) fn node_prefix(protect: &uuid::Uuid, kind: LockKind) -> String {
     format!("_c_{}{}", protect.hyphenated(), marker(kind))
 }
 
+/// The name prefix of a downgrade reader: `_c_<uuid>-__DOWN__-__READ__`.
+pub(crate) fn downgrade_prefix(protect: &uuid::Uuid) -> String {
+    format!("_c_{}{DOWNGRADE_TAG}{READ_MARKER}", protect.hyphenated())
+}
+
 /// One child of a lock path that takes part in the queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Contender {
@@ -112,6 +122,8 @@ pub(crate) struct Contender {
     pub(crate) seq: i64,
     /// Whether it is a writer (read-write paths only; exclusive contenders are writers).
     pub(crate) writer: bool,
+    /// Whether it is a downgrade reader (see [`downgrade_prefix`]).
+    pub(crate) downgrade: bool,
 }
 
 /// The contenders among `children` of a lock path of `family`, in queue order.
@@ -154,10 +166,16 @@ fn parse(name: &str, family: LockFamily) -> Option<Contender> {
         } else {
             return None;
         };
+        let downgrade = !writer
+            && family == LockFamily::ReadWrite
+            && name[..at]
+                .strip_suffix('-')
+                .is_some_and(|head| head.ends_with(DOWNGRADE_TAG));
         Some(Contender {
             name: name.to_owned(),
             seq,
             writer,
+            downgrade,
         })
     })
 }
@@ -272,5 +290,30 @@ mod tests {
         assert_eq!((parsed[0].seq, parsed[0].writer), (1, false));
         assert_eq!((parsed[1].seq, parsed[1].writer), (2, true));
         assert!(contenders(&rw, LockFamily::Exclusive).is_empty());
+        assert!(parsed.iter().all(|c| !c.downgrade));
+    }
+
+    #[test]
+    fn downgrade_nodes_are_readers_in_curators_order_and_told_apart() {
+        let protect = uuid::Uuid::new_v4();
+        let down = format!("{}0000000003", downgrade_prefix(&protect));
+        assert!(down.starts_with(&format!("_c_{}-", protect.hyphenated())));
+        // As Curator reads it: no `__WRIT__`, sorted by what follows `__READ__`.
+        assert!(!down.contains("__WRIT__"));
+        assert_eq!(&down[down.rfind("__READ__").unwrap() + 8..], "0000000003");
+        let children: Vec<String> = [
+            down.clone(),
+            format!("{}0000000002", node_prefix(&protect, LockKind::Write)),
+            format!("{}0000000004", node_prefix(&protect, LockKind::Read)),
+        ]
+        .to_vec();
+        let parsed: Vec<(i64, bool, bool)> = contenders(&children, LockFamily::ReadWrite)
+            .iter()
+            .map(|c| (c.seq, c.writer, c.downgrade))
+            .collect();
+        assert_eq!(
+            parsed,
+            [(2, true, false), (3, false, true), (4, false, false)]
+        );
     }
 }
