@@ -257,6 +257,11 @@ pub fn all_cases() -> Vec<Case> {
             Box::new(|ctx| args::hostile_names(ctx).boxed()),
         ),
         case(
+            "args::nested_names_do_not_block",
+            NOTHING,
+            Box::new(|ctx| args::nested_names_do_not_block(ctx).boxed()),
+        ),
+        case(
             "args::namespaces_isolated",
             NOTHING,
             Box::new(|ctx| args::namespaces_isolated(ctx).boxed()),
