@@ -72,6 +72,10 @@ struct Job {
     owner: OwnerToken,
     ttl: Duration,
     deadline: Deadline,
+    /// The deadline had passed when the acquire began: look once, and let nothing but
+    /// a conflicting key say no. Such a look may take a second request (keys of a
+    /// nested lock name in the exclusive range), which must not count as waiting.
+    try_once: bool,
     watchdog: bool,
     loss: LossNotifier,
 }
@@ -88,6 +92,7 @@ pub(crate) async fn acquire(
         owner: req.owner.clone(),
         ttl: req.ttl,
         deadline: req.deadline,
+        try_once: req.deadline.has_passed(),
         watchdog: req.watchdog,
         loss: req.loss.clone(),
     };
@@ -476,7 +481,8 @@ impl Job {
     /// deadline has not passed. Under load, with a thousand waiters, a request can
     /// take longer than the request timeout; the waiter keeps its place through that
     /// rather than failing. An etcd gone for longer than the lease still ends the wait
-    /// with the error.
+    /// with the error. A single try ([`Job::try_once`]) asks once and does not race its
+    /// passed deadline.
     async fn patiently<T, Fut>(
         &self,
         contender: &Contender,
@@ -488,16 +494,27 @@ impl Job {
     {
         let mut pause = PATIENCE_PAUSE;
         loop {
+            let deadline = async {
+                if self.try_once {
+                    std::future::pending::<()>().await;
+                } else {
+                    self.deadline.sleep().await;
+                }
+            };
             let err = tokio::select! {
                 outcome = request() => match outcome {
                     Ok(value) => return Ok(value),
                     Err(err) => err,
                 },
                 () = reply.closed() => return Err(Stop::Abandoned),
-                () = self.deadline.sleep() => return Err(Stop::Deadline),
+                () = deadline => return Err(Stop::Deadline),
             };
             let kept = contender.lease.kept_until();
-            if !err.is_retryable() || contender.lease.is_dead() || Instant::now() + pause >= kept {
+            if self.try_once
+                || !err.is_retryable()
+                || contender.lease.is_dead()
+                || Instant::now() + pause >= kept
+            {
                 return Err(Stop::Failed(err));
             }
             tracing::debug!(key = %contender.key, error = %err, "etcd did not answer a waiter; asking again");
