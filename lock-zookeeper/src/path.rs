@@ -66,9 +66,17 @@ pub(crate) fn lock_path(key: &LockKey, family: LockFamily) -> String {
 /// segment is a child of the root, where `zookeeper` is the server's own node.
 fn encode_segment(out: &mut String, segment: &str, at_root: bool) {
     // A segment that looks like a contender would join the queue of its parent lock
-    // (lock "a" and lock "a/x-lock-0000000001"): break the pattern by encoding `-`/`_`.
-    let looks_like_contender =
-        segment.contains("lock-") || segment.contains("__READ__") || segment.contains("__WRIT__");
+    // (lock "a" and lock "a/x-lock-0000000001" or "a/x__lock__0000000000"): break
+    // every marker `parse` knows, Curator's and kazoo's, by encoding `-`/`_`.
+    let looks_like_contender = [
+        "lock-",
+        "__READ__",
+        "__WRIT__",
+        KAZOO_LOCK_MARKER,
+        KAZOO_READ_MARKER,
+    ]
+    .iter()
+    .any(|marker| segment.contains(marker));
     // "/zookeeper" is the server's own subtree; "." and ".." are not valid segments.
     let reserved = (at_root && segment == "zookeeper") || segment == "." || segment == "..";
     for (i, c) in segment.char_indices() {
@@ -221,6 +229,10 @@ mod tests {
             "\u{E000}",
             "a/x-lock-0000000001",
             "zookeeper",
+            "a/x__lock__0000000000",
+            "a/x__rlock__0000000000",
+            "a/x-__READ__0000000001",
+            "a/x-__WRIT__0000000001",
         ];
         let mut paths: Vec<String> = names
             .iter()
@@ -236,6 +248,24 @@ mod tests {
             assert_ne!(p, "/zookeeper");
         }
         assert_eq!(paths[11], "/ns/a/x%2Dlock%2D0000000001");
+        assert_eq!(paths[13], "/ns/a/x%5F%5Flock%5F%5F0000000000");
+        // No nested lock's path is a contender of its parent lock, in any family.
+        let parent = lock_path(&key("ns", "a"), LockFamily::Exclusive);
+        for path in &paths {
+            if let Some(child) = path.strip_prefix(&format!("{parent}/")) {
+                let child = child.split('/').next().unwrap().to_owned();
+                for family in [
+                    LockFamily::Exclusive,
+                    LockFamily::Fair,
+                    LockFamily::ReadWrite,
+                ] {
+                    assert!(
+                        contenders(std::slice::from_ref(&child), family).is_empty(),
+                        "{path} is a contender of {parent}"
+                    );
+                }
+            }
+        }
         paths.sort();
         paths.dedup();
         assert_eq!(paths.len(), names.len());
