@@ -751,6 +751,8 @@ async fn kazoo_locks_and_ours_exclude_each_other(zk: Arc<Zk>) {
 struct Blackhole {
     port: u16,
     open: Arc<std::sync::atomic::AtomicBool>,
+    /// When bytes from the client last reached the server: the server's "last heard".
+    last_to_server: Arc<std::sync::Mutex<Option<Instant>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -761,6 +763,8 @@ impl Blackhole {
         let port = listener.local_addr().unwrap().port();
         let open = Arc::new(AtomicBool::new(true));
         let flag = open.clone();
+        let last_to_server = Arc::new(std::sync::Mutex::new(None));
+        let heard = last_to_server.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", server_port)).await
@@ -769,13 +773,16 @@ impl Blackhole {
                 };
                 let (cr, cw) = client.into_split();
                 let (sr, sw) = server.into_split();
-                for (mut from, mut to) in [(cr, sw), (sr, cw)].map(|(r, w)| {
+                let directions = [(cr, sw, true), (sr, cw, false)].map(|(r, w, to_server)| {
                     (
                         Box::new(r) as Box<dyn tokio::io::AsyncRead + Send + Unpin>,
                         w,
+                        to_server,
                     )
-                }) {
+                });
+                for (mut from, mut to, to_server) in directions {
                     let open = flag.clone();
+                    let heard = heard.clone();
                     tokio::spawn(async move {
                         use tokio::io::AsyncWriteExt;
                         let mut buf = vec![0u8; 16 * 1024];
@@ -786,6 +793,9 @@ impl Blackhole {
                                     if to.write_all(&buf[..n]).await.is_err() {
                                         return;
                                     }
+                                    if to_server {
+                                        *heard.lock().unwrap() = Some(Instant::now());
+                                    }
                                 }
                                 Ok(_) => {} // dropped on the floor
                             }
@@ -794,7 +804,17 @@ impl Blackhole {
                 }
             }
         });
-        Blackhole { port, open, task }
+        Blackhole {
+            port,
+            open,
+            last_to_server,
+            task,
+        }
+    }
+
+    /// When the server last heard from a client through this proxy.
+    fn last_to_server(&self) -> Option<Instant> {
+        *self.last_to_server.lock().unwrap()
     }
 
     fn cut(&self) {
@@ -809,9 +829,11 @@ impl Drop for Blackhole {
 }
 
 /// A holder cut off by a network that drops its packets: the server expires its
-/// session about a session timeout after it last heard from it and hands the lock on.
-/// The holder's guard must report the loss no later than that, or it would believe it
-/// holds a lock someone else has.
+/// session a session timeout T after it last heard from it, at the earliest, and hands
+/// the lock on. The holder's guard must report the loss before that, with the margin
+/// the backend promises (at least a tenth of T): the proxy notes when the server last
+/// heard from the holder, and the check measures when `is_held()` turns false against
+/// that plus T, and against when the other client was granted.
 async fn blackholed_holder_reports_loss_before_the_server_frees_it(zk: Arc<Zk>) {
     let ns = namespace("blackhole");
     let port: u16 = zk.url.rsplit(':').next().unwrap().parse().unwrap();
@@ -834,17 +856,43 @@ async fn blackholed_holder_reports_loss_before_the_server_frees_it(zk: Arc<Zk>) 
         let guard = lock.acquire_timeout(Duration::from_secs(30)).await;
         (guard, Instant::now())
     });
-    guard.lost().await;
-    let lost_at = Instant::now();
+    // Polls `is_held()` itself, as a holder checking before each write would.
+    let lost_at = loop {
+        if !guard.is_held() {
+            break Instant::now();
+        }
+        assert!(
+            cut_at.elapsed() < session * 2,
+            "still held {:?} after the cut",
+            cut_at.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let heard = proxy.last_to_server().expect("the server heard the client");
     let (taken, taken_at) = within("the other client", Duration::from_secs(40), taken)
         .await
         .unwrap();
     let taken = taken.expect("the server handed the lock on");
+    let may_expire = heard + session;
+    let margin = may_expire.saturating_duration_since(lost_at);
+    println!(
+        "zookeeper: cut-off holder: last heard by the server {:.2?} before the cut; is_held() false {:.2?} after it, {:.2?} before the session may expire (T = {session:?}: {:.2} T); the other client granted {:.2?} after it",
+        cut_at.saturating_duration_since(heard),
+        lost_at - heard,
+        margin,
+        margin.as_secs_f64() / session.as_secs_f64(),
+        taken_at.saturating_duration_since(heard),
+    );
     assert!(
         lost_at <= taken_at,
         "the cut-off holder reported its loss {:?} after the cut, {:?} after the server had handed the lock on",
         lost_at - cut_at,
         lost_at - taken_at
+    );
+    assert!(
+        lost_at + session / 10 <= may_expire,
+        "the holder said held until {:?} after the server last heard from it: {margin:?} before the session may expire, less than a tenth of the session timeout {session:?}",
+        lost_at - heard
     );
     taken.release().await.unwrap();
 }
