@@ -31,8 +31,9 @@ use crate::stats::{Counters, ZkStats};
 ///   reported to every guard at once ([`LockGuard::lost`](lock_core::LockGuard::lost)).
 /// * **Uncertainty.** While the connection is lost the session may live on:
 ///   [`connection_state`](Self::connection_state) says [`ConnectionState::Suspended`]
-///   and renewals fail (so guards stop being renewed locally). After a whole session
-///   timeout without a connection, the session is declared lost and guards report
+///   and renewals fail (so guards stop being renewed locally). At most 4/5 of a session
+///   timeout after the last reply from the server (at least a fifth before the server
+///   may expire the session), the session is declared lost and guards report
 ///   [`LeaseLoss::SessionLost`](lock_core::LeaseLoss::SessionLost).
 /// * **Fixed leases** are not supported ([`Capabilities::fixed_lease`] is false): a
 ///   node lives as long as its session, and an honest expiry while the client lives

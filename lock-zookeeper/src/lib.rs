@@ -57,9 +57,10 @@
 //! are freed when the server expires its session (the session timeout). A holder's
 //! node deleted behind its back, or its session expiring, is reported to its guards at
 //! once; a lost connection makes locks uncertain ([`ZkBackend::connection_state`]),
-//! and they are reported lost before the server could have expired the session: half
-//! a session timeout after the client declares the connection lost (which it does
-//! after 2/5 of one without a reply).
+//! and they are reported lost before the server could have expired the session: 7/20
+//! of a session timeout T after the client declares the connection lost (which it does
+//! 2/5 to 9/20 T after the last reply from the server), so at most 4/5 T after that
+//! reply, at least T/5 before the server may expire the session and hand the locks on.
 //! Fixed leases are not supported (see [`ZkBackend`]).
 //!
 //! # Costs
