@@ -49,7 +49,15 @@
 //! * Protected creation: the `_c_<uuid>` prefix lets a create whose reply was lost find
 //!   its node instead of leaving an orphan.
 //! * Fencing token: a zxid, so it is monotonic across the ensemble: the node's czxid
-//!   for a grant on the first look, else the zxid of a write to the node at grant time.
+//!   for a grant on the first look (or a downgrade), else the zxid of a write to the
+//!   node at grant time. A grant's token is above every token of a grant that returned
+//!   before its acquire began, and every reader's token lies between the tokens of the
+//!   writers before and after it. Readers that hold at once are concurrent grants: their
+//!   tokens are distinct, in the order ZooKeeper saw their grants (the create, or the
+//!   write after a wait), which is neither their queue order nor the order in which
+//!   their acquire calls return; putting them in either order would need the readers
+//!   to wait for one another. So a store that rejects tokens below the highest it has
+//!   seen can take writes under the write lock, not from concurrent readers.
 //!
 //! # Sessions, loss and uncertainty
 //!

@@ -8,7 +8,8 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use lock_core::prelude::*;
 use lock_core::{
-    Error, LeaseLoss, LockBackend, LockClient, LockFamily, LockKey, LockName, Namespace,
+    AcquireOptions, Error, LeaseLoss, LockBackend, LockClient, LockFamily, LockKey, LockName,
+    Namespace,
 };
 use lock_zookeeper::zookeeper_client::{Acls, Client, CreateMode};
 use lock_zookeeper::{ConnectionState, ZkBackend};
@@ -45,6 +46,9 @@ pub fn all() -> Vec<(&'static str, Check)> {
         ),
         ("kazoo_locks_and_ours_exclude_each_other", |zk| {
             kazoo_locks_and_ours_exclude_each_other(zk).boxed()
+        }),
+        ("reader_tokens_lie_between_the_writers", |zk| {
+            reader_tokens_lie_between_the_writers(zk).boxed()
         }),
         ("fifty_waiters_wake_one_each", |zk| {
             fifty_waiters_wake_one_each(zk).boxed()
@@ -453,6 +457,123 @@ async fn curator_nodes_are_contenders(zk: Arc<Zk>) {
         raw.delete(&format!("{rw_dir}/{child}"), None)
             .await
             .unwrap();
+    }
+}
+
+/// Readers that hold at once, each in a session of its own: released together by a
+/// writer, and starting together on a free lock. Their tokens are distinct, above the
+/// token of the writer before them and below that of the writer after them; a reader
+/// that starts after another's acquire returned gets a higher token. Among readers
+/// holding at once the order of tokens is the order in which ZooKeeper saw their grants
+/// (a grant's create, or its fencing write after a wait), not the order in which their
+/// acquire calls return: that is documented, and printed here, not asserted.
+async fn reader_tokens_lie_between_the_writers(zk: Arc<Zk>) {
+    const READERS: usize = 6;
+    let ns = namespace("readers");
+    let dir = ZkBackend::lock_path(&key(&ns, "t"), LockFamily::ReadWrite);
+    let raw = raw(&zk).await;
+    let session = || client(&ZkBackend::new(zk.config(SESSION_TIMEOUT)), &ns);
+    let writer = session();
+    let first = writer
+        .rw_lock("t")
+        .unwrap()
+        .write()
+        .await
+        .expect("first writer");
+    let readers: Vec<_> = (0..READERS).map(|_| session()).collect();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for (i, reader) in readers.iter().enumerate() {
+        let lock = reader.rw_lock("t").unwrap();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let guard = lock.read_with(AcquireOptions::wait_for(Duration::from_secs(60)));
+            let _ = tx.send((i, guard.await));
+        });
+    }
+    children_until(&raw, &dir, zk.slack() * 5, |c| c.len() == READERS + 1).await;
+    let before = first.fencing_token();
+    first.release().await.expect("release");
+    let mut guards = Vec::new();
+    for _ in 0..READERS {
+        let (i, guard) = within("readers", zk.slack() * 2, rx.recv())
+            .await
+            .expect("sender");
+        guards.push((i, guard.expect("reader")));
+    }
+    let later = session();
+    let lock = later.rw_lock("t").unwrap();
+    let second = tokio::spawn(async move {
+        lock.write_with(AcquireOptions::wait_for(Duration::from_secs(60)))
+            .await
+    });
+    children_until(&raw, &dir, zk.slack() * 5, |c| c.len() == READERS + 1).await;
+    let tokens: Vec<u64> = guards.iter().map(|(_, g)| g.fencing_token()).collect();
+    println!(
+        "zookeeper: writer {before}, then {READERS} readers released together, tokens in the order their acquires returned (queue position: token): {:?}",
+        guards
+            .iter()
+            .map(|(i, g)| format!("{i}: {}", g.fencing_token()))
+            .collect::<Vec<_>>()
+    );
+    let mut distinct = tokens.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), READERS, "reader tokens {tokens:?}");
+    assert!(
+        tokens.iter().all(|&t| t > before),
+        "reader tokens {tokens:?} not above the writer's {before}"
+    );
+    for (_, guard) in guards {
+        guard.release().await.expect("release");
+    }
+    let second = within("second writer", zk.slack() * 2, second)
+        .await
+        .unwrap()
+        .expect("second writer");
+    let after = second.fencing_token();
+    assert!(
+        tokens.iter().all(|&t| t < after),
+        "reader tokens {tokens:?} not below the next writer's {after}"
+    );
+    second.release().await.expect("release");
+
+    // Readers starting together on a free lock, most granted on their first look.
+    let mut tasks = Vec::new();
+    for reader in &readers {
+        let lock = reader.rw_lock("t").unwrap();
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.read().await.expect("reader");
+            (guard.fencing_token(), guard)
+        }));
+    }
+    let mut together = Vec::new();
+    for task in tasks {
+        together.push(within("readers", zk.slack() * 2, task).await.unwrap());
+    }
+    let tokens: Vec<u64> = together.iter().map(|(t, _)| *t).collect();
+    let mut distinct = tokens.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), READERS, "reader tokens {tokens:?}");
+    assert!(
+        tokens.iter().all(|&t| t > after),
+        "reader tokens {tokens:?} not above the last writer's {after}"
+    );
+    // One more reader, starting after all of those returned: above all of them.
+    let last = readers[0]
+        .rw_lock("t")
+        .unwrap()
+        .read()
+        .await
+        .expect("reader");
+    assert!(
+        tokens.iter().all(|&t| t < last.fencing_token()),
+        "a later reader's token {} not above {tokens:?}",
+        last.fencing_token()
+    );
+    last.release().await.expect("release");
+    for (_, guard) in together {
+        guard.release().await.expect("release");
     }
 }
 
