@@ -139,7 +139,7 @@ impl Job {
         // Owners sharing the session lease would share the exclusive key: one at a time.
         let gate = if self.kind == LockKind::Exclusive && self.watchdog {
             tokio::select! {
-                permit = self.inner.gates.enter(prefix.range(), self.deadline) => match permit {
+                permit = self.inner.gates.enter(prefix.range(), self.deadline, &*self.inner) => match permit {
                     Some(permit) => Some(permit),
                     None => {
                         let _ = reply.send(Ok(None));

@@ -2,13 +2,13 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp, TxnResponse,
-    WatchStream,
+    Client, Compare, CompareOp, DeleteOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
+    TxnResponse, WatchStream,
 };
 use lock_core::{
     AcquireRequest, Capabilities, Cleanups, Error, Grant, HeldLease, LockBackend, LockFamily,
@@ -17,7 +17,7 @@ use lock_core::{
 
 use crate::config::EtcdConfig;
 use crate::error::{within, BACKEND};
-use crate::gate::{GatePermit, GateSlot, Gates};
+use crate::gate::{GatePermit, GateSlot, Gates, Holder, Vigil};
 use crate::keys::Prefix;
 use crate::lease::{Lease, Leases};
 use crate::queries;
@@ -70,6 +70,72 @@ impl Inner {
     }
 }
 
+/// The first pause before a vigil asks etcd again after a failure; it doubles up to
+/// [`VIGIL_MAX_PAUSE`].
+const VIGIL_PAUSE: Duration = Duration::from_millis(100);
+const VIGIL_MAX_PAUSE: Duration = Duration::from_secs(2);
+
+impl Vigil for Inner {
+    async fn is_there(&self, holder: &Holder) -> Result<bool> {
+        let mut kv = self.client.kv_client();
+        let options = GetOptions::new().with_keys_only();
+        let timeout = self.config.request_timeout();
+        let found = within(
+            "check holder",
+            timeout,
+            kv.get(holder.key.as_str(), Some(options)),
+        )
+        .await?;
+        Ok(found
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.create_revision() == holder.revision))
+    }
+
+    async fn gone(&self, holder: &Holder) {
+        let mut pause = VIGIL_PAUSE;
+        loop {
+            // Watch from now, then check the key is still there: it may have gone
+            // before the watch existed. The key's only writers after its grant are its
+            // own puts, so any deletion means it is gone.
+            let watched = match self.watch_delete(holder.key.as_bytes()).await {
+                Ok((watch, _)) => match self.is_there(holder).await {
+                    Ok(true) => Some(watch),
+                    Ok(false) => return,
+                    Err(error) => {
+                        tracing::debug!(key = %holder.key, %error, "could not look at a holder's key; trying again");
+                        None
+                    }
+                },
+                Err(error) => {
+                    tracing::debug!(key = %holder.key, %error, "could not watch a holder's key; trying again");
+                    None
+                }
+            };
+            if let Some(mut watch) = watched {
+                pause = VIGIL_PAUSE;
+                loop {
+                    match watch.message().await {
+                        Ok(Some(reply)) if !reply.canceled() => {
+                            let deleted = reply
+                                .events()
+                                .iter()
+                                .any(|e| e.event_type() == EventType::Delete);
+                            if deleted {
+                                return;
+                            }
+                        }
+                        // Cancelled, closed or failed: watch again.
+                        _ => break,
+                    }
+                }
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(VIGIL_MAX_PAUSE);
+        }
+    }
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
         // Nothing is held any more (guards keep their backend alive): revoke the
@@ -102,6 +168,9 @@ pub struct EtcdLease {
     value: Vec<u8>,
     lease: StdMutex<Arc<Lease>>,
     gate: Arc<GateSlot>,
+    /// Set once its owner releases it, so a vigil that sees the key go takes that for
+    /// the release it is, not a loss.
+    releasing: Arc<AtomicBool>,
     loss: LossNotifier,
 }
 
@@ -128,14 +197,27 @@ impl EtcdLease {
         gate: Option<GatePermit>,
         loss: LossNotifier,
     ) -> Self {
-        let gate = Arc::new(StdMutex::new(gate));
-        lease.open_on_loss(Arc::downgrade(&gate));
+        let slot: Arc<GateSlot> = Arc::new(StdMutex::new(None));
+        let releasing = Arc::new(AtomicBool::new(false));
+        if let Some(permit) = gate {
+            // Waiting owners of this client keep watch over this grant from now on.
+            permit.announce(Holder::new(
+                key.clone(),
+                revision,
+                loss.clone(),
+                releasing.clone(),
+                Arc::downgrade(&slot),
+            ));
+            *lock(&slot) = Some(permit);
+        }
+        lease.open_on_loss(Arc::downgrade(&slot));
         EtcdLease {
             key,
             revision,
             value,
             lease: StdMutex::new(lease),
-            gate,
+            gate: slot,
+            releasing,
             loss,
         }
     }
@@ -419,6 +501,7 @@ impl LockBackend for EtcdBackend {
         // From here on a read request of this owner is no downgrade.
         self.inner.writes.forget(held);
         let data = &held.data;
+        data.releasing.store(true, Ordering::Release);
         let revision = data.revision;
         let outcome = self
             .inner

@@ -67,8 +67,13 @@
 //! exclusive key `<prefix>/<lease id>`, which etcd's recipe treats as "this lease holds
 //! the lock". So owners of one client take turns on each exclusive lock in a local
 //! FIFO queue, and only the front one contends at etcd: the key layout stays
-//! `etcdctl`'s, and waiters of one process cost etcd nothing. (Across clients the order
-//! is etcd's; within a client, the local queue's.) Fair and read-write keys carry a
+//! `etcdctl`'s, and the waiters of one process cost etcd one watch in all. (Across clients the order
+//! is etcd's; within a client, the local queue's.) A turn ends at release, and as soon
+//! as its grant is known lost: while owners wait, one of them watches the holder's key
+//! (one watch per key, whatever the number of waiters) and its guard, so a stale guard
+//! kept by its user (its key force-unlocked, its lease revoked or run out) never holds
+//! up the other owners of its client; the guard is told if its key was deleted behind
+//! its back. Fair and read-write keys carry a
 //! per-acquisition suffix (`<lease id>-<n>`) and the owner token as value, so each
 //! acquisition is its own contender at etcd, in strict FIFO order.
 //!
