@@ -24,7 +24,7 @@ use crate::error::{self, within};
 use crate::gate::GatePermit;
 use crate::keys::Prefix;
 use crate::lease::Lease;
-use crate::queries::{self, Placed, Position};
+use crate::queries::{self, HeldWrite, Placed, Position};
 
 /// How long etcd may take to catch up a watch that missed being registered as
 /// current: its catch-up loop runs every 100 ms.
@@ -72,6 +72,10 @@ struct Job {
     owner: OwnerToken,
     ttl: Duration,
     deadline: Deadline,
+    /// The deadline had passed when the acquire began: look once, and let nothing but
+    /// a conflicting key say no. Such a look may take a second request (keys of a
+    /// nested lock name in the exclusive range), which must not count as waiting.
+    try_once: bool,
     watchdog: bool,
     loss: LossNotifier,
 }
@@ -88,6 +92,7 @@ pub(crate) async fn acquire(
         owner: req.owner.clone(),
         ttl: req.ttl,
         deadline: req.deadline,
+        try_once: req.deadline.has_passed(),
         watchdog: req.watchdog,
         loss: req.loss.clone(),
     };
@@ -134,7 +139,7 @@ impl Job {
         // Owners sharing the session lease would share the exclusive key: one at a time.
         let gate = if self.kind == LockKind::Exclusive && self.watchdog {
             tokio::select! {
-                permit = self.inner.gates.enter(prefix.range(), self.deadline) => match permit {
+                permit = self.inner.gates.enter(prefix.range(), self.deadline, &*self.inner) => match permit {
                     Some(permit) => Some(permit),
                     None => {
                         let _ = reply.send(Ok(None));
@@ -186,6 +191,15 @@ impl Job {
             fence,
             lease,
         } = contender;
+        let prefix = Prefix::new(&self.key, self.kind.family());
+        if self.kind == LockKind::Write {
+            // Before the caller hears of it: its read requests are downgrades from now.
+            let write = HeldWrite {
+                key: key.clone(),
+                revision,
+            };
+            self.inner.writes.register(&prefix, &self.owner, write);
+        }
         let value = self.value();
         let grant = Grant {
             fence: fence.unsigned_abs(),
@@ -199,6 +213,9 @@ impl Job {
         if let Err(Ok(Some(grant))) = reply.send(Ok(Some(grant))) {
             tracing::debug!(key = %grant.data.key(), "acquire abandoned after it was granted; releasing");
             let (key, lease, gate) = grant.data.into_parts();
+            self.inner
+                .writes
+                .forget_key(&prefix, &self.owner, &key, revision);
             let contender = Contender {
                 key,
                 revision,
@@ -214,8 +231,8 @@ impl Job {
         match self.kind {
             // etcd's layout: the exclusive key's value is empty.
             LockKind::Exclusive => Vec::new(),
-            // Read-write keys carry the owner, so a reader can tell its own write lock
-            // (downgrade) from another owner's.
+            // Fair and read-write keys carry the owner token, for operators (a
+            // downgrade is told by its key, not its value).
             LockKind::Fair | LockKind::Read | LockKind::Write => {
                 self.owner.as_str().as_bytes().to_vec()
             }
@@ -255,6 +272,8 @@ impl Job {
     }
 
     /// Takes a lease and writes the key: one transaction when the session is fresh.
+    /// A read request of the owner of the write lock writes a downgrade reader, as
+    /// long as the write key is still there (else an ordinary reader).
     /// On failure, returns what may need cleaning up.
     async fn place(
         &self,
@@ -262,6 +281,10 @@ impl Job {
     ) -> Result<(Contender, Position), (lock_core::Error, Option<Contender>)> {
         let inner = &self.inner;
         let timeout = inner.config.request_timeout();
+        let mut downgrade = match self.kind {
+            LockKind::Read => inner.writes.held(prefix, &self.owner),
+            _ => None,
+        };
         loop {
             let lease = if self.watchdog {
                 inner.leases.session(&inner.client, timeout, self.ttl).await
@@ -269,46 +292,66 @@ impl Job {
                 inner.leases.fixed(&inner.client, timeout, self.ttl).await
             };
             let lease = lease.map_err(|err| (err, None))?;
-            let seq = inner.seq.fetch_add(1, Ordering::Relaxed);
-            let key = prefix.own_key(self.kind, lease.id(), seq);
-            let value = self.value();
-            let txn = queries::place(prefix, self.kind, &key, &value, lease.id());
-            let answer = match inner.txn("acquire", txn).await {
-                Ok(reply) => queries::placed(&reply, prefix, self.kind, &key, self.owner.as_str()),
-                Err(err) => Err(err),
-            };
-            match answer {
-                Ok(Placed::At { revision, position }) => {
-                    return Ok((
-                        Contender {
+            // Attempts on this lease; a lease found gone takes a new one.
+            loop {
+                let seq = inner.seq.fetch_add(1, Ordering::Relaxed);
+                let key = match downgrade {
+                    Some(_) => prefix.downgrade_key(lease.id(), seq),
+                    None => prefix.own_key(self.kind, lease.id(), seq),
+                };
+                let value = self.value();
+                let txn = queries::place(
+                    prefix,
+                    self.kind,
+                    &key,
+                    &value,
+                    lease.id(),
+                    downgrade.as_ref(),
+                );
+                let answer = match inner.txn("acquire", txn).await {
+                    Ok(reply) => queries::placed(&reply, self.kind, &key, downgrade.is_some()),
+                    Err(err) => Err(err),
+                };
+                match answer {
+                    Ok(Placed::At { revision, position }) => {
+                        return Ok((
+                            Contender {
+                                key,
+                                revision,
+                                fence: revision,
+                                lease,
+                            },
+                            position,
+                        ))
+                    }
+                    Ok(Placed::Exists { revision }) => {
+                        tracing::debug!(%key, revision, "removing a leftover key of this lease");
+                        inner
+                            .txn(
+                                "remove leftover",
+                                queries::delete_if(key.as_bytes(), revision),
+                            )
+                            .await
+                            .map_err(|err| (err, None))?;
+                    }
+                    Ok(Placed::WriteGone) => {
+                        tracing::debug!(%key, "the write lock went before its downgrade; reading as an ordinary reader");
+                        downgrade = None;
+                    }
+                    Err(err) if error::is_lease_gone(&err) => {
+                        lease.lost();
+                        break;
+                    }
+                    Err(err) => {
+                        // The write may have landed: remove whatever this attempt wrote.
+                        let contender = Contender {
                             key,
-                            revision,
-                            fence: revision,
+                            revision: 0,
+                            fence: 0,
                             lease,
-                        },
-                        position,
-                    ))
-                }
-                Ok(Placed::Exists { revision }) => {
-                    tracing::debug!(%key, revision, "removing a leftover key of this lease");
-                    inner
-                        .txn(
-                            "remove leftover",
-                            queries::delete_if(key.as_bytes(), revision),
-                        )
-                        .await
-                        .map_err(|err| (err, None))?;
-                }
-                Err(err) if error::is_lease_gone(&err) => lease.lost(),
-                Err(err) => {
-                    // The write may have landed: remove whatever this attempt wrote.
-                    let contender = Contender {
-                        key,
-                        revision: 0,
-                        fence: 0,
-                        lease,
-                    };
-                    return Err((err, Some(contender)));
+                        };
+                        return Err((err, Some(contender)));
+                    }
                 }
             }
         }
@@ -438,7 +481,8 @@ impl Job {
     /// deadline has not passed. Under load, with a thousand waiters, a request can
     /// take longer than the request timeout; the waiter keeps its place through that
     /// rather than failing. An etcd gone for longer than the lease still ends the wait
-    /// with the error.
+    /// with the error. A single try ([`Job::try_once`]) asks once and does not race its
+    /// passed deadline.
     async fn patiently<T, Fut>(
         &self,
         contender: &Contender,
@@ -450,16 +494,27 @@ impl Job {
     {
         let mut pause = PATIENCE_PAUSE;
         loop {
+            let deadline = async {
+                if self.try_once {
+                    std::future::pending::<()>().await;
+                } else {
+                    self.deadline.sleep().await;
+                }
+            };
             let err = tokio::select! {
                 outcome = request() => match outcome {
                     Ok(value) => return Ok(value),
                     Err(err) => err,
                 },
                 () = reply.closed() => return Err(Stop::Abandoned),
-                () = self.deadline.sleep() => return Err(Stop::Deadline),
+                () = deadline => return Err(Stop::Deadline),
             };
             let kept = contender.lease.kept_until();
-            if !err.is_retryable() || contender.lease.is_dead() || Instant::now() + pause >= kept {
+            if self.try_once
+                || !err.is_retryable()
+                || contender.lease.is_dead()
+                || Instant::now() + pause >= kept
+            {
                 return Err(Stop::Failed(err));
             }
             tracing::debug!(key = %contender.key, error = %err, "etcd did not answer a waiter; asking again");
@@ -490,13 +545,7 @@ impl Job {
         let txn = queries::locate(prefix, self.kind, &contender.key, contender.revision);
         let reply = self.inner.txn("check position", txn).await?;
         let revision = reply.header().map_or(i64::MAX, |h| h.revision());
-        let position = queries::located(
-            &reply,
-            prefix,
-            self.kind,
-            contender.revision,
-            self.owner.as_str(),
-        );
+        let position = queries::located(&reply, prefix, contender.revision);
         if position != Position::Unknown {
             return Ok((position, revision));
         }

@@ -2,13 +2,13 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp, TxnResponse,
-    WatchStream,
+    Client, Compare, CompareOp, DeleteOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
+    TxnResponse, WatchStream,
 };
 use lock_core::backend::{
     AcquireRequest, Cleanups, Grant, HeldLease, LockBackend, LossNotifier, Renewal,
@@ -17,10 +17,11 @@ use lock_core::{Capabilities, Error, LockFamily, LockKey, Result};
 
 use crate::config::EtcdConfig;
 use crate::error::{within, BACKEND};
-use crate::gate::{GatePermit, GateSlot, Gates};
+use crate::gate::{GatePermit, GateSlot, Gates, Holder, Vigil};
 use crate::keys::Prefix;
 use crate::lease::{Lease, Leases};
 use crate::queries;
+use crate::writes::Writes;
 
 /// Compares (and reads) per transaction when the watchdog checks its keys; etcd
 /// refuses transactions of more than 128 operations by default.
@@ -32,6 +33,9 @@ pub(crate) struct Inner {
     pub(crate) config: EtcdConfig,
     pub(crate) leases: Leases,
     pub(crate) gates: Gates,
+    /// The write locks held through this client: a read request of their owner is a
+    /// downgrade.
+    pub(crate) writes: Writes,
     /// Makes fair and read-write keys unique per acquisition.
     pub(crate) seq: AtomicU64,
     /// Delete events that woke a waiter (diagnostics: no herd).
@@ -63,6 +67,72 @@ impl Inner {
             }
         })
         .await
+    }
+}
+
+/// The first pause before a vigil asks etcd again after a failure; it doubles up to
+/// [`VIGIL_MAX_PAUSE`].
+const VIGIL_PAUSE: Duration = Duration::from_millis(100);
+const VIGIL_MAX_PAUSE: Duration = Duration::from_secs(2);
+
+impl Vigil for Inner {
+    async fn is_there(&self, holder: &Holder) -> Result<bool> {
+        let mut kv = self.client.kv_client();
+        let options = GetOptions::new().with_keys_only();
+        let timeout = self.config.request_timeout();
+        let found = within(
+            "check holder",
+            timeout,
+            kv.get(holder.key.as_str(), Some(options)),
+        )
+        .await?;
+        Ok(found
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.create_revision() == holder.revision))
+    }
+
+    async fn gone(&self, holder: &Holder) {
+        let mut pause = VIGIL_PAUSE;
+        loop {
+            // Watch from now, then check the key is still there: it may have gone
+            // before the watch existed. The key's only writers after its grant are its
+            // own puts, so any deletion means it is gone.
+            let watched = match self.watch_delete(holder.key.as_bytes()).await {
+                Ok((watch, _)) => match self.is_there(holder).await {
+                    Ok(true) => Some(watch),
+                    Ok(false) => return,
+                    Err(error) => {
+                        tracing::debug!(key = %holder.key, %error, "could not look at a holder's key; trying again");
+                        None
+                    }
+                },
+                Err(error) => {
+                    tracing::debug!(key = %holder.key, %error, "could not watch a holder's key; trying again");
+                    None
+                }
+            };
+            if let Some(mut watch) = watched {
+                pause = VIGIL_PAUSE;
+                loop {
+                    match watch.message().await {
+                        Ok(Some(reply)) if !reply.canceled() => {
+                            let deleted = reply
+                                .events()
+                                .iter()
+                                .any(|e| e.event_type() == EventType::Delete);
+                            if deleted {
+                                return;
+                            }
+                        }
+                        // Cancelled, closed or failed: watch again.
+                        _ => break,
+                    }
+                }
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(VIGIL_MAX_PAUSE);
+        }
     }
 }
 
@@ -98,6 +168,9 @@ pub struct EtcdLease {
     value: Vec<u8>,
     lease: StdMutex<Arc<Lease>>,
     gate: Arc<GateSlot>,
+    /// Set once its owner releases it, so a vigil that sees the key go takes that for
+    /// the release it is, not a loss.
+    releasing: Arc<AtomicBool>,
     loss: LossNotifier,
 }
 
@@ -124,14 +197,27 @@ impl EtcdLease {
         gate: Option<GatePermit>,
         loss: LossNotifier,
     ) -> Self {
-        let gate = Arc::new(StdMutex::new(gate));
-        lease.open_on_loss(Arc::downgrade(&gate));
+        let slot: Arc<GateSlot> = Arc::new(StdMutex::new(None));
+        let releasing = Arc::new(AtomicBool::new(false));
+        if let Some(permit) = gate {
+            // Waiting owners of this client keep watch over this grant from now on.
+            permit.announce(Holder::new(
+                key.clone(),
+                revision,
+                loss.clone(),
+                releasing.clone(),
+                Arc::downgrade(&slot),
+            ));
+            *lock(&slot) = Some(permit);
+        }
+        lease.open_on_loss(Arc::downgrade(&slot));
         EtcdLease {
             key,
             revision,
             value,
             lease: StdMutex::new(lease),
-            gate,
+            gate: slot,
+            releasing,
             loss,
         }
     }
@@ -150,6 +236,11 @@ impl EtcdLease {
     /// The id of the etcd lease the key is attached to.
     pub fn lease_id(&self) -> i64 {
         lock(&self.lease).id()
+    }
+
+    /// The key's create revision.
+    pub(crate) fn revision(&self) -> i64 {
+        self.revision
     }
 
     fn lease(&self) -> Arc<Lease> {
@@ -217,6 +308,7 @@ impl EtcdBackend {
                 config,
                 leases: Leases::default(),
                 gates: Gates::default(),
+                writes: Writes::default(),
                 seq: AtomicU64::new(1),
                 wakeups: AtomicU64::new(0),
                 cleanups: Cleanups::default(),
@@ -322,6 +414,7 @@ impl EtcdBackend {
                 let reply = other?;
                 debug_assert!(!reply.succeeded());
                 data.end_turn();
+                inner.writes.forget(held);
                 Ok(Renewal::Lost)
             }
         }
@@ -405,7 +498,10 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn release(&self, held: &HeldLease<EtcdLease>) -> Result<()> {
+        // From here on a read request of this owner is no downgrade.
+        self.inner.writes.forget(held);
         let data = &held.data;
+        data.releasing.store(true, Ordering::Release);
         let revision = data.revision;
         let outcome = self
             .inner
@@ -494,6 +590,7 @@ impl LockBackend for EtcdBackend {
                     Renewal::Renewed
                 } else {
                     held.data.end_turn();
+                    self.inner.writes.forget(held);
                     Renewal::Lost
                 }
             })

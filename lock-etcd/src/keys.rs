@@ -6,7 +6,9 @@
 //!   service, so they all exclude each other.
 //! * Fair lock: `ns/name<US>fair/<lease hex>-<n>`, value = owner token.
 //! * Read-write lock: writers `ns/name<US>rw/w/<lease hex>-<n>`, readers
-//!   `ns/name<US>rw/r/<lease hex>-<n>`, value = owner token.
+//!   `ns/name<US>rw/r/<lease hex>-<n>`, and the readers of a downgrade (the read side
+//!   taken by the holder of the write lock) `ns/name<US>rw/d/<lease hex>-<n>`, value =
+//!   owner token.
 //!
 //! `<US>` is the control character U+001F, which no valid lock name or namespace
 //! contains: so no name can produce a fair or read-write prefix, and those prefixes
@@ -48,6 +50,17 @@ impl Prefix {
         format!("{}w/", self.range)
     }
 
+    /// The range of the downgrade readers of a read-write lock: read keys written by
+    /// the holder of the write lock, which every writer waits for whatever its place.
+    pub(crate) fn downgrades(&self) -> String {
+        format!("{}d/", self.range)
+    }
+
+    /// The key of a downgrade reader on `lease` (see [`Prefix::downgrades`]).
+    pub(crate) fn downgrade_key(&self, lease: i64, seq: u64) -> String {
+        format!("{}d/{lease:x}-{seq}", self.range)
+    }
+
     /// The key a contender of `kind` on `lease` writes. `seq` makes fair and
     /// read-write keys unique per acquisition, so owners sharing the client's lease
     /// are separate contenders; the exclusive key is the bare lease id (etcd's layout).
@@ -73,7 +86,8 @@ impl Prefix {
 }
 
 /// Whether a read-write key is a writer's.
-pub(crate) fn is_writer(prefix: &Prefix, key: &[u8]) -> bool {
+#[cfg(test)]
+fn is_writer(prefix: &Prefix, key: &[u8]) -> bool {
     key.starts_with(prefix.writers().as_bytes())
 }
 
@@ -113,6 +127,12 @@ mod tests {
             &rw,
             rw.own_key(LockKind::Read, 10, 2).as_bytes()
         ));
+        let d = rw.downgrade_key(10, 3);
+        assert!(d.starts_with(&rw.downgrades()) && d.starts_with(rw.range()));
+        assert!(!is_writer(&rw, d.as_bytes()));
+        assert!(!rw
+            .own_key(LockKind::Read, 10, 2)
+            .starts_with(&rw.downgrades()));
         assert_eq!(
             Prefix::new(&key("tenant", "x"), LockFamily::Exclusive).range(),
             "tenant/x/"

@@ -67,18 +67,30 @@
 //! exclusive key `<prefix>/<lease id>`, which etcd's recipe treats as "this lease holds
 //! the lock". So owners of one client take turns on each exclusive lock in a local
 //! FIFO queue, and only the front one contends at etcd: the key layout stays
-//! `etcdctl`'s, and waiters of one process cost etcd nothing. (Across clients the order
-//! is etcd's; within a client, the local queue's.) Fair and read-write keys carry a
+//! `etcdctl`'s, and the waiters of one process cost etcd one watch in all. (Across clients the order
+//! is etcd's; within a client, the local queue's.) A turn ends at release, and as soon
+//! as its grant is known lost: while owners wait, one of them watches the holder's key
+//! (one watch per key, whatever the number of waiters) and its guard, so a stale guard
+//! kept by its user (its key force-unlocked, its lease revoked or run out) never holds
+//! up the other owners of its client; the guard is told if its key was deleted behind
+//! its back. Fair and read-write keys carry a
 //! per-acquisition suffix (`<lease id>-<n>`) and the owner token as value, so each
 //! acquisition is its own contender at etcd, in strict FIFO order.
 //!
 //! # Read-write locks
 //!
 //! Writers and readers are keys under one prefix, ordered by create revision. A writer
-//! waits for every earlier key; a reader waits only for earlier writers of other
-//! owners. So a waiting writer holds back readers that come after it (no writer
-//! starvation) and never readers that came before (no reader starvation either). The
-//! owner of the write lock may take the read lock (downgrade).
+//! waits for every earlier key; a reader waits only for earlier writers. So a waiting
+//! writer holds back readers that come after it (no writer starvation) and never
+//! readers that came before (no reader starvation either).
+//!
+//! The holder of the write lock may take the read lock (downgrade). Its read key is a
+//! *downgrade* key (`.../d/...`), written in one transaction only while its write key
+//! still exists, and granted at once. Every writer waits for every downgrade key,
+//! whatever its place: a writer that queued while the write lock was held, before the
+//! downgrade, therefore never gets in while the downgraded owner still reads. Since
+//! downgrade readers never wait, this cannot deadlock. A read request whose write lock
+//! went meanwhile queues as an ordinary reader.
 //!
 //! # Errors and cancel safety
 //!
@@ -98,6 +110,7 @@ mod gate;
 mod keys;
 mod lease;
 mod queries;
+mod writes;
 
 pub use backend::{EtcdBackend, EtcdLease};
 pub use config::{

@@ -7,7 +7,7 @@ use etcd_client::{
 use lock_core::{LockKind, Result};
 
 use crate::error;
-use crate::keys::{is_writer, Prefix};
+use crate::keys::Prefix;
 
 /// Where a contender stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,7 +16,8 @@ pub(crate) enum Position {
     Granted,
     /// Blocked; the answer did not name the key to wait for: ask [`locate`].
     Unknown,
-    /// Blocked until this key (the newest conflicting key created before its own) goes.
+    /// Blocked until this key goes: the newest conflicting key created before its own,
+    /// or for a writer with none, a downgrade reader.
     Behind(Vec<u8>),
     /// Its own key is gone (its lease ended, or the lock was force-unlocked).
     Vanished,
@@ -30,6 +31,17 @@ pub(crate) enum Placed {
     /// The key already existed, created at this revision: a leftover of this lease
     /// (a release that failed); it must go before this acquisition can count.
     Exists { revision: i64 },
+    /// A downgrade found the owner's write key gone (released or lost meanwhile):
+    /// nothing was written; the read must queue as an ordinary reader.
+    WriteGone,
+}
+
+/// The write key a read request of its owner downgrades from: the read key is written
+/// only while this key still exists with this create revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct HeldWrite {
+    pub(crate) key: String,
+    pub(crate) revision: i64,
 }
 
 fn oldest(limit: i64) -> GetOptions {
@@ -37,6 +49,14 @@ fn oldest(limit: i64) -> GetOptions {
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend)
         .with_limit(limit)
+}
+
+/// Any one key of a range.
+fn any() -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_limit(1)
+        .with_keys_only()
 }
 
 /// The newest `limit` keys of a range created before `revision`.
@@ -53,95 +73,122 @@ fn newest_before(revision: i64, limit: Option<i64>) -> GetOptions {
 
 /// The first transaction, and the only one when the lock is free (etcd's recipe):
 /// create the key if it does not exist, and in the same revision read who is first.
-pub(crate) fn place(prefix: &Prefix, kind: LockKind, key: &str, value: &[u8], lease: i64) -> Txn {
-    let put = TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease)));
-    let reads = match kind {
-        LockKind::Exclusive | LockKind::Fair | LockKind::Write => {
-            vec![TxnOp::get(prefix.range(), Some(oldest(1).with_keys_only()))]
-        }
-        // The oldest key (downgrade: is it this owner's write lock?) and the two
-        // oldest writers (at most one of them is this owner's).
-        LockKind::Read => vec![
-            TxnOp::get(prefix.range(), Some(oldest(1))),
-            TxnOp::get(prefix.writers(), Some(oldest(2))),
-        ],
-    };
-    let mut then = vec![put];
-    then.extend(reads);
-    Txn::new()
-        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-        .and_then(then)
-        .or_else([TxnOp::get(key, Some(GetOptions::new().with_keys_only()))])
-}
-
-/// Reads the answer to [`place`].
-pub(crate) fn placed(
-    reply: &TxnResponse,
+///
+/// With `downgrade` (a read request of the holder of the write lock), the key is a
+/// downgrade reader's and is written only while the write key still exists: such a
+/// reader holds at once, and every writer waits for it whatever its place, so a writer
+/// queued before the downgrade never gets in while the read side is held.
+pub(crate) fn place(
     prefix: &Prefix,
     kind: LockKind,
     key: &str,
-    owner: &str,
+    value: &[u8],
+    lease: i64,
+    downgrade: Option<&HeldWrite>,
+) -> Txn {
+    let put = TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease)));
+    let absent = Compare::create_revision(key, CompareOp::Equal, 0);
+    let own = TxnOp::get(key, Some(GetOptions::new().with_keys_only()));
+    if let Some(write) = downgrade {
+        let write_there =
+            Compare::create_revision(write.key.as_str(), CompareOp::Equal, write.revision);
+        return Txn::new()
+            .when([absent, write_there])
+            .and_then([put])
+            .or_else([own]);
+    }
+    let reads = match kind {
+        LockKind::Exclusive | LockKind::Fair => {
+            vec![TxnOp::get(prefix.range(), Some(oldest(1).with_keys_only()))]
+        }
+        // The oldest key, and whether any downgrade reader exists.
+        LockKind::Write => vec![
+            TxnOp::get(prefix.range(), Some(oldest(1).with_keys_only())),
+            TxnOp::get(prefix.downgrades(), Some(any())),
+        ],
+        // Any writer: all of them are older than this key.
+        LockKind::Read => vec![TxnOp::get(prefix.writers(), Some(any()))],
+    };
+    let mut then = vec![put];
+    then.extend(reads);
+    Txn::new().when([absent]).and_then(then).or_else([own])
+}
+
+/// Reads the answer to [`place`] (`downgrade`: whether it placed a downgrade reader).
+pub(crate) fn placed(
+    reply: &TxnResponse,
+    kind: LockKind,
+    key: &str,
+    downgrade: bool,
 ) -> Result<Placed> {
     let ops = reply.op_responses();
     if !reply.succeeded() {
-        let revision = gets(&ops)
+        let existing = gets(&ops)
             .first()
             .and_then(|kvs| kvs.first())
-            .map(|kv| kv.create_revision())
-            .ok_or_else(|| error::unexpected("the lock key exists but could not be read"))?;
-        return Ok(Placed::Exists { revision });
+            .map(|kv| kv.create_revision());
+        return match existing {
+            Some(revision) => Ok(Placed::Exists { revision }),
+            // The key is absent, so the write key's compare failed.
+            None if downgrade => Ok(Placed::WriteGone),
+            None => Err(error::unexpected(
+                "the lock key exists but could not be read",
+            )),
+        };
     }
     let revision = reply
         .header()
         .map(|h| h.revision())
         .ok_or_else(|| error::unexpected("a transaction answer without a header"))?;
+    if downgrade {
+        return Ok(Placed::At {
+            revision,
+            position: Position::Granted,
+        });
+    }
     let reads = gets(&ops);
-    let position = match kind {
-        LockKind::Exclusive | LockKind::Fair | LockKind::Write => {
-            match reads.first().and_then(|kvs| kvs.first()) {
-                Some(first) if first.key() == key.as_bytes() => Position::Granted,
-                _ => Position::Unknown,
-            }
-        }
-        LockKind::Read => {
-            let oldest = reads.first().and_then(|kvs| kvs.first());
-            let downgrade = oldest
-                .is_some_and(|kv| is_writer(prefix, kv.key()) && kv.value() == owner.as_bytes());
-            let writers = reads.get(1).map(Vec::as_slice).unwrap_or_default();
-            if downgrade || writers.iter().all(|kv| kv.value() == owner.as_bytes()) {
-                Position::Granted
-            } else {
-                Position::Unknown
-            }
-        }
+    let first = |i: usize| reads.get(i).and_then(|kvs| kvs.first());
+    let own_first = first(0).is_some_and(|kv| kv.key() == key.as_bytes());
+    let granted = match kind {
+        LockKind::Exclusive | LockKind::Fair => own_first,
+        LockKind::Write => own_first && first(1).is_none(),
+        LockKind::Read => first(0).is_none(),
+    };
+    let position = if granted {
+        Position::Granted
+    } else {
+        Position::Unknown
     };
     Ok(Placed::At { revision, position })
 }
 
 /// The check after every wake-up, in one transaction: is the own key still there
 /// (with its create revision: the lease behind it is alive, etcd #11456), and which
-/// conflicting key created before it is the newest?
+/// conflicting key created before it is the newest? A writer also looks for any
+/// downgrade reader, created before or after it.
 pub(crate) fn locate(prefix: &Prefix, kind: LockKind, key: &str, revision: i64) -> Txn {
     let own = TxnOp::get(key, Some(GetOptions::new().with_keys_only()));
-    let before = match kind {
-        LockKind::Exclusive | LockKind::Fair | LockKind::Write => TxnOp::get(
-            prefix.range(),
+    let before = |range: String| {
+        TxnOp::get(
+            range,
             Some(newest_before(revision, Some(1)).with_keys_only()),
-        ),
-        LockKind::Read => TxnOp::get(prefix.writers(), Some(newest_before(revision, Some(2)))),
+        )
     };
-    Txn::new().and_then([own, before])
+    let ops = match kind {
+        LockKind::Exclusive | LockKind::Fair => vec![own, before(prefix.range().to_owned())],
+        LockKind::Write => vec![
+            own,
+            before(prefix.range().to_owned()),
+            TxnOp::get(prefix.downgrades(), Some(any())),
+        ],
+        LockKind::Read => vec![own, before(prefix.writers())],
+    };
+    Txn::new().and_then(ops)
 }
 
 /// Reads the answer to [`locate`]. `Unknown` means the newest earlier key belongs to a
 /// lock whose name extends this one's: [`scan`] finds the real predecessor.
-pub(crate) fn located(
-    reply: &TxnResponse,
-    prefix: &Prefix,
-    kind: LockKind,
-    revision: i64,
-    owner: &str,
-) -> Position {
+pub(crate) fn located(reply: &TxnResponse, prefix: &Prefix, revision: i64) -> Position {
     let ops = reply.op_responses();
     let reads = gets(&ops);
     let own_there = reads
@@ -151,11 +198,8 @@ pub(crate) fn located(
     if !own_there {
         return Position::Vanished;
     }
-    let before = reads.get(1).map(Vec::as_slice).unwrap_or_default();
-    let blocker = match kind {
-        LockKind::Read => before.iter().find(|kv| kv.value() != owner.as_bytes()),
-        _ => before.first(),
-    };
+    // The newest key before ours; else (a writer) a downgrade reader.
+    let blocker = reads.iter().skip(1).find_map(|kvs| kvs.first());
     match blocker {
         None => Position::Granted,
         Some(kv) if prefix.is_contender(kv.key()) => Position::Behind(kv.key().to_vec()),

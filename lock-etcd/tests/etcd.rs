@@ -189,6 +189,80 @@ async fn a_stale_guard_does_not_block_other_owners_of_its_client() {
     drop(stale);
 }
 
+/// How a holder's key is taken away behind its back.
+#[derive(Clone, Copy, Debug)]
+enum TakenAway {
+    /// An operator's `force_unlock` deletes the key; the session lease lives on.
+    ForceUnlocked,
+    /// An operator revokes the session lease, and etcd deletes every key on it.
+    LeaseRevoked,
+}
+
+/// The holder's key is gone, its user keeps the stale guard, and nothing else of the
+/// client touches etcd: another owner of the same client asks for the lock. It must
+/// get it promptly, not once the watchdog's next renewal (a third of 30 s) finds the
+/// key gone, and the stale guard must learn of its loss.
+async fn stale_guard_gives_way(how: TakenAway) {
+    let (server, admin) = start().await;
+    let watchdog = Duration::from_secs(30);
+    let holder = client(backend(&server.url()).await, watchdog);
+    let stale = holder.lock("taken").unwrap().acquire().await.unwrap();
+    match how {
+        TakenAway::ForceUnlocked => {
+            let operator = client(admin.clone(), watchdog);
+            assert!(operator
+                .lock("taken")
+                .unwrap()
+                .force_unlock()
+                .await
+                .unwrap());
+        }
+        TakenAway::LeaseRevoked => {
+            let lease = holder
+                .backend()
+                .session_lease_id(watchdog)
+                .await
+                .expect("a session lease");
+            admin.client().clone().lease_revoke(lease).await.unwrap();
+        }
+    }
+    let started = Instant::now();
+    let other = holder.lock("taken").unwrap();
+    let guard = other.acquire_timeout(Duration::from_secs(5)).await;
+    let waited = started.elapsed();
+    let guard = guard.unwrap_or_else(|err| {
+        panic!(
+            "{how:?}: another owner of the client did not get the lock within 5 s while the stale guard was kept ({err}); the stale guard says held: {}",
+            stale.is_held()
+        )
+    });
+    println!("{how:?}: another owner of the client got the lock after {waited:.2?}");
+    assert!(guard.fencing_token() > stale.fencing_token());
+    let loss = tokio::time::timeout(Duration::from_secs(3), stale.lost())
+        .await
+        .expect("the stale guard learns of its loss");
+    assert!(
+        matches!(loss, LeaseLoss::Revoked | LeaseLoss::SessionLost),
+        "{loss:?}"
+    );
+    assert!(!stale.is_held());
+    guard.release().await.unwrap();
+    assert!(matches!(
+        stale.release().await,
+        Err(Error::LeaseLost { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlocked_stale_guard_does_not_block_its_client() {
+    stale_guard_gives_way(TakenAway::ForceUnlocked).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_stale_guard_does_not_block_its_client() {
+    stale_guard_gives_way(TakenAway::LeaseRevoked).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_waiters_each_release_wakes_one() {
     const WAITERS: usize = 50;

@@ -30,8 +30,9 @@ use crate::stats::{Counters, ZkStats};
 ///   reported to every guard at once ([`LockGuard::lost`](lock_core::LockGuard::lost)).
 /// * **Uncertainty.** While the connection is lost the session may live on:
 ///   [`connection_state`](Self::connection_state) says [`ConnectionState::Suspended`]
-///   and renewals fail (so guards stop being renewed locally). After a whole session
-///   timeout without a connection, the session is declared lost and guards report
+///   and renewals fail (so guards stop being renewed locally). At most 4/5 of a session
+///   timeout after the last reply from the server (at least a fifth before the server
+///   may expire the session), the session is declared lost and guards report
 ///   [`LeaseLoss::SessionLost`](lock_core::LeaseLoss::SessionLost).
 /// * **Fixed leases** are not supported ([`Capabilities::fixed_lease`] is false): a
 ///   node lives as long as its session, and an honest expiry while the client lives
@@ -59,32 +60,46 @@ pub struct ZkBackend {
 pub(crate) struct Inner {
     pub(crate) sessions: Sessions,
     pub(crate) counters: Counters,
-    /// Write locks held through this backend, by read-write lock path and owner: a read
-    /// request of their owner is granted at once (downgrade).
-    writers: Mutex<HashMap<(String, OwnerToken), Arc<LeaseFlags>>>,
+    /// Write locks held through this backend, by read-write lock path and owner, with
+    /// their node: a read request of their owner is a downgrade.
+    writers: Mutex<WriterMap>,
     /// Contender nodes of dropped acquires being deleted.
     pub(crate) cleanups: lock_core::backend::Cleanups,
 }
+
+/// Read-write lock path and owner → the write lock's flags and node.
+type WriterMap = HashMap<(String, OwnerToken), (Arc<LeaseFlags>, String)>;
 
 impl Inner {
     pub(crate) fn secured(&self) -> bool {
         self.sessions.config().digest().is_some()
     }
 
-    fn writers(&self) -> std::sync::MutexGuard<'_, HashMap<(String, OwnerToken), Arc<LeaseFlags>>> {
+    fn writers(&self) -> std::sync::MutexGuard<'_, WriterMap> {
         // Single inserts and removes only: nothing half-done to poison.
         self.writers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn holds_write(&self, dir: &str, owner: &OwnerToken) -> bool {
+    /// The node of the write lock `owner` holds on the read-write lock at `dir`, if
+    /// this backend knows of one that is not lost.
+    pub(crate) fn held_write(&self, dir: &str, owner: &OwnerToken) -> Option<String> {
         self.writers()
             .get(&(dir.to_owned(), owner.clone()))
-            .is_some_and(|flags| !flags.lost.load(Ordering::Acquire))
+            .filter(|(flags, _)| !flags.lost.load(Ordering::Acquire))
+            .map(|(_, node)| node.clone())
     }
 
-    pub(crate) fn register_writer(&self, dir: &str, owner: &OwnerToken, flags: &Arc<LeaseFlags>) {
-        self.writers()
-            .insert((dir.to_owned(), owner.clone()), flags.clone());
+    pub(crate) fn register_writer(
+        &self,
+        dir: &str,
+        owner: &OwnerToken,
+        flags: &Arc<LeaseFlags>,
+        node: &str,
+    ) {
+        self.writers().insert(
+            (dir.to_owned(), owner.clone()),
+            (flags.clone(), node.to_owned()),
+        );
     }
 
     fn unregister_writer(&self, lease: &HeldLease<ZkLease>) {
@@ -96,7 +111,7 @@ impl Inner {
         let key = (dir, lease.owner.clone());
         if writers
             .get(&key)
-            .is_some_and(|flags| Arc::ptr_eq(flags, &lease.data.flags))
+            .is_some_and(|(flags, _)| Arc::ptr_eq(flags, &lease.data.flags))
         {
             writers.remove(&key);
         }
@@ -213,16 +228,22 @@ impl ZkBackend {
 }
 
 /// The holders in a queue: the first node, or for a read-write lock every reader before
-/// the first writer (or that writer alone).
-fn holders(queue: &[path::Contender], family: LockFamily) -> &[path::Contender] {
-    match (family, queue.first()) {
-        (_, None) => &[],
+/// the first writer (or that writer alone), and every downgrade reader (granted at
+/// once, wherever it stands).
+fn holders(queue: &[path::Contender], family: LockFamily) -> Vec<&path::Contender> {
+    let front = match (family, queue.first()) {
+        (_, None) => 0,
         (LockFamily::ReadWrite, Some(first)) if !first.writer => {
-            let readers = queue.iter().take_while(|c| !c.writer).count();
-            &queue[..readers]
+            queue.iter().take_while(|c| !c.writer).count()
         }
-        _ => &queue[..1],
-    }
+        _ => 1,
+    };
+    queue
+        .iter()
+        .enumerate()
+        .filter(|(i, c)| *i < front || c.downgrade)
+        .map(|(_, c)| c)
+        .collect()
 }
 
 impl LockBackend for ZkBackend {

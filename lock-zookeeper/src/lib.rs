@@ -33,13 +33,31 @@
 //!   fair `/<namespace>/<name>%fair`, read-write `/<namespace>/<name>%rw`; see
 //!   [`ZkBackend::lock_path`]. Lock paths are container nodes that the server reaps
 //!   once empty; a chroot (from the URL or [`ZkConfig::with_chroot`]) holds a tenant.
-//! * Read-write policy, as Curator's: a reader waits only for writers queued before it,
-//!   a writer for every node before it; the holder of the write lock may take the read
-//!   lock. Queue order decides, so neither side starves the other.
+//! * Read-write policy: a reader waits only for writers queued before it, a writer for
+//!   every node before it and for every downgrade reader. Queue order decides, so
+//!   neither side starves the other.
+//! * Downgrade: the holder of the write lock may take the read lock. Its reader node,
+//!   `_c_<uuid>-__DOWN__-__READ__<seq>` (still a reader in its place to Curator), is
+//!   created in one multi-op with a check that its write node still exists, and holds
+//!   at once; a read request whose write lock went meanwhile queues as an ordinary
+//!   reader. Since writers wait for downgrade readers wherever they stand, a writer
+//!   that queued while the write lock was held never gets in while the downgraded owner
+//!   still reads; downgrade readers never wait, so this cannot deadlock. Curator's
+//!   recipe lacks this: a *Curator* writer on the same path waits only for the nodes
+//!   before its own, so it can get in beside our downgraded reader (as it can beside a
+//!   Curator one).
 //! * Protected creation: the `_c_<uuid>` prefix lets a create whose reply was lost find
 //!   its node instead of leaving an orphan.
 //! * Fencing token: a zxid, so it is monotonic across the ensemble: the node's czxid
-//!   for a grant on the first look, else the zxid of a write to the node at grant time.
+//!   for a grant on the first look (or a downgrade), else the zxid of a write to the
+//!   node at grant time. A grant's token is above every token of a grant that returned
+//!   before its acquire began, and every reader's token lies between the tokens of the
+//!   writers before and after it. Readers that hold at once are concurrent grants: their
+//!   tokens are distinct, in the order ZooKeeper saw their grants (the create, or the
+//!   write after a wait), which is neither their queue order nor the order in which
+//!   their acquire calls return; putting them in either order would need the readers
+//!   to wait for one another. So a store that rejects tokens below the highest it has
+//!   seen can take writes under the write lock, not from concurrent readers.
 //!
 //! # Sessions, loss and uncertainty
 //!
@@ -47,9 +65,10 @@
 //! are freed when the server expires its session (the session timeout). A holder's
 //! node deleted behind its back, or its session expiring, is reported to its guards at
 //! once; a lost connection makes locks uncertain ([`ZkBackend::connection_state`]),
-//! and they are reported lost before the server could have expired the session: half
-//! a session timeout after the client declares the connection lost (which it does
-//! after 2/5 of one without a reply).
+//! and they are reported lost before the server could have expired the session: 7/20
+//! of a session timeout T after the client declares the connection lost (which it does
+//! 2/5 to 9/20 T after the last reply from the server), so at most 4/5 T after that
+//! reply, at least T/5 before the server may expire the session and hand the locks on.
 //! Fixed leases are not supported (see [`ZkBackend`]).
 //!
 //! # Costs

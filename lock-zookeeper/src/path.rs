@@ -25,6 +25,11 @@ const KAZOO_READ_MARKER: &str = "__rlock__";
 /// The markers of Curator's `InterProcessReadWriteLock` nodes.
 pub(crate) const READ_MARKER: &str = "-__READ__";
 pub(crate) const WRITE_MARKER: &str = "-__WRIT__";
+/// Put before [`READ_MARKER`] in the node of a downgrade (the read side taken by the
+/// holder of the write lock): `_c_<uuid>-__DOWN__-__READ__<seq>`. Curator still sees a
+/// reader in its sequence order (it classifies by `__WRIT__` and sorts by what follows
+/// `__READ__`); our writers wait for every such node, whatever its place.
+const DOWNGRADE_TAG: &str = "-__DOWN__";
 
 /// The node every lock of `family` on `key` queues under.
 pub(crate) fn lock_path(key: &LockKey, family: LockFamily) -> String {
@@ -61,9 +66,17 @@ pub(crate) fn lock_path(key: &LockKey, family: LockFamily) -> String {
 /// segment is a child of the root, where `zookeeper` is the server's own node.
 fn encode_segment(out: &mut String, segment: &str, at_root: bool) {
     // A segment that looks like a contender would join the queue of its parent lock
-    // (lock "a" and lock "a/x-lock-0000000001"): break the pattern by encoding `-`/`_`.
-    let looks_like_contender =
-        segment.contains("lock-") || segment.contains("__READ__") || segment.contains("__WRIT__");
+    // (lock "a" and lock "a/x-lock-0000000001" or "a/x__lock__0000000000"): break
+    // every marker `parse` knows, Curator's and kazoo's, by encoding `-`/`_`.
+    let looks_like_contender = [
+        "lock-",
+        "__READ__",
+        "__WRIT__",
+        KAZOO_LOCK_MARKER,
+        KAZOO_READ_MARKER,
+    ]
+    .iter()
+    .any(|marker| segment.contains(marker));
     // "/zookeeper" is the server's own subtree; "." and ".." are not valid segments.
     let reserved = (at_root && segment == "zookeeper") || segment == "." || segment == "..";
     for (i, c) in segment.char_indices() {
@@ -103,6 +116,11 @@ pub(crate) fn node_prefix(protect: &uuid::Uuid, kind: LockKind) -> String {
     format!("_c_{}{}", protect.hyphenated(), marker(kind))
 }
 
+/// The name prefix of a downgrade reader: `_c_<uuid>-__DOWN__-__READ__`.
+pub(crate) fn downgrade_prefix(protect: &uuid::Uuid) -> String {
+    format!("_c_{}{DOWNGRADE_TAG}{READ_MARKER}", protect.hyphenated())
+}
+
 /// One child of a lock path that takes part in the queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Contender {
@@ -112,6 +130,8 @@ pub(crate) struct Contender {
     pub(crate) seq: i64,
     /// Whether it is a writer (read-write paths only; exclusive contenders are writers).
     pub(crate) writer: bool,
+    /// Whether it is a downgrade reader (see [`downgrade_prefix`]).
+    pub(crate) downgrade: bool,
 }
 
 /// The contenders among `children` of a lock path of `family`, in queue order.
@@ -154,10 +174,16 @@ fn parse(name: &str, family: LockFamily) -> Option<Contender> {
         } else {
             return None;
         };
+        let downgrade = !writer
+            && family == LockFamily::ReadWrite
+            && name[..at]
+                .strip_suffix('-')
+                .is_some_and(|head| head.ends_with(DOWNGRADE_TAG));
         Some(Contender {
             name: name.to_owned(),
             seq,
             writer,
+            downgrade,
         })
     })
 }
@@ -203,6 +229,10 @@ mod tests {
             "\u{E000}",
             "a/x-lock-0000000001",
             "zookeeper",
+            "a/x__lock__0000000000",
+            "a/x__rlock__0000000000",
+            "a/x-__READ__0000000001",
+            "a/x-__WRIT__0000000001",
         ];
         let mut paths: Vec<String> = names
             .iter()
@@ -218,6 +248,24 @@ mod tests {
             assert_ne!(p, "/zookeeper");
         }
         assert_eq!(paths[11], "/ns/a/x%2Dlock%2D0000000001");
+        assert_eq!(paths[13], "/ns/a/x%5F%5Flock%5F%5F0000000000");
+        // No nested lock's path is a contender of its parent lock, in any family.
+        let parent = lock_path(&key("ns", "a"), LockFamily::Exclusive);
+        for path in &paths {
+            if let Some(child) = path.strip_prefix(&format!("{parent}/")) {
+                let child = child.split('/').next().unwrap().to_owned();
+                for family in [
+                    LockFamily::Exclusive,
+                    LockFamily::Fair,
+                    LockFamily::ReadWrite,
+                ] {
+                    assert!(
+                        contenders(std::slice::from_ref(&child), family).is_empty(),
+                        "{path} is a contender of {parent}"
+                    );
+                }
+            }
+        }
         paths.sort();
         paths.dedup();
         assert_eq!(paths.len(), names.len());
@@ -272,5 +320,30 @@ mod tests {
         assert_eq!((parsed[0].seq, parsed[0].writer), (1, false));
         assert_eq!((parsed[1].seq, parsed[1].writer), (2, true));
         assert!(contenders(&rw, LockFamily::Exclusive).is_empty());
+        assert!(parsed.iter().all(|c| !c.downgrade));
+    }
+
+    #[test]
+    fn downgrade_nodes_are_readers_in_curators_order_and_told_apart() {
+        let protect = uuid::Uuid::new_v4();
+        let down = format!("{}0000000003", downgrade_prefix(&protect));
+        assert!(down.starts_with(&format!("_c_{}-", protect.hyphenated())));
+        // As Curator reads it: no `__WRIT__`, sorted by what follows `__READ__`.
+        assert!(!down.contains("__WRIT__"));
+        assert_eq!(&down[down.rfind("__READ__").unwrap() + 8..], "0000000003");
+        let children: Vec<String> = [
+            down.clone(),
+            format!("{}0000000002", node_prefix(&protect, LockKind::Write)),
+            format!("{}0000000004", node_prefix(&protect, LockKind::Read)),
+        ]
+        .to_vec();
+        let parsed: Vec<(i64, bool, bool)> = contenders(&children, LockFamily::ReadWrite)
+            .iter()
+            .map(|c| (c.seq, c.writer, c.downgrade))
+            .collect();
+        assert_eq!(
+            parsed,
+            [(2, true, false), (3, false, true), (4, false, false)]
+        );
     }
 }

@@ -10,7 +10,9 @@ use futures::FutureExt;
 use lock_core::backend::{AcquireRequest, Grant};
 use lock_core::{LockKind, Result};
 use tokio::time::Instant;
-use zookeeper_client::{Client, Error as ZkError, EventType, Stat, WatchedEvent};
+use zookeeper_client::{
+    Client, Error as ZkError, EventType, MultiWriteError, MultiWriteResult, Stat, WatchedEvent,
+};
 
 use crate::backend::Inner;
 use crate::error::{self, is_connection_loss};
@@ -31,6 +33,8 @@ enum Attempt {
     TimedOut,
     /// Our node disappeared while we waited (deleted by an operator): queue again.
     NodeVanished,
+    /// A downgrade found the owner's write node gone; nothing was created.
+    WriteGone,
 }
 
 /// Takes the lock `req` asks for, waiting until its deadline.
@@ -39,18 +43,32 @@ pub(crate) async fn acquire(
     req: &AcquireRequest<'_>,
 ) -> Result<Option<Grant<ZkLease>>> {
     let dir = path::lock_path(req.key, req.kind.family());
+    let mut may_downgrade = req.kind == LockKind::Read;
     loop {
         let session = inner.sessions.get().await?;
-        if req.deadline.has_passed() && blocked_now(inner, &session, req, &dir).await? {
+        // A read request of the holder of the write lock: a downgrade, granted at once.
+        let downgrade = if may_downgrade {
+            inner.held_write(&dir, req.owner)
+        } else {
+            None
+        };
+        if req.deadline.has_passed()
+            && downgrade.is_none()
+            && blocked_now(inner, &session, req, &dir).await?
+        {
             // A single try on a held lock: no node needed to say no.
             return Ok(None);
         }
-        match attempt(inner, &session, req, &dir).await? {
+        match attempt(inner, &session, req, &dir, downgrade.as_deref()).await? {
             Attempt::Granted(grant) => return Ok(Some(grant)),
             Attempt::TimedOut => return Ok(None),
             Attempt::NodeVanished if req.deadline.has_passed() => return Ok(None),
             Attempt::NodeVanished => {
                 tracing::debug!(%dir, "our waiting node was deleted; queueing again");
+            }
+            Attempt::WriteGone => {
+                tracing::debug!(%dir, "the write lock went before its downgrade; reading as an ordinary reader");
+                may_downgrade = false;
             }
         }
     }
@@ -69,25 +87,28 @@ async fn blocked_now(
         Err(err) => return Err(error::map(err)),
     };
     let queue = path::contenders(&children, req.kind.family());
-    Ok(blocker(inner, req, dir, &queue, queue.len()).is_some())
+    Ok(blocker(req.kind, &queue, queue.len(), false).is_some())
 }
 
-/// The contender that the one at `pos` in `queue` must wait for, if any.
-fn blocker<'q>(
-    inner: &Inner,
-    req: &AcquireRequest<'_>,
-    dir: &str,
-    queue: &'q [Contender],
-    pos: usize,
-) -> Option<&'q Contender> {
+/// The contender that the one at `pos` in `queue` must wait for, if any; `downgrade`:
+/// the one at `pos` is our downgrade reader.
+fn blocker(kind: LockKind, queue: &[Contender], pos: usize, downgrade: bool) -> Option<&Contender> {
     let before = &queue[..pos];
-    match req.kind {
-        // As in Curator: the writer may take the read lock; other readers wait only
-        // for writers queued before them. The nearest such writer is the one to watch:
-        // when it goes after holding, every node before it is gone too.
-        LockKind::Read if inner.holds_write(dir, req.owner) => None,
+    match kind {
+        // The holder of the write lock takes the read lock at once: its write lock
+        // keeps every other writer out, and readers share.
+        LockKind::Read if downgrade => None,
+        // Other readers wait only for writers queued before them. The nearest such
+        // writer is the one to watch: when it goes after holding, every node before it
+        // is gone too.
         LockKind::Read => before.iter().rev().find(|c| c.writer),
-        LockKind::Exclusive | LockKind::Fair | LockKind::Write => before.last(),
+        // A writer waits for every node before it, and then for every downgrade
+        // reader wherever it stands: one made after this writer queued (while the
+        // write lock was held) still holds the read side.
+        LockKind::Write => before
+            .last()
+            .or_else(|| queue.iter().skip(pos).find(|c| c.downgrade)),
+        LockKind::Exclusive | LockKind::Fair => before.last(),
     }
 }
 
@@ -101,20 +122,35 @@ async fn read_children(
 }
 
 /// One node's life in the queue: create it, wait for its turn, hand it over.
+/// `downgrade_from`: the owner's write node, for a read request that downgrades.
 async fn attempt(
     inner: &Inner,
     session: &Session,
     req: &AcquireRequest<'_>,
     dir: &str,
+    downgrade_from: Option<&str>,
 ) -> Result<Attempt> {
     let client = &session.client;
     let protect = uuid::Uuid::new_v4();
-    let prefix = format!("{dir}/{}", path::node_prefix(&protect, req.kind));
+    let prefix = match downgrade_from {
+        Some(_) => format!("{dir}/{}", path::downgrade_prefix(&protect)),
+        None => format!("{dir}/{}", path::node_prefix(&protect, req.kind)),
+    };
     let owner = req.owner.as_str().as_bytes();
     // Armed before the create is sent: if this future is dropped from here on, the node
     // is deleted (found by its uuid if the create's reply never came).
     let mut pending = Pending::new(client.clone(), inner.cleanups.clone(), dir, &protect);
-    let (node, created) = create(inner, client, dir, &prefix, owner).await?;
+    let (node, created) = match downgrade_from {
+        Some(write) => match create_downgrade(inner, client, dir, &prefix, owner, write).await? {
+            Some(made) => made,
+            None => {
+                // The multi-op failed as a whole: there is no node to delete.
+                pending.disarm();
+                return Ok(Attempt::WriteGone);
+            }
+        },
+        None => create(inner, client, dir, &prefix, owner).await?,
+    };
     pending.node = Some(node.clone());
     let name = node[dir.len() + 1..].to_owned();
 
@@ -139,17 +175,10 @@ async fn attempt(
         let Some(pos) = queue.iter().position(|c| c.name == name) else {
             return Ok(Attempt::NodeVanished);
         };
-        let Some(ahead) = blocker(inner, req, dir, &queue, pos) else {
-            let fence = match fence(
-                inner,
-                client,
-                &node,
-                owner,
-                (&created, &parent),
-                first_check,
-            )
-            .await
-            {
+        let downgrade = downgrade_from.is_some();
+        let Some(ahead) = blocker(req.kind, &queue, pos, downgrade) else {
+            let fresh = first_check && (downgrade || parent.pzxid == created.czxid);
+            let fence = match fence(inner, client, &node, owner, &created, fresh).await {
                 Ok(fence) => fence,
                 Err(ZkError::NoNode) => return Ok(Attempt::NodeVanished),
                 Err(err) => return Err(error::map(err)),
@@ -157,7 +186,7 @@ async fn attempt(
             pending.disarm();
             let flags = Arc::new(LeaseFlags::default());
             if req.kind == LockKind::Write {
-                inner.register_writer(dir, req.owner, &flags);
+                inner.register_writer(dir, req.owner, &flags, &node);
             }
             lease::watch(
                 flags.clone(),
@@ -224,20 +253,22 @@ async fn attempt(
 
 /// The fencing token of a grant: a zxid greater than every token granted before.
 ///
-/// The node's czxid is one when the grant came on the first look and no child of the
-/// lock path changed since our create (the parent's pzxid is our czxid): nothing was
-/// granted on this path after it. Otherwise (we waited, or others came and went) an
-/// earlier holder may have drawn a later zxid, so write our node's data and take that
-/// write's zxid: one more round trip, only for contended grants.
+/// The node's czxid is one (`fresh`) when the grant came on the first look and no
+/// child of the lock path changed since our create (the parent's pzxid is our czxid):
+/// nothing was granted on this path after it; or for a downgrade, whose create is its
+/// grant. Otherwise (we waited, or others came and went) an earlier holder may have
+/// drawn a later zxid, so write our node's data and take that write's zxid: one more
+/// round trip, only for contended grants (and a multi-op's create whose stat the
+/// server left invalid, ZOOKEEPER-4026).
 async fn fence(
     inner: &Inner,
     client: &Client,
     node: &str,
     data: &[u8],
-    (created, parent): (&Stat, &Stat),
-    first_check: bool,
+    created: &Stat,
+    fresh: bool,
 ) -> Result<u64, ZkError> {
-    let zxid = if first_check && parent.pzxid == created.czxid {
+    let zxid = if fresh && !created.is_invalid() {
         created.czxid
     } else {
         inner.counters.bump(Count::FenceWrite);
@@ -290,6 +321,58 @@ async fn create(
             }
             err => return Err(error::map(err)),
         }
+    }
+}
+
+/// Creates a downgrade reader's node in one multi-op with a check that the owner's write
+/// node `write` still exists, so the read side is taken only while the write side is
+/// held. `None` if the write node is gone (then nothing was created). A multi-op whose
+/// connection dropped may still have happened: the node is then found by its uuid.
+async fn create_downgrade(
+    inner: &Inner,
+    client: &Client,
+    dir: &str,
+    prefix: &str,
+    data: &[u8],
+    write: &str,
+) -> Result<Option<(String, Stat)>> {
+    let options = crate::acl::contender_options(inner.secured());
+    let started = Instant::now();
+    let give_up = inner.sessions.config().connect_timeout();
+    loop {
+        inner.counters.bump(Count::Create);
+        let mut multi = client.new_multi_writer();
+        multi.add_check_version(write, -1).map_err(error::map)?;
+        multi
+            .add_create(prefix, data, &options)
+            .map_err(error::map)?;
+        let err = match multi.commit().await {
+            Ok(results) => {
+                return match results.into_iter().nth(1) {
+                    Some(MultiWriteResult::Create { path, stat }) => Ok(Some((path, stat))),
+                    other => Err(lock_core::Error::backend(
+                        crate::error::BACKEND,
+                        format!("a downgrade's multi-op answered {other:?}"),
+                    )),
+                };
+            }
+            // The check (the first operation) failed: the write node is gone.
+            Err(MultiWriteError::OperationFailed { index: 0, .. }) => return Ok(None),
+            Err(
+                MultiWriteError::OperationFailed { source, .. }
+                | MultiWriteError::RequestFailed { source },
+            ) => source,
+        };
+        if !is_connection_loss(&err) {
+            return Err(error::map(err));
+        }
+        if let Some(found) = find_own(client, dir, prefix).await {
+            return Ok(Some(found));
+        }
+        if started.elapsed() >= give_up {
+            return Err(error::map(err));
+        }
+        tokio::time::sleep(RETRY_PAUSE).await;
     }
 }
 

@@ -153,8 +153,10 @@ impl Sessions {
     }
 
     async fn connect(&self) -> Result<Client> {
-        // The client's own idle timeout (2/5 of the session timeout) decides when a
-        // silent connection counts as lost; our connect timeout bounds this whole call.
+        // The client's own idle timeout (2/5 of the session timeout, checked every
+        // twentieth) decides when a silent connection counts as lost, and
+        // `loss_after_disconnect` counts on exactly that: set no connection timeout
+        // here. Our connect timeout bounds this whole call.
         let mut connector = Client::connector().with_session_timeout(self.config.session_timeout());
         if let Some((user, password)) = self.config.digest() {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
@@ -215,14 +217,27 @@ fn forget(current: &Mutex<Option<Arc<Session>>>, session: &Session) {
 }
 
 /// How long after zookeeper-client reports `Disconnected` a session's locks count as
-/// lost. The client reports it after 2/5 of the session timeout without hearing from
-/// the server (it pings every 3/20 when idle), and the server expires a session one
-/// timeout after it last heard from it: so the server may free the locks 3/5 of the
-/// timeout after the report. A tenth less covers the time between the server hearing
-/// our last ping and our hearing its answer, so a guard reports its loss before the
-/// server hands the lock on, never after.
+/// lost, for a session timeout T.
+///
+/// The server may expire a session T after it last heard from the client (it rounds
+/// the expiry up to its tick, never down), and the client's last reply from the server
+/// came no earlier than that. zookeeper-client (with no connection timeout of its own,
+/// as [`Sessions::connect`] sets none) checks every T/20 whether 2/5 T have passed
+/// since its last reply, so it reports `Disconnected` between 2/5 T and 9/20 T after
+/// the last reply, plus however late its task runs. Declaring the loss 7/20 T after the
+/// report puts it at most 4/5 T after the last reply: at least T/5 before the server
+/// may hand the locks on. That margin covers this task's and the client's scheduling
+/// on a loaded machine and clock-rate drift between hosts (500 ppm is 1/2000 T) many
+/// times over; a shorter one would cost little less uncertainty.
 pub(crate) fn loss_after_disconnect(session_timeout: Duration) -> Duration {
-    session_timeout / 2
+    session_timeout * 7 / 20
+}
+
+/// The latest zookeeper-client reports `Disconnected` after its last reply, on time:
+/// its idle limit (2/5 T) plus one period of its idle check (T/20).
+#[cfg(test)]
+fn latest_disconnect_report(session_timeout: Duration) -> Duration {
+    session_timeout * 2 / 5 + session_timeout / 20
 }
 
 /// Follows a session's state: marks it dead when it expires or closes, or when it has
@@ -281,4 +296,21 @@ async fn monitor(
 /// The error for a request that needs a session that has ended.
 pub(crate) fn ended_error() -> Error {
     Error::unavailable(BACKEND, "the zookeeper session ended".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_comes_a_fifth_of_the_session_timeout_before_expiry() {
+        for ms in [400, 2_000, 4_000, 10_000, 40_000] {
+            let t = Duration::from_millis(ms);
+            let latest = latest_disconnect_report(t) + loss_after_disconnect(t);
+            assert!(
+                latest + t / 5 <= t,
+                "T = {t:?}: loss {latest:?} after the last reply"
+            );
+        }
+    }
 }

@@ -6,6 +6,7 @@ use lock_core::prelude::*;
 use lock_core::{AcquireOptions, Error, MAX_NAME_BYTES};
 
 use crate::backend::ClientOptions;
+use crate::cases::flavor::Flavor;
 use crate::check::{expect_err, got, is_invalid, ok, refused};
 use crate::runner::Ctx;
 
@@ -148,6 +149,105 @@ pub(crate) async fn hostile_names(ctx: &Ctx) {
     for guard in guards {
         ok("release", guard.release().await);
     }
+}
+
+/// Names that extend one another past a `/`, or that look like a backend's contender
+/// entries (Curator's `-lock-`, `-__READ__`, `-__WRIT__`, kazoo's `__lock__` and
+/// `__rlock__` with a sequence, an etcd lease id) or its family markers (`%fair`,
+/// `%rw`).
+fn nested_names() -> Vec<&'static str> {
+    vec![
+        "a",
+        "/a",
+        "a/b",
+        "a/",
+        "a//",
+        "a/b/c",
+        "a/694d8a2b1c",
+        "a/x-lock-0000000001",
+        "a/x__lock__0000000000",
+        "a/x__rlock__0000000000",
+        "a/x-__READ__0000000001",
+        "a/x-__WRIT__0000000001",
+        "a%fair",
+        "a%rw",
+        "a%25",
+    ]
+}
+
+/// Holding a lock of one of [`nested_names`] never makes another of them report
+/// `is_locked` nor refuses its `try_acquire`, for every ordered pair and every lock
+/// family (exclusive, fair, the write side and the read side of read-write locks).
+/// Collects every colliding pair before failing.
+pub(crate) async fn nested_names_do_not_block(ctx: &Ctx) {
+    let caps = ctx.capabilities();
+    let holder = ctx.client().await;
+    let prober = ctx.client().await;
+    let names = nested_names();
+    let mut families = vec![Flavor::Exclusive];
+    if caps.fair {
+        families.push(Flavor::Fair);
+    }
+    if caps.read_write {
+        families.push(Flavor::WriteSide);
+    }
+    let mut collisions = Vec::new();
+    let mut pairs = 0;
+    for &flavor in &families {
+        for held_name in &names {
+            let held = got(
+                &format!("{} {held_name:?}", flavor.prefix()),
+                flavor.lock(&*holder, held_name).try_acquire().await,
+            );
+            for probe_name in names.iter().filter(|n| *n != held_name) {
+                pairs += 1;
+                let probe = flavor.lock(&*prober, probe_name);
+                if ok("is_locked", probe.is_locked().await) {
+                    collisions.push(format!(
+                        "{}: holding {held_name:?} makes {probe_name:?} report held",
+                        flavor.prefix()
+                    ));
+                }
+                match ok("try_acquire", probe.try_acquire().await) {
+                    Some(guard) => ok("release", guard.release().await),
+                    None => collisions.push(format!(
+                        "{}: holding {held_name:?} refuses {probe_name:?}",
+                        flavor.prefix()
+                    )),
+                }
+            }
+            let again = flavor.lock(&*prober, held_name);
+            assert!(
+                ok("is_locked", again.is_locked().await),
+                "{held_name:?} not reported held"
+            );
+            ok("release", held.release().await);
+        }
+    }
+    if caps.read_write {
+        // The read side's entries differ from the write side's.
+        for held_name in &names {
+            let lock = holder.rw_lock(held_name).expect("valid name");
+            let held = got(&format!("read {held_name:?}"), lock.try_read().await);
+            for probe_name in names.iter().filter(|n| *n != held_name) {
+                pairs += 1;
+                let probe = prober.rw_lock(probe_name).expect("valid name");
+                match ok("try_write", probe.try_write().await) {
+                    Some(guard) => ok("release", guard.release().await),
+                    None => collisions.push(format!(
+                        "read: holding {held_name:?} refuses the write side of {probe_name:?}"
+                    )),
+                }
+            }
+            ok("release", held.release().await);
+        }
+    }
+    assert!(
+        collisions.is_empty(),
+        "{} of {pairs} ordered name pairs collide:\n{}",
+        collisions.len(),
+        collisions.join("\n")
+    );
 }
 
 /// The same name in two namespaces is two locks; in one namespace, one lock.

@@ -197,6 +197,11 @@ pub fn all_cases() -> Vec<Case> {
             Box::new(|ctx| rwlock::downgrade(ctx).boxed()),
         ),
         case(
+            "rw::downgrade_with_queued_writer",
+            RW,
+            Box::new(|ctx| rwlock::downgrade_with_queued_writer(ctx).boxed()),
+        ),
+        case(
             "rw::no_upgrade",
             RW,
             Box::new(|ctx| rwlock::no_upgrade(ctx).boxed()),
@@ -250,6 +255,11 @@ pub fn all_cases() -> Vec<Case> {
             "args::hostile_names",
             NOTHING,
             Box::new(|ctx| args::hostile_names(ctx).boxed()),
+        ),
+        case(
+            "args::nested_names_do_not_block",
+            NOTHING,
+            Box::new(|ctx| args::nested_names_do_not_block(ctx).boxed()),
         ),
         case(
             "args::namespaces_isolated",

@@ -102,6 +102,59 @@ pub(crate) async fn downgrade(ctx: &Ctx) {
         .expect("release");
 }
 
+/// Another owner's writer is already queued when the holder of the write lock takes
+/// the read side (its read entry comes after the queued writer) and then releases
+/// the write side: the queued writer must go on waiting while the read side is held,
+/// and get the write lock once it is released.
+pub(crate) async fn downgrade_with_queued_writer(ctx: &Ctx) {
+    let owner = rw(&*ctx.client().await);
+    let other = rw(&*ctx.client().await);
+    let write = ok("write", owner.write().await);
+    let mut waiting = tokio::spawn(async move {
+        let guard = other
+            .write_with(lock_core::AcquireOptions::wait_for(Duration::from_secs(60)))
+            .await;
+        (guard, other)
+    });
+    settle().await;
+    assert!(
+        !waiting.is_finished(),
+        "the other writer got in while the write lock was held"
+    );
+    let (read, _) = within("downgrade", ctx.slack(), write.downgrade()).await;
+    let read = ok("downgrade", read);
+    assert_eq!((owner.write_hold_count(), owner.read_hold_count()), (1, 1));
+    ok("release write", write.release().await);
+    settle().await;
+    // A bounded wait: the queued writer must not finish while the read side is held.
+    if let Ok(joined) = tokio::time::timeout(ctx.slack(), &mut waiting).await {
+        let (guard, _) = joined.expect("writer task");
+        match guard {
+            Ok(guard) => panic!(
+                "the queued writer was granted the write lock (fencing token {}) while the downgraded owner's read guard (token {}) still says held: {}",
+                guard.fencing_token(),
+                read.fencing_token(),
+                read.is_held()
+            ),
+            Err(err) => panic!("the queued writer failed while the read side was held: {err}"),
+        }
+    }
+    assert!(read.is_held(), "the downgraded read lock was lost");
+    assert_eq!(owner.read_hold_count(), 1);
+    ok("release read", read.release().await);
+    let (joined, _) = within(
+        "queued writer after the read side was released",
+        ctx.slack() * 2,
+        waiting,
+    )
+    .await;
+    let (guard, other) = joined.expect("writer task");
+    let guard = ok("queued writer", guard);
+    assert_eq!(other.write_hold_count(), 1);
+    refused("read while the queued writer holds", owner.try_read().await);
+    ok("release", guard.release().await);
+}
+
 /// A reader cannot become a writer: only a write guard downgrades, and a write through
 /// the reader's own handle is another owner, refused while the read is held. The read
 /// hold survives both.
