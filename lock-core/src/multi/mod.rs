@@ -182,8 +182,8 @@ impl MultiLock {
                 } else {
                     Lease::Watchdog
                 };
-                let options = AcquireOptions::default().with_wait(wait).with_lease(lease);
-                match member.acquire(options).await {
+                let member_options = AcquireOptions::default().with_wait(wait).with_lease(lease);
+                match member.acquire(member_options).await {
                     Ok(guard) => taken.push((member.id().clone(), guard)),
                     Err(err) => {
                         tracing::debug!(lock = %member.id(), error = %err, "multi-lock member not acquired");
