@@ -193,7 +193,15 @@ impl<B: LockBackend> Acquisition<B> {
         // A lease already lost here (expired, revoked, its session gone) is reported
         // as lost whatever the backend answers: the caller holds nothing to retry for.
         let lost_before = !self.lease.state.is_held();
-        let span = tracing::debug_span!("lock.release", key = %held.key, kind = ?held.kind, fence = held.fence);
+        let span = tracing::debug_span!(
+            "lock.release",
+            namespace = held.key.namespace().as_str(),
+            name = %held.key.name(),
+            backend = self.handle.backend().name(),
+            kind = crate::telemetry::kind_label(held.kind),
+            owner = %held.owner,
+            token = held.fence,
+        );
         // If the caller drops this future before the backend answered, the release is
         // seen through in the background rather than left to the lease's end.
         let mut unfinished = Unfinished(Some(self.clone()));
@@ -209,6 +217,22 @@ impl<B: LockBackend> Acquisition<B> {
     }
 
     fn outcome(&self, result: Result<()>, lost_before: bool) -> Outcome {
+        if lost_before {
+            // Ran out here without anyone noticing: count it as the loss it was.
+            self.lease.state.end(LeaseLoss::Expired);
+        }
+        let outcome = self.read_outcome(result, lost_before);
+        if let (Outcome::Retry(err) | Outcome::Done(Err(err)), Some(identity)) =
+            (&outcome, self.lease.state.identity())
+        {
+            if !matches!(err, Error::LeaseLost { .. }) {
+                identity.release_failed(err);
+            }
+        }
+        outcome
+    }
+
+    fn read_outcome(&self, result: Result<()>, lost_before: bool) -> Outcome {
         let (state, key, fence) = (
             &self.lease.state,
             &self.lease.held.key,
@@ -227,8 +251,9 @@ impl<B: LockBackend> Acquisition<B> {
                 Outcome::Done(Ok(()))
             }
             Err(Error::NotOwner { .. }) => {
+                // The lease's identity reports the loss, if this is where it was found.
                 state.end(LeaseLoss::Revoked);
-                tracing::warn!(%key, fence, "release found the lease already lost");
+                tracing::debug!(%key, fence, "release found the lease already lost");
                 Outcome::Done(Err(self.lease_lost()))
             }
             Err(err) if lost_before || !state.is_held() => {
@@ -236,11 +261,11 @@ impl<B: LockBackend> Acquisition<B> {
                 Outcome::Done(Err(self.lease_lost()))
             }
             Err(err) if err.is_retryable() => {
-                tracing::warn!(%key, error = %err, "release failed; retrying it in the background");
+                tracing::debug!(%key, error = %err, "release failed; retrying it in the background");
                 Outcome::Retry(err)
             }
             Err(err) => {
-                tracing::warn!(%key, error = %err, "release failed; the lease will expire");
+                tracing::debug!(%key, error = %err, "release failed; the lease will expire");
                 Outcome::Done(Err(err))
             }
         }

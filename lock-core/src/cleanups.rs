@@ -31,21 +31,51 @@ use tokio::sync::watch;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Cleanups {
-    pending: Arc<watch::Sender<usize>>,
+    pending: Arc<Pending>,
+}
+
+#[derive(Debug)]
+struct Pending {
+    count: watch::Sender<usize>,
+    /// The `lock_cleanups_pending{backend}` gauge this count is reported to, if any.
+    gauge: Option<metrics::Gauge>,
+}
+
+impl Pending {
+    fn change(&self, by: isize) {
+        self.count.send_modify(|n| *n = n.saturating_add_signed(by));
+        if let Some(gauge) = &self.gauge {
+            gauge.set(*self.count.borrow() as f64);
+        }
+    }
 }
 
 impl Default for Cleanups {
     fn default() -> Self {
         Cleanups {
-            pending: Arc::new(watch::Sender::new(0)),
+            pending: Arc::new(Pending {
+                count: watch::Sender::new(0),
+                gauge: None,
+            }),
         }
     }
 }
 
 impl Cleanups {
+    /// A count that is also reported as the `lock_cleanups_pending` gauge, labelled
+    /// with `backend`.
+    pub fn reported(backend: &'static str) -> Self {
+        Cleanups {
+            pending: Arc::new(Pending {
+                count: watch::Sender::new(0),
+                gauge: Some(metrics::gauge!("lock_cleanups_pending", "backend" => backend)),
+            }),
+        }
+    }
+
     /// Counts one clean-up until the returned value is dropped.
     pub fn begin(&self) -> PendingCleanup {
-        self.pending.send_modify(|n| *n += 1);
+        self.pending.change(1);
         PendingCleanup {
             pending: self.pending.clone(),
         }
@@ -66,7 +96,7 @@ impl Cleanups {
 
     /// How many clean-ups are under way.
     pub fn pending(&self) -> usize {
-        *self.pending.borrow()
+        *self.pending.count.borrow()
     }
 
     /// Waits until no clean-up is under way.
@@ -74,7 +104,7 @@ impl Cleanups {
     /// # Cancel safety
     /// Cancel safe: it only waits; the clean-ups go on.
     pub async fn settled(&self) {
-        let mut count = self.pending.subscribe();
+        let mut count = self.pending.count.subscribe();
         // The sender lives in `self`, so the channel cannot close while we wait.
         let _ = count.wait_for(|n| *n == 0).await;
     }
@@ -83,12 +113,12 @@ impl Cleanups {
 /// One clean-up counted by [`Cleanups`], until dropped.
 #[derive(Debug)]
 pub struct PendingCleanup {
-    pending: Arc<watch::Sender<usize>>,
+    pending: Arc<Pending>,
 }
 
 impl Drop for PendingCleanup {
     fn drop(&mut self) {
-        self.pending.send_modify(|n| *n -= 1);
+        self.pending.change(-1);
     }
 }
 

@@ -20,6 +20,7 @@ use crate::name::{LockKey, LockName, Namespace};
 use crate::options::{
     check_duration, ClockDrift, DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_WATCHDOG_LEASE,
 };
+use crate::telemetry::{EventHook, LockEvent, LockEvents, Telemetry};
 use crate::watchdog::{LeaseEntry, Watchdog};
 
 /// How long a shutdown waits for the acquires under way to see it.
@@ -32,6 +33,7 @@ pub(crate) struct ClientInner<B: LockBackend> {
     pub(crate) watchdog: Watchdog<B>,
     pub(crate) watchdog_lease: Duration,
     drift: ClockDrift,
+    pub(crate) telemetry: Arc<Telemetry>,
     namespace: Namespace,
     id: uuid::Uuid,
     next_owner: AtomicU64,
@@ -144,47 +146,38 @@ impl<B: LockBackend> LockClient<B> {
     /// A client with the default namespace ([`DEFAULT_NAMESPACE`](crate::DEFAULT_NAMESPACE))
     /// and watchdog lease ([`DEFAULT_WATCHDOG_LEASE`]).
     pub fn new(backend: B) -> Self {
-        Self::from_parts(
-            Arc::new(backend),
-            Namespace::default(),
-            DEFAULT_WATCHDOG_LEASE,
-            ClockDrift::default(),
-        )
+        LockClient::builder(backend).assemble(Namespace::default(), ClockDrift::default())
     }
 
-    /// A builder to set the namespace and watchdog lease.
+    /// A builder to set the namespace, watchdog lease, clock drift, metrics labels and
+    /// event callbacks.
     pub fn builder(backend: B) -> LockClientBuilder<B> {
         LockClientBuilder {
             backend: Arc::new(backend),
             namespace: None,
             watchdog_lease: DEFAULT_WATCHDOG_LEASE,
             clock_drift: None,
+            lock_names_in_metrics: false,
+            hooks: Vec::new(),
         }
     }
 
-    fn from_parts(
-        backend: Arc<B>,
-        namespace: Namespace,
-        watchdog_lease: Duration,
-        drift: ClockDrift,
-    ) -> Self {
-        let validity = drift.validity(watchdog_lease, backend.lease_validity(watchdog_lease));
-        LockClient {
-            inner: Arc::new(ClientInner {
-                watchdog: Watchdog::new(backend.clone(), watchdog_lease, validity),
-                backend,
-                watchdog_lease,
-                drift,
-                namespace,
-                id: uuid::Uuid::new_v4(),
-                next_owner: AtomicU64::new(1),
-                next_lease: AtomicU64::new(1),
-                cleanups: Cleanups::default(),
-                acquiring: Cleanups::default(),
-                closed: watch::Sender::new(false),
-                held: StdMutex::new(HashMap::new()),
-            }),
-        }
+    /// The lock events of this client (acquired, renewal failed, renewed late, lost,
+    /// released) from now on, for code that must react to them. Each subscriber gets
+    /// every event; one that falls far behind skips the oldest.
+    ///
+    /// ```
+    /// use lock_core::{memory::MemoryBackend, DistributedLockExt, LockClient, LockEventKind};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lock_core::Result<()> {
+    /// let client = LockClient::new(MemoryBackend::new());
+    /// let mut events = client.events();
+    /// client.lock("nightly")?.acquire().await?.release().await?;
+    /// assert!(matches!(events.next().await.unwrap().what, LockEventKind::Acquired { .. }));
+    /// assert!(matches!(events.next().await.unwrap().what, LockEventKind::Released { .. }));
+    /// # Ok(()) }
+    /// ```
+    pub fn events(&self) -> LockEvents {
+        self.inner.telemetry.subscribe()
     }
 
     fn key(&self, name: &str) -> Result<LockKey> {
@@ -310,12 +303,26 @@ impl<B: LockBackend> LockClient<B> {
 }
 
 /// Sets up a [`LockClient`].
-#[derive(Debug)]
 pub struct LockClientBuilder<B: LockBackend> {
     backend: Arc<B>,
     namespace: Option<String>,
     watchdog_lease: Duration,
     clock_drift: Option<f64>,
+    lock_names_in_metrics: bool,
+    hooks: Vec<EventHook>,
+}
+
+impl<B: LockBackend> fmt::Debug for LockClientBuilder<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClientBuilder")
+            .field("backend", &self.backend)
+            .field("namespace", &self.namespace)
+            .field("watchdog_lease", &self.watchdog_lease)
+            .field("clock_drift", &self.clock_drift)
+            .field("lock_names_in_metrics", &self.lock_names_in_metrics)
+            .field("hooks", &self.hooks.len())
+            .finish()
+    }
 }
 
 impl<B: LockBackend> LockClientBuilder<B> {
@@ -344,6 +351,22 @@ impl<B: LockBackend> LockClientBuilder<B> {
         self
     }
 
+    /// Whether metrics carry a `lock` label with the lock's namespace and name (default:
+    /// no, as names can be unbounded: one series per lock ever taken). Backend and kind
+    /// labels are always there.
+    pub fn lock_names_in_metrics(mut self, on: bool) -> Self {
+        self.lock_names_in_metrics = on;
+        self
+    }
+
+    /// Calls `hook` with every lock event of the client, on the task where it happens
+    /// (keep it quick: log, count, signal; spawn anything longer). For a stream of
+    /// events instead, see [`LockClient::events`].
+    pub fn on_event(mut self, hook: impl Fn(&LockEvent) + Send + Sync + 'static) -> Self {
+        self.hooks.push(Arc::new(hook));
+        self
+    }
+
     /// Checks the settings and makes the client.
     ///
     /// # Errors
@@ -364,12 +387,44 @@ impl<B: LockBackend> LockClientBuilder<B> {
             Some(factor) => ClockDrift::new(factor)?,
             None => ClockDrift::default(),
         };
-        Ok(LockClient::from_parts(
-            self.backend,
-            namespace,
-            lease,
-            drift,
-        ))
+        Ok(LockClientBuilder {
+            watchdog_lease: lease,
+            ..self
+        }
+        .assemble(namespace, drift))
+    }
+
+    /// Makes the client from checked settings.
+    fn assemble(self, namespace: Namespace, drift: ClockDrift) -> LockClient<B> {
+        let (backend, watchdog_lease) = (self.backend, self.watchdog_lease);
+        let validity = drift.validity(watchdog_lease, backend.lease_validity(watchdog_lease));
+        let telemetry = Arc::new(Telemetry::new(
+            backend.name(),
+            self.lock_names_in_metrics,
+            self.hooks,
+        ));
+        LockClient {
+            inner: Arc::new(ClientInner {
+                watchdog: Watchdog::new(
+                    backend.clone(),
+                    watchdog_lease,
+                    validity,
+                    telemetry.clone(),
+                ),
+                cleanups: Cleanups::reported(backend.name()),
+                backend,
+                watchdog_lease,
+                drift,
+                telemetry,
+                namespace,
+                id: uuid::Uuid::new_v4(),
+                next_owner: AtomicU64::new(1),
+                next_lease: AtomicU64::new(1),
+                acquiring: Cleanups::default(),
+                closed: watch::Sender::new(false),
+                held: StdMutex::new(HashMap::new()),
+            }),
+        }
     }
 }
 

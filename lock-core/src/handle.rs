@@ -21,6 +21,7 @@ use crate::id::LockId;
 use crate::lease::{LeaseState, LossNotifier, Stamp};
 use crate::name::LockKey;
 use crate::options::{AcquireOptions, Lease, Wait};
+use crate::telemetry::{kind_label, LeaseIdentity, Outcome};
 use crate::watchdog::LeaseEntry;
 
 /// A key of one client, shared by a handle's clones and by its acquisitions.
@@ -111,10 +112,25 @@ impl<B: LockBackend> Handle<B> {
             Lease::Watchdog => (client.watchdog_lease, true),
             Lease::Fixed(ttl) => (ttl, false),
         };
-        let span = tracing::debug_span!("lock.acquire", key = %self.key, ?kind, owner = %token);
-        async {
+        let identity = LeaseIdentity::new(
+            self.key.clone(),
+            kind,
+            token.clone(),
+            client.telemetry.clone(),
+        );
+        let span = tracing::debug_span!(
+            "lock.acquire",
+            namespace = self.key.namespace().as_str(),
+            name = %self.key.name(),
+            backend = client.backend.name(),
+            kind = kind_label(kind),
+            owner = %token,
+            token = tracing::field::Empty,
+        );
+        let mut ended = AcquireEnded::new(self, kind, options.wait());
+        let result = async {
             let sent = Stamp::now();
-            let state = LeaseState::new(sent.at + client.validity(ttl));
+            let state = LeaseState::of(sent.at + client.validity(ttl), identity.clone());
             let loss = LossNotifier::new(&state);
             let request = AcquireRequest {
                 key: &self.key,
@@ -138,6 +154,8 @@ impl<B: LockBackend> Handle<B> {
             // Count the lease from the attempt that won it, not from the start of the wait.
             state.granted(grant.started_at, client.validity(ttl));
             let fence = grant.fence;
+            tracing::Span::current().record("token", fence);
+            identity.granted(fence, ended.started.elapsed());
             let entry = Arc::new(LeaseEntry::new(
                 client.next_lease_id(),
                 HeldLease {
@@ -162,11 +180,13 @@ impl<B: LockBackend> Handle<B> {
                 let _ = acquisition.release_for_shutdown().await;
                 return Err(Error::Closed);
             }
-            tracing::debug!(fence, "lock acquired");
+            tracing::debug!("lock acquired");
             Ok(acquisition.guard())
         }
         .instrument(span)
-        .await
+        .await;
+        ended.with(&result);
+        result
     }
 
     fn check_supported(&self, kind: LockKind, lease: Lease) -> Result<()> {
@@ -181,6 +201,57 @@ impl<B: LockBackend> Handle<B> {
                 Wait::For(limit) => limit,
                 Wait::No | Wait::Forever => std::time::Duration::ZERO,
             },
+        }
+    }
+}
+
+/// Records how an acquire ended, for the metrics: by its result, or as cancelled if its
+/// future is dropped first.
+struct AcquireEnded<'a, B: LockBackend> {
+    handle: &'a Handle<B>,
+    kind: LockKind,
+    wait: Wait,
+    started: Instant,
+    recorded: bool,
+}
+
+impl<'a, B: LockBackend> AcquireEnded<'a, B> {
+    fn new(handle: &'a Handle<B>, kind: LockKind, wait: Wait) -> Self {
+        AcquireEnded {
+            handle,
+            kind,
+            wait,
+            started: Instant::now(),
+            recorded: false,
+        }
+    }
+
+    fn record(&mut self, outcome: Outcome) {
+        self.recorded = true;
+        self.handle.client.telemetry.acquire_ended(
+            &self.handle.key,
+            self.kind,
+            outcome,
+            self.started.elapsed(),
+        );
+    }
+
+    fn with(&mut self, result: &Result<LockGuard>) {
+        let outcome = match result {
+            Ok(_) => Outcome::Granted,
+            Err(Error::Timeout { .. }) if self.wait == Wait::No => Outcome::Refused,
+            Err(Error::Timeout { .. }) => Outcome::TimedOut,
+            Err(Error::Closed) => Outcome::Closed,
+            Err(_) => Outcome::Error,
+        };
+        self.record(outcome);
+    }
+}
+
+impl<B: LockBackend> Drop for AcquireEnded<'_, B> {
+    fn drop(&mut self) {
+        if !self.recorded {
+            self.record(Outcome::Cancelled);
         }
     }
 }

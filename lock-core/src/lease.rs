@@ -9,6 +9,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::telemetry::LeaseIdentity;
+
 /// Why a lease stopped protecting its holder.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -88,6 +90,9 @@ impl Status {
 #[derive(Debug)]
 pub(crate) struct LeaseState {
     status: watch::Sender<Status>,
+    /// Who the lease is, for the metrics, events and logs of its end (none in tests of
+    /// the state alone).
+    identity: Option<Arc<LeaseIdentity>>,
 }
 
 /// How often a waiter on [`LeaseState::ended_future`] looks again: after a suspend,
@@ -97,14 +102,30 @@ const SUSPEND_RECHECK: Duration = Duration::from_secs(1);
 
 impl LeaseState {
     /// A live lease that expires at `expires_at` unless renewed.
+    #[cfg(test)]
     pub(crate) fn new(expires_at: Instant) -> Arc<Self> {
+        Self::build(expires_at, None)
+    }
+
+    /// A live lease of `identity` that expires at `expires_at` unless renewed.
+    pub(crate) fn of(expires_at: Instant, identity: Arc<LeaseIdentity>) -> Arc<Self> {
+        Self::build(expires_at, Some(identity))
+    }
+
+    fn build(expires_at: Instant, identity: Option<Arc<LeaseIdentity>>) -> Arc<Self> {
         Arc::new(LeaseState {
             status: watch::Sender::new(Status {
                 ended: None,
                 expires_at,
                 mark: crate::clock::suspended(),
             }),
+            identity,
         })
+    }
+
+    /// Who the lease is.
+    pub(crate) fn identity(&self) -> Option<&Arc<LeaseIdentity>> {
+        self.identity.as_ref()
     }
 
     /// Held: not ended and not past its local expiry.
@@ -161,15 +182,20 @@ impl LeaseState {
         })
     }
 
-    /// Marks the lease ended; the first reason wins. Returns whether this call ended it.
+    /// Marks the lease ended; the first reason wins. Returns whether this call ended it
+    /// (and then tells the metrics, the events and the log).
     pub(crate) fn end(&self, reason: LeaseLoss) -> bool {
-        self.status.send_if_modified(|status| {
+        let ended = self.status.send_if_modified(|status| {
             if status.ended.is_some() {
                 return false;
             }
-            status.ended = Some(reason);
+            status.ended = Some(reason.clone());
             true
-        })
+        });
+        if let (true, Some(identity)) = (ended, &self.identity) {
+            identity.ended(&reason);
+        }
+        ended
     }
 
     /// Resolves with the reason once the lease ends or its local expiry passes.
@@ -227,9 +253,8 @@ impl LossNotifier {
     /// [`LockGuard::lost`](crate::LockGuard::lost). A no-op once the lease has ended.
     pub fn notify(&self, reason: LeaseLoss) {
         if let Some(state) = self.0.upgrade() {
-            if state.end(reason.clone()) {
-                tracing::warn!(%reason, "lease lost (reported by backend)");
-            }
+            // The lease's identity logs, counts and reports the loss.
+            state.end(reason);
         }
     }
 

@@ -91,6 +91,7 @@ pub mod memory;
 mod multi;
 mod name;
 mod options;
+mod telemetry;
 mod watchdog;
 
 /// The traits you call lock methods through: `use lock_core::prelude::*;`.
@@ -119,6 +120,7 @@ pub use options::{
     AcquireOptions, Lease, Wait, DEFAULT_CLOCK_DRIFT, DEFAULT_WATCHDOG_LEASE, MAX_DURATION,
     MIN_LEASE, MIN_WATCHDOG_LEASE,
 };
+pub use telemetry::{LockEvent, LockEventKind, LockEvents};
 
 /// This crate's README, whose examples compile as doctests.
 #[cfg(doctest)]

@@ -2,7 +2,7 @@
 //! tick and reports the leases it could not keep.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use crate::backend::{HeldLease, LockBackend, Renewal};
 use crate::lease::{LeaseLoss, LeaseState, Stamp};
+use crate::telemetry::Telemetry;
 
 /// One granted lease: what the backend needs, and what the client knows of it.
 #[derive(Debug)]
@@ -25,6 +26,9 @@ pub(crate) struct LeaseEntry<B: LockBackend> {
     /// in the order the server saw the requests, so a late watchdog reply never
     /// overrides a newer `extend`.
     pub(crate) renewal: tokio::sync::Mutex<()>,
+    /// Watchdog renewals of it that failed in a row (reported at the first, and when
+    /// one goes through again).
+    failures: AtomicU32,
 }
 
 impl<B: LockBackend> LeaseEntry<B> {
@@ -40,6 +44,7 @@ impl<B: LockBackend> LeaseEntry<B> {
             state,
             watched: AtomicBool::new(watched),
             renewal: tokio::sync::Mutex::new(()),
+            failures: AtomicU32::new(0),
         }
     }
 }
@@ -56,6 +61,7 @@ struct Shared<B: LockBackend> {
     ttl: Duration,
     /// How long the client counts on a renewal of `ttl`, from its send.
     validity: Duration,
+    telemetry: Arc<Telemetry>,
     registry: Mutex<Registry<B>>,
 }
 
@@ -66,12 +72,18 @@ pub(crate) struct Watchdog<B: LockBackend> {
 }
 
 impl<B: LockBackend> Watchdog<B> {
-    pub(crate) fn new(backend: Arc<B>, ttl: Duration, validity: Duration) -> Self {
+    pub(crate) fn new(
+        backend: Arc<B>,
+        ttl: Duration,
+        validity: Duration,
+        telemetry: Arc<Telemetry>,
+    ) -> Self {
         Watchdog {
             shared: Arc::new(Shared {
                 backend,
                 ttl,
                 validity,
+                telemetry,
                 registry: Mutex::new(Registry {
                     leases: HashMap::new(),
                     running: false,
@@ -164,10 +176,9 @@ async fn tick<B: LockBackend>(shared: &Shared<B>, interval: Duration, retry: Dur
     let (live, ended): (Vec<_>, Vec<_>) =
         batch.into_iter().partition(|e| e.state.ended().is_none());
     for entry in &ended {
-        // Past its local expiry before we could renew it: someone else may hold it now.
-        if entry.state.end(LeaseLoss::Expired) {
-            tracing::warn!(key = %entry.held.key, fence = entry.held.fence, "lease expired before renewal");
-        }
+        // Past its local expiry before we could renew it: someone else may hold it now
+        // (the lease's identity logs and reports it).
+        entry.state.end(LeaseLoss::Expired);
         forget(shared, entry);
     }
     if live.is_empty() {
@@ -187,6 +198,7 @@ async fn tick<B: LockBackend>(shared: &Shared<B>, interval: Duration, retry: Dur
     let outcome = tokio::time::timeout(shared.ttl, shared.backend.renew(&leases, shared.ttl)).await;
     let error = match outcome {
         Ok(Ok(renewals)) if renewals.len() == live.len() => {
+            let mut renewed = 0;
             for (entry, renewal) in live.iter().zip(renewals) {
                 // Released or extended while the renewal was out: a `Lost` then only
                 // means the release got there first, and the guards were told already.
@@ -195,17 +207,23 @@ async fn tick<B: LockBackend>(shared: &Shared<B>, interval: Duration, retry: Dur
                 }
                 match renewal {
                     Renewal::Renewed => {
+                        renewed += 1;
                         // Refused after the local expiry: the next tick reports it.
-                        entry.state.renewed(sent, validity);
+                        if entry.state.renewed(sent, validity) {
+                            let failures = entry.failures.swap(0, Ordering::Relaxed);
+                            if let (1.., Some(identity)) = (failures, entry.state.identity()) {
+                                identity.renewed_late(failures);
+                            }
+                        }
                     }
                     Renewal::Lost => {
-                        if entry.state.end(LeaseLoss::Revoked) {
-                            tracing::warn!(key = %entry.held.key, fence = entry.held.fence, "lease lost: the backend no longer has it");
-                        }
+                        // The backend no longer has it (the identity reports it).
+                        entry.state.end(LeaseLoss::Revoked);
                         forget(shared, entry);
                     }
                 }
             }
+            shared.telemetry.renewals(renewed, 0);
             tracing::trace!(leases = live.len(), "watchdog renewed leases");
             return sent.at + interval;
         }
@@ -218,15 +236,18 @@ async fn tick<B: LockBackend>(shared: &Shared<B>, interval: Duration, retry: Dur
         Err(_) => format!("renewal did not answer within {:?}", shared.ttl),
     };
     tracing::debug!(%error, leases = live.len(), "lease renewal failed; retrying");
+    shared.telemetry.renewals(0, live.len());
     let now = Instant::now();
     for entry in &live {
-        if now >= entry.state.expires_at() {
-            let loss = LeaseLoss::RenewalFailed {
-                last_error: error.clone(),
-            };
-            if entry.state.end(loss) {
-                tracing::warn!(key = %entry.held.key, %error, "lease lost: renewals failed until it ran out");
+        if entry.failures.fetch_add(1, Ordering::Relaxed) == 0 {
+            if let Some(identity) = entry.state.identity() {
+                identity.renewal_failed(&error);
             }
+        }
+        if now >= entry.state.expires_at() {
+            entry.state.end(LeaseLoss::RenewalFailed {
+                last_error: error.clone(),
+            });
             forget(shared, entry);
         }
     }
