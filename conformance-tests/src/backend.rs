@@ -14,6 +14,8 @@ pub struct ClientOptions {
     pub namespace: String,
     /// The watchdog lease.
     pub watchdog_lease: Duration,
+    /// What the client says about itself beside its leases (the default if `None`).
+    pub holder_description: Option<String>,
 }
 
 impl ClientOptions {
@@ -22,10 +24,13 @@ impl ClientOptions {
     /// # Errors
     /// [`lock_core::Error::InvalidArgument`] for a bad namespace or watchdog lease.
     pub fn client<B: LockBackend>(self, backend: B) -> lock_core::Result<Arc<dyn LockProvider>> {
-        let client = LockClient::builder(backend)
+        let mut builder = LockClient::builder(backend)
             .namespace(self.namespace)
-            .watchdog_lease(self.watchdog_lease)
-            .build()?;
+            .watchdog_lease(self.watchdog_lease);
+        if let Some(description) = self.holder_description {
+            builder = builder.holder_description(description);
+        }
+        let client = builder.build()?;
         Ok(Arc::new(client))
     }
 }

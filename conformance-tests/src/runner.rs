@@ -66,16 +66,31 @@ impl Ctx {
             .await
     }
 
+    /// A new client in this case's namespace that describes itself as `description`.
+    pub async fn client_described(&self, description: &str) -> Arc<dyn LockProvider> {
+        self.make_client(ClientOptions {
+            namespace: self.namespace.clone(),
+            watchdog_lease: Duration::from_secs(10),
+            holder_description: Some(description.to_owned()),
+        })
+        .await
+    }
+
     /// A new client with the given namespace and watchdog lease.
     pub async fn client_with(
         &self,
         namespace: &str,
         watchdog_lease: Duration,
     ) -> Arc<dyn LockProvider> {
-        let options = ClientOptions {
+        self.make_client(ClientOptions {
             namespace: namespace.to_owned(),
             watchdog_lease,
-        };
+            holder_description: None,
+        })
+        .await
+    }
+
+    async fn make_client(&self, options: ClientOptions) -> Arc<dyn LockProvider> {
         match self.backend.client(options).await {
             Ok(client) => client,
             Err(err) => panic!("could not make a {} client: {err}", self.backend.name()),
@@ -135,6 +150,7 @@ pub async fn run_cases(backend: Arc<dyn Backend>, cases: Vec<Case>) -> Report {
         .client(ClientOptions {
             namespace: "conformance-probe".into(),
             watchdog_lease: Duration::from_secs(10),
+            holder_description: None,
         })
         .await
         .unwrap_or_else(|err| panic!("could not make a {name} client: {err}"));

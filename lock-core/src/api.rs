@@ -11,6 +11,7 @@ use crate::backend::Capabilities;
 use crate::error::{Error, Result};
 use crate::guard::{LeaseWatch, LockGuard};
 use crate::id::LockId;
+use crate::info::LockInfo;
 use crate::name::LockName;
 use crate::options::AcquireOptions;
 
@@ -78,6 +79,25 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     /// # Cancel safety
     /// If dropped, the removal may or may not have happened.
     async fn force_unlock(&self) -> Result<bool>;
+
+    /// **For operators:** removes only the holder whose fencing token is `token` (a
+    /// holder that replaced it is left alone) and wakes the waiters. Returns whether it
+    /// still held.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] where the backend cannot remove one holder atomically.
+    ///
+    /// # Cancel safety
+    /// If dropped, the removal may or may not have happened.
+    async fn force_unlock_holder(&self, token: u64) -> Result<bool>;
+
+    /// Who holds the lock now (owner, description, fencing token, when acquired, lease
+    /// expiry by the server's clock) and how many wait, as far as the backend keeps
+    /// them (see each backend's docs).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    async fn inspect(&self) -> Result<LockInfo>;
 }
 
 /// An exclusive, reentrant lock granted in the order requests were queued: no waiter
@@ -143,6 +163,25 @@ pub trait ReadWriteLock: Send + Sync + fmt::Debug {
     /// # Cancel safety
     /// If dropped, the removal may or may not have happened.
     async fn force_unlock(&self) -> Result<bool>;
+
+    /// **For operators:** removes only the holder whose fencing token is `token` (a
+    /// holder that replaced it is left alone) and wakes the waiters. Returns whether it
+    /// still held.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] where the backend cannot remove one holder atomically.
+    ///
+    /// # Cancel safety
+    /// If dropped, the removal may or may not have happened.
+    async fn force_unlock_holder(&self, token: u64) -> Result<bool>;
+
+    /// Who holds the lock now (owner, description, fencing token, when acquired, lease
+    /// expiry by the server's clock) and how many wait, as far as the backend keeps
+    /// them (see each backend's docs).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    async fn inspect(&self) -> Result<LockInfo>;
 }
 
 /// The plain methods both lock traits have, for an `Arc` that passes them to its
@@ -184,6 +223,14 @@ impl<T: DistributedLock + ?Sized> DistributedLock for Arc<T> {
     async fn force_unlock(&self) -> Result<bool> {
         (**self).force_unlock().await
     }
+
+    async fn force_unlock_holder(&self, token: u64) -> Result<bool> {
+        (**self).force_unlock_holder(token).await
+    }
+
+    async fn inspect(&self) -> Result<LockInfo> {
+        (**self).inspect().await
+    }
 }
 
 impl<T: FairLock + ?Sized> FairLock for Arc<T> {}
@@ -215,6 +262,14 @@ impl<T: ReadWriteLock + ?Sized> ReadWriteLock for Arc<T> {
 
     async fn force_unlock(&self) -> Result<bool> {
         (**self).force_unlock().await
+    }
+
+    async fn force_unlock_holder(&self, token: u64) -> Result<bool> {
+        (**self).force_unlock_holder(token).await
+    }
+
+    async fn inspect(&self) -> Result<LockInfo> {
+        (**self).inspect().await
     }
 }
 

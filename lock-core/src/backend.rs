@@ -14,6 +14,7 @@ use std::time::Duration;
 
 pub use crate::cleanups::{Cleanups, PendingCleanup};
 use crate::error::Result;
+pub use crate::info::{HolderInfo, LockInfo};
 pub use crate::kinds::{Capabilities, LockFamily, LockKind};
 pub use crate::lease::LossNotifier;
 use crate::name::LockKey;
@@ -75,6 +76,11 @@ pub struct AcquireRequest<'a> {
     pub watchdog: bool,
     /// For backends that learn of loss outside renewals (sessions, streams).
     pub loss: &'a LossNotifier,
+    /// What the client says about itself (host, process; see
+    /// [`LockClientBuilder::holder_description`](crate::LockClientBuilder::holder_description)):
+    /// a backend that can store it beside the lease does, for
+    /// [`LockBackend::inspect`]. At most 256 bytes, no control characters.
+    pub holder: &'a str,
 }
 
 /// A granted lease as the backend describes it.
@@ -231,4 +237,34 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
         key: &LockKey,
         family: LockFamily,
     ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Removes only the lease of `family` on `key` whose fencing token is `fence`, in one
+    /// step that cannot hit a newer holder, and wakes the waiters. Returns whether there
+    /// was one. For operators breaking one stuck holder.
+    fn force_unlock_holder(
+        &self,
+        key: &LockKey,
+        family: LockFamily,
+        fence: u64,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        let _ = (key, family, fence);
+        std::future::ready(Err(crate::Error::Unsupported {
+            backend: self.name(),
+            operation: "force-unlocking one holder",
+        }))
+    }
+
+    /// Who holds `family` on `key` now and how many wait, with what the backend keeps
+    /// of each holder ([`LockInfo`]).
+    fn inspect(
+        &self,
+        key: &LockKey,
+        family: LockFamily,
+    ) -> impl Future<Output = Result<LockInfo>> + Send {
+        let _ = (key, family);
+        std::future::ready(Err(crate::Error::Unsupported {
+            backend: self.name(),
+            operation: "inspecting a lock",
+        }))
+    }
 }

@@ -34,6 +34,8 @@ pub(crate) struct ClientInner<B: LockBackend> {
     pub(crate) watchdog_lease: Duration,
     drift: ClockDrift,
     pub(crate) telemetry: Arc<Telemetry>,
+    /// What this client says about itself, stored beside its leases.
+    pub(crate) description: Arc<str>,
     namespace: Namespace,
     id: uuid::Uuid,
     next_owner: AtomicU64,
@@ -159,6 +161,7 @@ impl<B: LockBackend> LockClient<B> {
             clock_drift: None,
             lock_names_in_metrics: false,
             hooks: Vec::new(),
+            description: None,
         }
     }
 
@@ -310,6 +313,7 @@ pub struct LockClientBuilder<B: LockBackend> {
     clock_drift: Option<f64>,
     lock_names_in_metrics: bool,
     hooks: Vec<EventHook>,
+    description: Option<String>,
 }
 
 impl<B: LockBackend> fmt::Debug for LockClientBuilder<B> {
@@ -321,6 +325,7 @@ impl<B: LockBackend> fmt::Debug for LockClientBuilder<B> {
             .field("clock_drift", &self.clock_drift)
             .field("lock_names_in_metrics", &self.lock_names_in_metrics)
             .field("hooks", &self.hooks.len())
+            .field("description", &self.description)
             .finish()
     }
 }
@@ -367,11 +372,20 @@ impl<B: LockBackend> LockClientBuilder<B> {
         self
     }
 
+    /// What this client says about itself beside every lease it holds, where the
+    /// backend stores it (default: `<host name> pid <process id>`), for operators reading
+    /// [`DistributedLock::inspect`](crate::DistributedLock::inspect) or `lockctl status`.
+    /// At most 256 bytes, no control characters (checked by [`build`](Self::build)).
+    pub fn holder_description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
     /// Checks the settings and makes the client.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad namespace,
-    /// watchdog lease or clock drift.
+    /// watchdog lease, clock drift or holder description.
     pub fn build(self) -> Result<LockClient<B>> {
         let namespace = match &self.namespace {
             Some(ns) => Namespace::new(ns)?,
@@ -387,6 +401,9 @@ impl<B: LockBackend> LockClientBuilder<B> {
             Some(factor) => ClockDrift::new(factor)?,
             None => ClockDrift::default(),
         };
+        if let Some(description) = &self.description {
+            crate::info::check_description(description)?;
+        }
         Ok(LockClientBuilder {
             watchdog_lease: lease,
             ..self
@@ -416,6 +433,10 @@ impl<B: LockBackend> LockClientBuilder<B> {
                 watchdog_lease,
                 drift,
                 telemetry,
+                description: self
+                    .description
+                    .unwrap_or_else(crate::info::default_description)
+                    .into(),
                 namespace,
                 id: uuid::Uuid::new_v4(),
                 next_owner: AtomicU64::new(1),

@@ -140,6 +140,7 @@ impl<B: LockBackend> Handle<B> {
                 deadline,
                 watchdog: watched,
                 loss: &loss,
+                holder: &client.description,
             };
             // A shutdown ends the wait; the backend cleans up as for a dropped acquire.
             let _acquiring = client.acquiring.begin();

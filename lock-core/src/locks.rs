@@ -12,6 +12,7 @@ use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::handle::Handle;
 use crate::id::LockId;
+use crate::info::LockInfo;
 use crate::kinds::{Capabilities, LockFamily, LockKind};
 use crate::name::{LockKey, LockName};
 use crate::options::AcquireOptions;
@@ -117,6 +118,20 @@ macro_rules! exclusive_lock {
                     .force_unlock(self.handle.key(), $family)
                     .await
             }
+
+            async fn force_unlock_holder(&self, token: u64) -> Result<bool> {
+                self.handle
+                    .backend()
+                    .force_unlock_holder(self.handle.key(), $family, token)
+                    .await
+            }
+
+            async fn inspect(&self) -> Result<LockInfo> {
+                self.handle
+                    .backend()
+                    .inspect(self.handle.key(), $family)
+                    .await
+            }
         }
     };
 }
@@ -167,6 +182,20 @@ impl<B: LockBackend> ReadWriteLock for ReadWriteLockHandle<B> {
         self.handle
             .backend()
             .force_unlock(self.handle.key(), LockFamily::ReadWrite)
+            .await
+    }
+
+    async fn force_unlock_holder(&self, token: u64) -> Result<bool> {
+        self.handle
+            .backend()
+            .force_unlock_holder(self.handle.key(), LockFamily::ReadWrite, token)
+            .await
+    }
+
+    async fn inspect(&self) -> Result<LockInfo> {
+        self.handle
+            .backend()
+            .inspect(self.handle.key(), LockFamily::ReadWrite)
             .await
     }
 }

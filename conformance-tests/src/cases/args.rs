@@ -74,40 +74,30 @@ pub(crate) async fn invalid_durations_keep_holds(ctx: &Ctx) {
     ok("release", guard.release().await);
 }
 
-/// A client with a bad namespace or watchdog lease is refused with `InvalidArgument`.
+/// A client with a bad namespace, watchdog lease or holder description is refused with
+/// `InvalidArgument`.
 pub(crate) async fn invalid_client_options(ctx: &Ctx) {
+    let options = |namespace: String, watchdog_lease: Duration| ClientOptions {
+        namespace,
+        watchdog_lease,
+        holder_description: None,
+    };
     let bad = [
+        options("tab\there".into(), Duration::from_secs(10)),
+        options("y".repeat(MAX_NAME_BYTES + 1), Duration::from_secs(10)),
+        options(String::new(), Duration::from_secs(10)),
+        options(format!("{}:x", ctx.namespace()), Duration::from_secs(10)),
+        options(format!("{}/x", ctx.namespace()), Duration::from_secs(10)),
+        options(format!("{{{}", ctx.namespace()), Duration::from_secs(10)),
+        options(ctx.namespace().into(), Duration::ZERO),
+        options(ctx.namespace().into(), Duration::MAX),
         ClientOptions {
-            namespace: "tab\there".into(),
-            watchdog_lease: Duration::from_secs(10),
+            holder_description: Some("line\nbreak".into()),
+            ..options(ctx.namespace().into(), Duration::from_secs(10))
         },
         ClientOptions {
-            namespace: "y".repeat(MAX_NAME_BYTES + 1),
-            watchdog_lease: Duration::from_secs(10),
-        },
-        ClientOptions {
-            namespace: String::new(),
-            watchdog_lease: Duration::from_secs(10),
-        },
-        ClientOptions {
-            namespace: format!("{}:x", ctx.namespace()),
-            watchdog_lease: Duration::from_secs(10),
-        },
-        ClientOptions {
-            namespace: format!("{}/x", ctx.namespace()),
-            watchdog_lease: Duration::from_secs(10),
-        },
-        ClientOptions {
-            namespace: format!("{{{}", ctx.namespace()),
-            watchdog_lease: Duration::from_secs(10),
-        },
-        ClientOptions {
-            namespace: ctx.namespace().into(),
-            watchdog_lease: Duration::ZERO,
-        },
-        ClientOptions {
-            namespace: ctx.namespace().into(),
-            watchdog_lease: Duration::MAX,
+            holder_description: Some("d".repeat(lock_core::MAX_HOLDER_DESCRIPTION_BYTES + 1)),
+            ..options(ctx.namespace().into(), Duration::from_secs(10))
         },
     ];
     for options in bad {

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use lock_core::{
-    AcquireOptions, Capabilities, DistributedLock, LockFamily, LockGuard, LockId, LockName,
-    LockProvider, ReadWriteLock, Result,
+    AcquireOptions, Capabilities, DistributedLock, LockFamily, LockGuard, LockId, LockInfo,
+    LockName, LockProvider, ReadWriteLock, Result,
 };
 
 use super::{Needs, FAIR, NOTHING, RW};
@@ -93,5 +93,13 @@ impl DistributedLock for WriteSide {
 
     async fn force_unlock(&self) -> Result<bool> {
         self.0.force_unlock().await
+    }
+
+    async fn force_unlock_holder(&self, token: u64) -> Result<bool> {
+        self.0.force_unlock_holder(token).await
+    }
+
+    async fn inspect(&self) -> Result<LockInfo> {
+        self.0.inspect().await
     }
 }

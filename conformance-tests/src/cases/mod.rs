@@ -4,6 +4,7 @@ mod args;
 mod cancel;
 mod fair;
 mod flavor;
+mod inspect;
 mod multi;
 mod mutex;
 mod process;
@@ -160,7 +161,26 @@ pub fn all_cases() -> Vec<Case> {
             });
         }
     }
+    // Introspection and targeted force-unlock, on each lock type.
+    for flavor in [Flavor::Exclusive, Flavor::Fair, Flavor::WriteSide] {
+        let prefix = flavor.prefix();
+        cases.push(Case {
+            name: format!("inspect::{prefix}_holder_token_and_waiters"),
+            needs: flavor.needs(),
+            run: Box::new(move |ctx| inspect::holder_token_and_waiters(ctx, flavor).boxed()),
+        });
+        cases.push(Case {
+            name: format!("inspect::{prefix}_force_unlock_one_holder"),
+            needs: flavor.needs(),
+            run: Box::new(move |ctx| inspect::force_unlock_one_holder(ctx, flavor).boxed()),
+        });
+    }
     cases.extend([
+        case(
+            "inspect::readers_are_listed",
+            RW,
+            Box::new(|ctx| inspect::readers_are_listed(ctx).boxed()),
+        ),
         case(
             "fair::fifo_order",
             FAIR,

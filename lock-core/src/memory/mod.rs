@@ -25,6 +25,7 @@ use crate::backend::{
     AcquireRequest, Capabilities, Grant, HeldLease, LockBackend, LockFamily, LockKind, Renewal,
 };
 use crate::error::{Error, Result};
+use crate::info::LockInfo;
 use crate::name::LockKey;
 use table::{Attempt, Outcome, Table};
 
@@ -106,6 +107,8 @@ struct WaitRegistration<'a> {
     key: &'a LockKey,
     ticket: Option<(u64, Arc<Notify>)>,
     writer: bool,
+    /// Counted as waiting (for `inspect`).
+    waiting: bool,
 }
 
 impl WaitRegistration<'_> {
@@ -114,6 +117,13 @@ impl WaitRegistration<'_> {
             self.ticket = Some(self.backend.table().enqueue(self.key));
         }
         self.ticket.as_ref()
+    }
+
+    fn waiting(&mut self) {
+        if !self.waiting {
+            self.waiting = true;
+            self.backend.table().waiting(self.key, 1);
+        }
     }
 
     fn writer(&mut self) {
@@ -133,6 +143,9 @@ impl Drop for WaitRegistration<'_> {
         }
         if self.writer {
             table.writer_waiting(self.key, -1);
+        }
+        if self.waiting {
+            table.waiting(self.key, -1);
         }
     }
 }
@@ -158,6 +171,7 @@ impl LockBackend for MemoryBackend {
             key: req.key,
             ticket: None,
             writer: false,
+            waiting: false,
         };
         let waits = !req.deadline.has_passed();
         loop {
@@ -177,6 +191,7 @@ impl LockBackend for MemoryBackend {
                 owner: req.owner,
                 ttl: req.ttl,
                 ticket: registration.ticket.as_ref().map(|(id, _)| *id),
+                description: req.holder,
             };
             let now = Instant::now();
             let wake_at = match self.table().try_grant(&attempt, now) {
@@ -192,6 +207,7 @@ impl LockBackend for MemoryBackend {
             if req.deadline.has_passed() {
                 return Ok(None);
             }
+            registration.waiting();
             if req.kind == LockKind::Write {
                 registration.writer();
             }
@@ -244,5 +260,18 @@ impl LockBackend for MemoryBackend {
 
     async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
         Ok(self.table().force_unlock(key, family))
+    }
+
+    async fn force_unlock_holder(
+        &self,
+        key: &LockKey,
+        family: LockFamily,
+        fence: u64,
+    ) -> Result<bool> {
+        Ok(self.table().force_unlock_holder(key, family, fence))
+    }
+
+    async fn inspect(&self, key: &LockKey, family: LockFamily) -> Result<LockInfo> {
+        Ok(self.table().inspect(key, family))
     }
 }

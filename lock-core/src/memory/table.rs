@@ -5,10 +5,14 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::time::SystemTime;
 use tokio::sync::Notify;
+
 use tokio::time::Instant;
 
-use crate::backend::{LockFamily, LockKind, OwnerToken};
+use crate::backend::OwnerToken;
+use crate::info::{HolderInfo, LockInfo};
+use crate::kinds::{LockFamily, LockKind};
 use crate::name::LockKey;
 
 #[derive(Debug)]
@@ -16,11 +20,24 @@ struct Holder {
     owner: OwnerToken,
     fence: u64,
     expires_at: Instant,
+    description: Arc<str>,
+    /// When it was granted, by the wall clock (for `inspect`).
+    acquired_at: SystemTime,
 }
 
 impl Holder {
     fn is(&self, owner: &OwnerToken, fence: u64) -> bool {
         self.owner == *owner && self.fence == fence
+    }
+
+    fn info(&self, kind: LockKind, now: Instant) -> HolderInfo {
+        let left = self.expires_at.saturating_duration_since(now);
+        HolderInfo::new(kind)
+            .with_owner(self.owner.as_str())
+            .with_fencing_token(self.fence)
+            .with_description(&*self.description)
+            .with_acquired_at(self.acquired_at)
+            .with_expires_at(SystemTime::now() + left)
     }
 }
 
@@ -49,6 +66,8 @@ pub(super) struct KeyState {
     writer: Option<Holder>,
     readers: Vec<Holder>,
     waiting_writers: usize,
+    /// Acquires waiting for this key now, of any kind (for `inspect`).
+    waiting: usize,
     /// Wakes exclusive and read-write waiters on any release.
     changed: Arc<Notify>,
 }
@@ -72,6 +91,7 @@ impl KeyState {
             && self.writer.is_none()
             && self.readers.is_empty()
             && self.waiting_writers == 0
+            && self.waiting == 0
             && Arc::strong_count(&self.changed) == 1
     }
 
@@ -112,6 +132,7 @@ pub(super) struct Attempt<'a> {
     pub(super) owner: &'a OwnerToken,
     pub(super) ttl: Duration,
     pub(super) ticket: Option<u64>,
+    pub(super) description: &'a str,
 }
 
 impl Table {
@@ -153,6 +174,15 @@ impl Table {
             state.wake(LockFamily::Fair);
         }
         self.tidy(key);
+    }
+
+    /// Counts an acquire waiting for `key` (or one that stopped waiting).
+    pub(super) fn waiting(&mut self, key: &LockKey, delta: isize) {
+        let state = self.entry(key, Instant::now());
+        state.waiting = state.waiting.saturating_add_signed(delta);
+        if delta < 0 {
+            self.tidy(key);
+        }
     }
 
     /// Counts a waiting writer, so new readers wait behind it.
@@ -205,6 +235,8 @@ impl Table {
             owner: req.owner.clone(),
             fence: self.last_fence,
             expires_at: now + req.ttl,
+            description: req.description.into(),
+            acquired_at: SystemTime::now(),
         };
         let state = self.keys.get_mut(req.key).expect("entry made above");
         match req.kind {
@@ -283,6 +315,59 @@ impl Table {
         let locked = self.entry(key, Instant::now()).holds(family);
         self.tidy(key);
         locked
+    }
+
+    /// Who holds `family` on `key`, and how many wait.
+    pub(super) fn inspect(&mut self, key: &LockKey, family: LockFamily) -> LockInfo {
+        let now = Instant::now();
+        let state = self.entry(key, now);
+        let mut holders = Vec::new();
+        match family {
+            LockFamily::Exclusive => holders.extend(
+                state
+                    .exclusive
+                    .as_ref()
+                    .map(|h| h.info(LockKind::Exclusive, now)),
+            ),
+            LockFamily::Fair => {
+                holders.extend(state.fair.as_ref().map(|h| h.info(LockKind::Fair, now)))
+            }
+            LockFamily::ReadWrite => {
+                holders.extend(state.writer.as_ref().map(|h| h.info(LockKind::Write, now)));
+                holders.extend(state.readers.iter().map(|h| h.info(LockKind::Read, now)));
+            }
+        }
+        let waiters = state.waiting;
+        self.tidy(key);
+        LockInfo::new(holders, Some(waiters))
+    }
+
+    /// Removes the lease of `family` on `key` whose fence is `fence`; returns whether
+    /// there was one.
+    pub(super) fn force_unlock_holder(
+        &mut self,
+        key: &LockKey,
+        family: LockFamily,
+        fence: u64,
+    ) -> bool {
+        let state = self.entry(key, Instant::now());
+        let is = |h: &Option<Holder>| h.as_ref().is_some_and(|h| h.fence == fence);
+        let removed = match family {
+            LockFamily::Exclusive if is(&state.exclusive) => state.exclusive.take().is_some(),
+            LockFamily::Fair if is(&state.fair) => state.fair.take().is_some(),
+            LockFamily::ReadWrite if is(&state.writer) => state.writer.take().is_some(),
+            LockFamily::ReadWrite => {
+                let before = state.readers.len();
+                state.readers.retain(|r| r.fence != fence);
+                state.readers.len() < before
+            }
+            _ => false,
+        };
+        if removed {
+            state.wake(family);
+        }
+        self.tidy(key);
+        removed
     }
 
     /// Removes every lease of `family` on `key`; returns whether there was any.

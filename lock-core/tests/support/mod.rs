@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lock_core::backend::{AcquireRequest, Grant, HeldLease, LockBackend, Renewal};
 use lock_core::memory::MemoryBackend;
-use lock_core::{Capabilities, Error, LockFamily, LockKey, Result};
+use lock_core::{Capabilities, Error, LockFamily, LockInfo, LockKey, Result};
 use tokio::sync::watch;
 
 /// How many calls of each kind reached the backend.
@@ -237,5 +237,18 @@ impl LockBackend for Wrapped {
 
     async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
         self.inner.force_unlock(key, family).await
+    }
+
+    async fn force_unlock_holder(
+        &self,
+        key: &LockKey,
+        family: LockFamily,
+        fence: u64,
+    ) -> Result<bool> {
+        self.inner.force_unlock_holder(key, family, fence).await
+    }
+
+    async fn inspect(&self, key: &LockKey, family: LockFamily) -> Result<LockInfo> {
+        self.inner.inspect(key, family).await
     }
 }

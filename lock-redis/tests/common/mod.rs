@@ -288,6 +288,7 @@ impl<B: LockBackend> Direct<B> {
                 deadline,
                 watchdog: false,
                 loss: &self.loss,
+                holder: "lock-redis test",
             })
             .await
     }
