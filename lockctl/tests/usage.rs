@@ -58,6 +58,8 @@ async fn bad_input_is_one_line_and_the_usage_code() {
         ("nosuch://host", "unknown or disabled"),
         ("redis://host:notaport", "Redis URL"),
         ("sqlite://", "file path"),
+        // In-process only: it cannot exclude another lockctl.
+        ("memory://", "other processes"),
     ] {
         let ctl = Lockctl::new(url, "usage");
         let (code, _, stderr) = ctl.output(&["run", "jobs", "--", "true"]).await;
