@@ -317,4 +317,5 @@ async fn ctrl_z_stops_the_job_and_fg_resumes_it() {
     session.type_in(b"echo \"rc=$?\"\n");
     session.wait_for_output("rc=130").await;
     session.type_in(b"exit\n");
+    println!("the terminal showed:\n{}", session.shown());
 }

@@ -113,6 +113,14 @@ impl Lockctl {
         )
     }
 
+    /// Waits until a [`sleeper`] with `prefix` runs its `sleep`: a signal sent any
+    /// earlier could land while the background `sleep` is forked but not yet executed,
+    /// where the shell's child may lose it, and the `sleep` would outlive the trap.
+    pub async fn wait_for_sleeper(&self, prefix: &str) {
+        self.wait_for_file(&format!("{prefix}.started")).await;
+        self.marked.wait_for_comm("sleep", 1).await;
+    }
+
     /// Waits until the marker `name` exists.
     pub async fn wait_for_file(&self, name: &str) {
         let path = self.file(name);
@@ -303,6 +311,27 @@ impl Drop for Marked {
     }
 }
 
+/// `pid` and its descendants, for failure messages.
+pub fn descendants(pid: i32) -> Vec<Proc> {
+    let all: Vec<Proc> = std::fs::read_dir("/proc")
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .filter_map(Proc::read)
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut found: Vec<Proc> = all.iter().filter(|p| p.pid == pid).cloned().collect();
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i].pid;
+        found.extend(all.iter().filter(|p| p.ppid == parent).cloned());
+        i += 1;
+    }
+    found
+}
+
 pub fn code(status: ExitStatus) -> i32 {
     status.code().unwrap_or(-1)
 }
@@ -318,9 +347,15 @@ pub async fn finish(mut child: Child) -> (i32, String) {
         let _ = tokio::join!(stderr.read_to_end(&mut err), stdout.read_to_end(&mut out));
         err
     });
+    let pid = child.id().map(|pid| pid as i32);
     let status = tokio::time::timeout(PATIENCE, child.wait())
         .await
-        .unwrap_or_else(|_| panic!("lockctl did not exit within {PATIENCE:?}"))
+        .unwrap_or_else(|_| {
+            panic!(
+                "lockctl did not exit within {PATIENCE:?}; its processes: {:?}",
+                pid.map(descendants)
+            )
+        })
         .expect("wait for lockctl");
     let code = code(status);
     let stderr = match tokio::time::timeout(Duration::from_secs(5), read_all).await {
@@ -414,7 +449,7 @@ pub async fn two_runs_serialise(url: &str, backend: &str) {
 pub async fn no_wait_fails_at_once_while_held(url: &str) {
     let ctl = Lockctl::new(url, "nowait");
     let holder = ctl.spawn(&["run", "jobs", "--", "sh", "-c", &sleeper("h")]);
-    ctl.wait_for_file("h.started").await;
+    ctl.wait_for_sleeper("h").await;
     let started = Instant::now();
     let (code, _, stderr) = ctl
         .output(&["run", "--no-wait", "jobs", "--", "true"])
@@ -447,7 +482,7 @@ pub async fn no_wait_fails_at_once_while_held(url: &str) {
 pub async fn sigint_reaches_the_command_and_the_lock_is_released(url: &str) {
     let ctl = Lockctl::new(url, "sigint");
     let holder = ctl.spawn(&["run", "jobs", "--", "sh", "-c", &sleeper("h")]);
-    ctl.wait_for_file("h.started").await;
+    ctl.wait_for_sleeper("h").await;
     signal(&holder, libc::SIGINT);
     let (code, stderr) = finish(holder).await;
     assert_eq!(code, 130, "{stderr}");
@@ -456,7 +491,7 @@ pub async fn sigint_reaches_the_command_and_the_lock_is_released(url: &str) {
     assert_eq!((code, stdout.trim()), (0, "free"));
     // A waiting lockctl given SIGINT gives up without running anything.
     let holder = ctl.spawn(&["run", "jobs", "--", "sh", "-c", &sleeper("h2")]);
-    ctl.wait_for_file("h2.started").await;
+    ctl.wait_for_sleeper("h2").await;
     let waiter = ctl.spawn(&["run", "jobs", "--", "touch", "never"]);
     tokio::time::sleep(Duration::from_millis(300)).await;
     signal(&waiter, libc::SIGINT);
@@ -483,7 +518,7 @@ pub async fn force_unlock_stops_the_command_with_the_lost_code(url: &str) {
         "-c",
         &sleeper("h"),
     ]);
-    ctl.wait_for_file("h.started").await;
+    ctl.wait_for_sleeper("h").await;
     let (code, _, stderr) = ctl.output(&["force-unlock", "jobs"]).await;
     assert_eq!(code, USAGE, "no terminal, no --yes: refused: {stderr}");
     let (code, stdout, stderr) = ctl.output(&["force-unlock", "--yes", "jobs"]).await;
