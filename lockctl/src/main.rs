@@ -12,10 +12,14 @@ mod admin;
 mod cli;
 mod events;
 mod exit;
+mod group;
 mod run;
 mod signals;
 mod state_dir;
+mod supervisor;
+mod terminal;
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::error::ErrorKind;
@@ -25,8 +29,15 @@ use distributed_locks::{connect, ConnectOptions};
 use cli::{Cli, Command};
 use events::Reporter;
 use exit::Failure;
+use signals::Inherited;
 
 fn main() -> ExitCode {
+    // Before anything installs a handler: the command gets these dispositions back.
+    let inherited = Inherited::capture();
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if supervisor::wanted(&args) {
+        supervisor::main(&args[1..]);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => return usage_error(&error),
@@ -44,21 +55,30 @@ fn main() -> ExitCode {
             ))
         }
     };
-    match runtime.block_on(execute(cli)) {
+    // The command's supervisor is forked inside `execute`, on this thread, which lives
+    // as long as lockctl (see `group::CommandGroup::start`).
+    match runtime.block_on(execute(cli, inherited)) {
         Ok(code) => ExitCode::from(code),
         Err(failure) => fail(&failure),
     }
 }
 
-async fn execute(cli: Cli) -> Result<u8, Failure> {
+async fn execute(cli: Cli, inherited: Inherited) -> Result<u8, Failure> {
     // Caught before connecting, so Ctrl-C during a slow connect or a wait ends cleanly.
-    let mut signals = match &cli.command {
-        Command::Run(_) => Some(
-            signals::Signals::catch()
-                .map_err(|e| Failure::new(exit::FAILED, format!("cannot catch signals: {e}")))?,
-        ),
-        _ => None,
-    };
+    let mut signals =
+        match &cli.command {
+            Command::Run(_) => {
+                // An ignored SIGCHLD (inherited) would reap the supervisor unasked.
+                // SAFETY: the default disposition of SIGCHLD is valid.
+                unsafe {
+                    libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+                }
+                Some(signals::Signals::catch(inherited).map_err(|e| {
+                    Failure::new(exit::FAILED, format!("cannot catch signals: {e}"))
+                })?)
+            }
+            _ => None,
+        };
     let url = match cli.url.clone() {
         Some(url) => url,
         None => state_dir::default_url()?,
@@ -70,7 +90,7 @@ async fn execute(cli: Cli) -> Result<u8, Failure> {
     let client = match signals.as_mut() {
         Some(signals) => tokio::select! {
             client = connect(&url, options) => client?,
-            caught = signals.next() => return Ok(exit::for_signal(caught.number())),
+            signal = signals.next() => return Ok(exit::for_signal(signal)),
         },
         None => connect(&url, options).await?,
     };
@@ -84,7 +104,7 @@ async fn execute(cli: Cli) -> Result<u8, Failure> {
     let outcome = match cli.command {
         Command::Run(args) => {
             let signals = signals.expect("caught above for run");
-            run::run(client.clone(), args, reporter, signals).await
+            run::run(client.clone(), args, reporter, signals, inherited).await
         }
         Command::Status { name } => admin::status(client.clone(), &name, &reporter).await,
         Command::Wait { name, wait } => admin::wait(client.clone(), &name, wait, &reporter).await,

@@ -1,19 +1,28 @@
 //! `lockctl run`: hold a lock around a command.
+//!
+//! The command runs under a supervisor (`supervisor.rs`) in a process group of its
+//! own. Every signal lockctl passes on, and the stop after a loss, go to that whole
+//! group; lockctl releases the lock only once the supervisor has exited, which it does
+//! only when the command and every process it left behind are gone. If lockctl dies,
+//! the supervisor kills the group.
 
-use std::io::ErrorKind;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use distributed_locks::{AcquireOptions, Error, LeaseLoss, LockGuard, LockProvider};
 use serde_json::json;
-use tokio::process::{Child, Command};
 
 use crate::cli::RunArgs;
 use crate::events::Reporter;
 use crate::exit::{self, Failure};
-use crate::signals::{self, Signals, SIGKILL, SIGTERM};
+use crate::group::{CommandGroup, Event, Launch};
+use crate::signals::{self, Inherited, Signals, SIGKILL, SIGTERM};
+use crate::terminal::Terminal;
+
+/// After SIGKILL, how long lockctl waits for the supervisor to report the group gone.
+const AFTER_SIGKILL: Duration = Duration::from_secs(10);
 
 /// Acquires, runs the command, releases; returns the exit code.
 pub(crate) async fn run(
@@ -21,6 +30,7 @@ pub(crate) async fn run(
     args: RunArgs,
     reporter: Reporter,
     mut signals: Signals,
+    inherited: Inherited,
 ) -> Result<u8, Failure> {
     let lock = client.lock(&args.name)?;
     let mut options = match (args.no_wait, args.wait) {
@@ -36,12 +46,13 @@ pub(crate) async fn run(
     let acquired = tokio::select! {
         acquired = lock.acquire_with(options) => acquired,
         // Given up while waiting: dropping the acquire leaves nothing held or queued.
-        caught = signals.next() => return Ok(exit::for_signal(caught.number())),
+        signal = signals.next() => return Ok(exit::for_signal(signal)),
     };
     drop(progress);
     let guard = match acquired {
         Ok(guard) => guard,
-        Err(Error::Timeout { waited, .. }) => {
+        Err(Error::Timeout { .. }) => {
+            let waited = started.elapsed();
             reporter.event(
                 "not_acquired",
                 json!({ "waited_ms": waited.as_millis() as u64 }),
@@ -63,75 +74,192 @@ pub(crate) async fn run(
         "acquired",
         json!({ "token": token, "waited_ms": started.elapsed().as_millis() as u64 }),
     );
-    let child = match spawn(&args, client.backend_name(), token) {
-        Ok(child) => child,
+    let terminal = Terminal::controlling();
+    if terminal.is_some() {
+        // lockctl moves the terminal between groups and may write while the command
+        // has it (with `stty tostop`): SIGTTOU must not stop it. The command gets the
+        // disposition lockctl inherited.
+        signals::ignore(libc::SIGTTOU);
+    }
+    if let Err(error) = signals.catch_job_control() {
+        release(guard, &reporter, None).await;
+        return Err(Failure::new(
+            exit::FAILED,
+            format!("cannot catch signals: {error}"),
+        ));
+    }
+    let launch = Launch {
+        argv: &args.command,
+        env: vec![
+            ("LOCK_NAME", args.name.clone()),
+            ("LOCK_FENCING_TOKEN", token.to_string()),
+            ("LOCK_BACKEND", client.backend_name().to_owned()),
+        ],
+        inherited,
+        terminal: terminal.as_ref(),
+        give_terminal: terminal.as_ref().is_some_and(Terminal::ours),
+    };
+    let group = match CommandGroup::start(launch).await {
+        Ok(group) => group,
         Err(failure) => {
             release(guard, &reporter, None).await;
             return Err(failure);
         }
     };
-    supervise(child, guard, &args, &reporter, &mut signals).await
+    supervise(group, guard, &args, &reporter, &mut signals, terminal).await
 }
 
-fn spawn(args: &RunArgs, backend: &str, token: u64) -> Result<Child, Failure> {
-    let (program, rest) = args
-        .command
-        .split_first()
-        .ok_or_else(|| Failure::new(exit::USAGE, "no command given"))?;
-    Command::new(program)
-        .args(rest)
-        .env("LOCK_NAME", &args.name)
-        .env("LOCK_FENCING_TOKEN", token.to_string())
-        .env("LOCK_BACKEND", backend)
-        .spawn()
-        .map_err(|error| {
-            let code = match error.kind() {
-                ErrorKind::NotFound => exit::NOT_FOUND,
-                _ => exit::CANNOT_RUN,
-            };
-            let program = program.to_string_lossy();
-            Failure::new(code, format!("cannot run {program:?}: {error}"))
-        })
+/// How supervision ended.
+enum Outcome {
+    Ended(ExitStatus),
+    Lost(LeaseLoss),
 }
 
-/// Waits for the command while watching the lease and passing signals on.
+/// Waits for the command while watching the lease, passing signals on to the
+/// command's group, and following job control.
 async fn supervise(
-    mut child: Child,
+    mut group: CommandGroup,
     guard: LockGuard,
     args: &RunArgs,
     reporter: &Reporter,
     signals: &mut Signals,
+    terminal: Option<Terminal>,
 ) -> Result<u8, Failure> {
-    let pid = child.id().unwrap_or(0);
     let mut lost = Box::pin(guard.lost());
-    let loss = loop {
+    let outcome = loop {
         tokio::select! {
-            status = child.wait() => {
-                let status = status.map_err(|e| Failure::new(exit::FAILED, format!("waiting for the command: {e}")))?;
-                let code = code_of(status);
-                return Ok(release(guard, reporter, Some(code)).await.unwrap_or(code));
-            }
-            loss = &mut lost => break loss,
-            caught = signals.next() => caught.pass_on(pid),
+            event = group.next() => match event {
+                Event::Ended(status) => break Outcome::Ended(status),
+                Event::Stopped(signal) => {
+                    reporter.event("stopped", json!({ "signal": signal }));
+                    stop_with_the_command(&group, terminal.as_ref());
+                }
+                Event::Group(_) => {}
+            },
+            loss = &mut lost => break Outcome::Lost(loss),
+            signal = signals.next() => match signal {
+                libc::SIGCONT => {
+                    // Stopped for longer than the lease: the command must not go on.
+                    if !guard.is_held() {
+                        break Outcome::Lost(LeaseLoss::Expired);
+                    }
+                    reporter.event("continued", json!({}));
+                    resume(&group, terminal.as_ref());
+                }
+                // SIGTSTP included: the command stops, the supervisor says so, and
+                // lockctl stops after it.
+                signal => group.signal(signal),
+            },
         }
     };
-    let token = guard.fencing_token();
-    reporter.event(
-        "lost",
-        json!({ "token": token, "reason": loss.to_string() }),
-    );
-    eprintln!(
-        "lockctl: lock `{}` lost ({loss}); stopping the command",
-        args.name
-    );
-    signals::send(pid, SIGTERM);
-    let stopped = tokio::time::timeout(args.kill_grace, child.wait()).await;
-    if stopped.is_err() {
-        signals::send(pid, SIGKILL);
-        let _ = child.wait().await;
+    let status = match outcome {
+        Outcome::Ended(status) => status,
+        Outcome::Lost(loss) => {
+            let token = guard.fencing_token();
+            reporter.event(
+                "lost",
+                json!({ "token": token, "reason": loss.to_string() }),
+            );
+            eprintln!(
+                "lockctl: lock `{}` lost ({loss}); stopping the command",
+                args.name
+            );
+            stop_the_group(&mut group, args.kill_grace).await;
+            if let Some(terminal) = &terminal {
+                terminal.take_back_from(group.id());
+            }
+            drop(guard);
+            return Ok(exit::LOST);
+        }
+    };
+    if let Some(terminal) = &terminal {
+        terminal.take_back_from(group.id());
     }
-    drop(guard);
-    Ok(exit::LOST)
+    let mut code = code_of(status);
+    if group.left_behind() {
+        // Only if the supervisor was killed (by someone else): its group is on its own.
+        eprintln!(
+            "lockctl: the command's supervisor was killed ({status}) while processes of its group still ran; stopping them before the lock is released"
+        );
+        stop_leftovers(group.id(), args.kill_grace).await;
+        code = exit::FAILED;
+    }
+    Ok(release(guard, reporter, Some(code)).await.unwrap_or(code))
+}
+
+/// The command stopped for job control: lockctl takes the terminal back and stops
+/// too, so the shell that started it sees the job stopped. The SIGCONT that resumes
+/// lockctl resumes the command (see [`resume`]). With no job-control shell above
+/// (lockctl's group is orphaned), lockctl does not stop and the command stays stopped
+/// until lockctl gets SIGCONT.
+fn stop_with_the_command(group: &CommandGroup, terminal: Option<&Terminal>) {
+    if let Some(terminal) = terminal {
+        terminal.take_back_from(group.id());
+    }
+    signals::stop_self();
+}
+
+/// lockctl got SIGCONT (`fg`, `bg`, `kill -CONT`): the command goes on too, with the
+/// terminal if lockctl's group has it (`fg`), without it otherwise (`bg`).
+fn resume(group: &CommandGroup, terminal: Option<&Terminal>) {
+    if let Some(terminal) = terminal.filter(|t| t.ours()) {
+        terminal.give_to(group.id());
+    }
+    group.signal(libc::SIGCONT);
+}
+
+/// After a loss: SIGTERM to the whole group (and SIGCONT, for a stopped one), then
+/// SIGKILL after `grace`; returns once the supervisor says all of it is gone, or a
+/// while after SIGKILL if it does not (processes that left the group).
+async fn stop_the_group(group: &mut CommandGroup, grace: Duration) {
+    group.signal(SIGTERM);
+    group.signal(libc::SIGCONT);
+    if tokio::time::timeout(grace, group.ended()).await.is_ok() {
+        return;
+    }
+    group.signal(SIGKILL);
+    if tokio::time::timeout(AFTER_SIGKILL, group.ended())
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    if signals::group_exists(group.id()) {
+        eprintln!(
+            "lockctl: processes of the command's group are still there {AFTER_SIGKILL:?} after SIGKILL"
+        );
+    } else {
+        eprintln!(
+            "lockctl: the command's process group is gone, but processes it moved out of its group still run; lockctl leaves them"
+        );
+    }
+}
+
+/// The supervisor is gone but its group is not: SIGTERM, SIGKILL after `grace`, and
+/// wait (bounded) until the group is empty. Nobody reaps these for lockctl: they were
+/// handed to init or the nearest subreaper, which does.
+async fn stop_leftovers(group: libc::pid_t, grace: Duration) {
+    signals::send_to_group(group, SIGTERM);
+    signals::send_to_group(group, libc::SIGCONT);
+    let gone = |limit: Duration| async move {
+        let started = Instant::now();
+        while signals::group_exists(group) {
+            if started.elapsed() > limit {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    };
+    if gone(grace).await {
+        return;
+    }
+    signals::send_to_group(group, SIGKILL);
+    if !gone(AFTER_SIGKILL).await {
+        eprintln!(
+            "lockctl: processes of the command's group are still there {AFTER_SIGKILL:?} after SIGKILL"
+        );
+    }
 }
 
 /// Releases `guard` after the command ended with `code`; `Some(LOST)` if the lease
