@@ -13,6 +13,7 @@ mod cli;
 mod events;
 mod exit;
 mod group;
+mod locks;
 mod run;
 mod signals;
 mod state_dir;
@@ -94,6 +95,14 @@ async fn execute(cli: Cli, inherited: Inherited) -> Result<u8, Failure> {
         },
         None => connect(&url, options).await?,
     };
+    if !client.capabilities().cross_process {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "{url:?} keeps its locks inside one process: it cannot exclude other processes; use sqlite://PATH on one machine, or a server"
+            ),
+        ));
+    }
     let name = match &cli.command {
         Command::Run(args) => &args.name,
         Command::Status { name }
@@ -107,7 +116,11 @@ async fn execute(cli: Cli, inherited: Inherited) -> Result<u8, Failure> {
             run::run(client.clone(), args, reporter, signals, inherited).await
         }
         Command::Status { name } => admin::status(client.clone(), &name, &reporter).await,
-        Command::Wait { name, wait } => admin::wait(client.clone(), &name, wait, &reporter).await,
+        Command::Wait {
+            name,
+            wait,
+            conflict_exit_code,
+        } => admin::wait(client.clone(), &name, wait, conflict_exit_code, &reporter).await,
         Command::ForceUnlock { name, yes } => {
             admin::force_unlock(client.clone(), &name, yes, &reporter).await
         }

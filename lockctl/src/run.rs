@@ -11,13 +11,14 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distributed_locks::{AcquireOptions, Error, LeaseLoss, LockGuard, LockProvider};
+use distributed_locks::{AcquireOptions, Error, FairLock, LeaseLoss, LockGuard, LockProvider};
 use serde_json::json;
 
 use crate::cli::RunArgs;
 use crate::events::Reporter;
 use crate::exit::{self, Failure};
 use crate::group::{CommandGroup, Event, Launch};
+use crate::locks::RunLock;
 use crate::signals::{self, Inherited, Signals, SIGKILL, SIGTERM};
 use crate::terminal::Terminal;
 
@@ -32,19 +33,24 @@ pub(crate) async fn run(
     mut signals: Signals,
     inherited: Inherited,
 ) -> Result<u8, Failure> {
-    let lock = client.lock(&args.name)?;
-    let mut options = match (args.no_wait, args.wait) {
-        (true, _) => AcquireOptions::try_once(),
-        (false, Some(limit)) => AcquireOptions::wait_for(limit),
-        (false, None) => AcquireOptions::wait_forever(),
-    };
-    if let Some(lease) = args.lease {
-        options = options.lease(lease);
+    let lock = RunLock::of(&*client, &args.name)?;
+    if args.shared && !lock.can_share() {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "--shared needs read-write locks, which the {} backend does not have",
+                client.backend_name()
+            ),
+        ));
     }
+    let fair = match args.fair {
+        true => Some(client.fair_lock(&args.name)?),
+        false => None,
+    };
     let started = Instant::now();
     let progress = reporter.progress("waiting for");
     let acquired = tokio::select! {
-        acquired = lock.acquire_with(options) => acquired,
+        acquired = acquire(&lock, fair.as_deref(), &args) => acquired,
         // Given up while waiting: dropping the acquire leaves nothing held or queued.
         signal = signals.next() => return Ok(exit::for_signal(signal)),
     };
@@ -63,7 +69,7 @@ pub(crate) async fn run(
                 format!("it was still held after {waited:?}")
             };
             return Err(Failure::new(
-                exit::NOT_ACQUIRED,
+                args.conflict_exit_code,
                 format!("lock `{}` not acquired: {why}", args.name),
             ));
         }
@@ -72,7 +78,11 @@ pub(crate) async fn run(
     let token = guard.fencing_token();
     reporter.event(
         "acquired",
-        json!({ "token": token, "waited_ms": started.elapsed().as_millis() as u64 }),
+        json!({
+            "token": token,
+            "shared": args.shared,
+            "waited_ms": started.elapsed().as_millis() as u64,
+        }),
     );
     let terminal = Terminal::controlling();
     if terminal.is_some() {
@@ -88,8 +98,9 @@ pub(crate) async fn run(
             format!("cannot catch signals: {error}"),
         ));
     }
+    let argv = args.command_line();
     let launch = Launch {
-        argv: &args.command,
+        argv: &argv,
         env: vec![
             ("LOCK_NAME", args.name.clone()),
             ("LOCK_FENCING_TOKEN", token.to_string()),
@@ -107,6 +118,40 @@ pub(crate) async fn run(
         }
     };
     supervise(group, guard, &args, &reporter, &mut signals, terminal).await
+}
+
+/// Takes the fair lock's place in line first with `--fair`, then the lock itself,
+/// all within `--wait`.
+///
+/// A fair lock and the exclusive or read-write lock of one name are separate locks,
+/// so `--fair` cannot just take the fair lock: it would not exclude runs without
+/// `--fair`. The fair lock is a ticket: the run holding it is the only `--fair` run
+/// asking for the lock itself, the others wait in line behind it; it gives the
+/// ticket back once it has the lock (a `--shared` one then lets the next shared run
+/// in at once).
+async fn acquire(
+    lock: &RunLock,
+    fair: Option<&dyn FairLock>,
+    args: &RunArgs,
+) -> Result<LockGuard, Error> {
+    let deadline = args.wait.map(|wait| Instant::now() + wait);
+    let options = || match (args.no_wait, deadline) {
+        (true, _) => AcquireOptions::try_once(),
+        (false, Some(at)) => AcquireOptions::wait_for(at.saturating_duration_since(Instant::now())),
+        (false, None) => AcquireOptions::wait_forever(),
+    };
+    let ticket = match fair {
+        Some(fair) => Some(fair.acquire_with(options()).await?),
+        None => None,
+    };
+    let mut main = options();
+    if let Some(lease) = args.lease {
+        main = main.lease(lease);
+    }
+    let guard = lock.acquire(args.shared, main).await;
+    // Released in the background (lock-core sees it through; shutdown waits for it).
+    drop(ticket);
+    guard
 }
 
 /// How supervision ended.
