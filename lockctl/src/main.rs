@@ -22,6 +22,7 @@ mod terminal;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::Parser;
@@ -31,6 +32,10 @@ use cli::{Cli, Command};
 use events::Reporter;
 use exit::Failure;
 use signals::Inherited;
+
+/// How long lockctl waits at exit for the backend to confirm its clean-ups (a
+/// release retried in the background, say) before it leaves them to the lease.
+const SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
 
 fn main() -> ExitCode {
     // Before anything installs a handler: the command gets these dispositions back.
@@ -125,9 +130,14 @@ async fn execute(cli: Cli, inherited: Inherited) -> Result<u8, Failure> {
             admin::force_unlock(client.clone(), &name, yes, &reporter).await
         }
     };
-    // Releases whatever is still held and finishes clean-ups before the process ends.
-    if let Err(error) = client.shutdown().await {
-        eprintln!("lockctl: {error}");
+    // Releases whatever is still held and finishes clean-ups before the process ends;
+    // a backend that went away gets a few seconds, not the rest of the lease.
+    match tokio::time::timeout(SHUTDOWN_LIMIT, client.shutdown()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => eprintln!("lockctl: {error}"),
+        Err(_) => eprintln!(
+            "lockctl: the backend did not confirm the clean-up within {SHUTDOWN_LIMIT:?}; whatever lockctl still held expires with its lease"
+        ),
     }
     outcome
 }

@@ -22,6 +22,10 @@ use crate::locks::RunLock;
 use crate::signals::{self, Inherited, Signals, SIGKILL, SIGTERM};
 use crate::terminal::Terminal;
 
+/// How long the release at the end may take before lockctl leaves the lease to
+/// expire on its own (a backend that went away while the command ran).
+pub(crate) const RELEASE_LIMIT: Duration = Duration::from_secs(5);
+
 /// After SIGKILL, how long lockctl waits for the supervisor to report the group gone.
 const AFTER_SIGKILL: Duration = Duration::from_secs(10);
 
@@ -308,16 +312,18 @@ async fn stop_leftovers(group: libc::pid_t, grace: Duration) {
 }
 
 /// Releases `guard` after the command ended with `code`; `Some(LOST)` if the lease
-/// turned out to be gone (the command may not have run alone).
+/// turned out to be gone (the command may not have run alone). A backend that does not
+/// answer within [`RELEASE_LIMIT`] leaves the lease to expire on its own.
 async fn release(guard: LockGuard, reporter: &Reporter, code: Option<u8>) -> Option<u8> {
     let token = guard.fencing_token();
     let name = guard.name().to_string();
-    match guard.release().await {
-        Ok(()) => {
+    let expires = expiry_note(guard.remaining());
+    match tokio::time::timeout(RELEASE_LIMIT, guard.release()).await {
+        Ok(Ok(())) => {
             reporter.event("released", json!({ "token": token, "exit_code": code }));
             None
         }
-        Err(Error::LeaseLost { .. }) => {
+        Ok(Err(Error::LeaseLost { .. })) => {
             reporter.event(
                 "lost",
                 json!({ "token": token, "reason": LeaseLoss::Revoked.to_string() }),
@@ -325,11 +331,37 @@ async fn release(guard: LockGuard, reporter: &Reporter, code: Option<u8>) -> Opt
             eprintln!("lockctl: lock `{name}` was lost before the command ended");
             Some(exit::LOST)
         }
-        Err(error) => {
-            // The lease expires on its own; the command's result still stands.
-            eprintln!("lockctl: could not release lock `{name}` ({error}); it expires on its own");
+        Ok(Err(error)) => {
+            // The command's result still stands.
+            let error = error.to_string().replace(['\n', '\r'], " ");
+            reporter.event(
+                "release_failed",
+                json!({ "token": token, "exit_code": code, "error": error }),
+            );
+            eprintln!("lockctl: could not release lock `{name}` ({error}); {expires}");
             None
         }
+        Err(_) => {
+            reporter.event(
+                "release_failed",
+                json!({ "token": token, "exit_code": code, "error": "no answer" }),
+            );
+            eprintln!(
+                "lockctl: the backend did not answer the release of lock `{name}` within {RELEASE_LIMIT:?}; {expires}"
+            );
+            None
+        }
+    }
+}
+
+/// "its lease expires on its own (within about N s)".
+pub(crate) fn expiry_note(remaining: Option<Duration>) -> String {
+    match remaining {
+        Some(left) => format!(
+            "its lease expires on its own within about {}s",
+            left.as_secs() + 1
+        ),
+        None => "its lease expires on its own".to_owned(),
     }
 }
 
