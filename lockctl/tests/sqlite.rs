@@ -125,3 +125,113 @@ async fn without_a_url_locks_live_in_the_state_directory() {
         assert!(expected.exists(), "{} was made", expected.display());
     }
 }
+
+/// `--system`: one SQLite file for every user of the machine. Two users (uids 65534
+/// and 65533, sharing a group, as with `install -d -m 2770 -g GROUP`) exclude each
+/// other through it; a directory anyone could swap the file in is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_system_file_excludes_across_users() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    const GROUP: u32 = 4242;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let setpriv = std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !root || !setpriv {
+        println!("SKIP: running lockctl as two users needs root and setpriv");
+        return;
+    }
+    let base = tempfile::tempdir().unwrap();
+    let mode = |path: &std::path::Path, bits: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(bits)).unwrap()
+    };
+    mode(base.path(), 0o755);
+    let shared = base.path().join("lockctl");
+    std::fs::create_dir(&shared).unwrap();
+    std::os::unix::fs::chown(&shared, Some(0), Some(GROUP)).unwrap();
+    mode(&shared, 0o2770);
+    let scratch = base.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    mode(&scratch, 0o777);
+    let marked = common::Marked::new();
+    let as_user = |uid: u32, dir: &std::path::Path, args: &[&str]| {
+        let mut cmd = tokio::process::Command::new("setpriv");
+        cmd.args(["--reuid", &uid.to_string(), "--regid", &GROUP.to_string()])
+            .args(["--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_lockctl"))
+            .args(["--system", "--namespace", "system"])
+            .args(args)
+            .env_remove("LOCKCTL_URL")
+            .env("LOCKCTL_SYSTEM_DIR", dir)
+            .env("HOME", &scratch)
+            .env("D", &scratch)
+            .env(common::MARKER_VAR, &marked.marker)
+            .current_dir(&scratch)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        cmd
+    };
+    let output = |mut cmd: tokio::process::Command| async move {
+        let out = tokio::time::timeout(common::PATIENCE, cmd.output())
+            .await
+            .expect("lockctl ended in time")
+            .expect("run lockctl");
+        (
+            common::code(out.status),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let mut holder = as_user(
+        65534,
+        &shared,
+        &["run", "jobs", "--", "sh", "-c", &until_go("h", "go")],
+    )
+    .spawn()
+    .expect("start lockctl as uid 65534");
+    let started = Instant::now();
+    while !scratch.join("h.in").exists() {
+        if holder.try_wait().unwrap().is_some() {
+            let (code, stderr) = finish(holder).await;
+            panic!("the first user's lockctl exited {code}: {stderr}");
+        }
+        assert!(
+            started.elapsed() < common::PATIENCE,
+            "the first user's command never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (code, _, stderr) = output(as_user(
+        65533,
+        &shared,
+        &["run", "--no-wait", "jobs", "--", "true"],
+    ))
+    .await;
+    assert_eq!(code, NOT_ACQUIRED, "another user is excluded: {stderr}");
+    let (code, stdout, stderr) = output(as_user(65533, &shared, &["status", "jobs"])).await;
+    assert_eq!((code, stdout.as_str()), (1, "held"), "{stderr}");
+    std::fs::write(scratch.join("go"), "").unwrap();
+    let (code, stderr) = finish(holder).await;
+    assert_eq!(code, 0, "{stderr}");
+    let (code, _, stderr) = output(as_user(65533, &shared, &["run", "jobs", "--", "true"])).await;
+    assert_eq!(code, 0, "the other user gets it once free: {stderr}");
+    let file = std::fs::metadata(shared.join("locks.db")).unwrap();
+    assert_eq!(file.mode() & 0o777, 0o666, "every user may use the file");
+
+    // Refused: a directory everyone may write without the sticky bit, and a link.
+    let open = base.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    mode(&open, 0o777);
+    let link = base.path().join("link");
+    std::os::unix::fs::symlink(&shared, &link).unwrap();
+    for (dir, words) in [(&open, "sticky"), (&link, "symbolic link")] {
+        let (code, _, stderr) = output(as_user(65533, dir, &["status", "jobs"])).await;
+        assert_eq!(code, 70, "{}: {stderr}", dir.display());
+        assert!(stderr.contains(words), "{}: {stderr}", dir.display());
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
+}
