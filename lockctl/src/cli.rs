@@ -3,7 +3,10 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::builder::FalseyValueParser;
+use clap::error::ErrorKind;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use distributed_locks::{DEFAULT_NAMESPACE, MAX_DURATION};
 
 use crate::exit;
@@ -12,7 +15,8 @@ use crate::exit;
 ///
 /// Without --url (or LOCKCTL_URL), locks live in an SQLite file in your state directory
 /// ($XDG_STATE_HOME/lockctl/locks.db, else ~/.local/state/lockctl/locks.db): enough for
-/// your own processes on one machine, with no server.
+/// your own processes on one machine, with no server. --system uses one file for every
+/// user of the machine instead.
 #[derive(Debug, Parser)]
 #[command(name = "lockctl", version)]
 pub(crate) struct Cli {
@@ -20,6 +24,16 @@ pub(crate) struct Cli {
     /// sqlite://path (default: the SQLite file in your state directory).
     #[arg(short, long, global = true, env = "LOCKCTL_URL", value_name = "URL")]
     pub(crate) url: Option<String>,
+    /// Use the machine-wide SQLite file that every user of this machine shares
+    /// ($LOCKCTL_SYSTEM_DIR/locks.db, default /run/lock/lockctl/locks.db) instead of your own.
+    /// LOCKCTL_SYSTEM=1 (or yes, true, on) does the same.
+    #[arg(
+        long,
+        global = true,
+        env = "LOCKCTL_SYSTEM",
+        value_parser = FalseyValueParser::new()
+    )]
+    pub(crate) system: bool,
     /// The namespace the lock's name lives in.
     #[arg(long, global = true, default_value = DEFAULT_NAMESPACE, value_name = "NS")]
     pub(crate) namespace: String,
@@ -29,6 +43,47 @@ pub(crate) struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub(crate) command: Command,
+}
+
+/// Where the locks are, as the command line and the environment say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Store {
+    /// `--url` or `LOCKCTL_URL`.
+    Url(String),
+    /// `--system` or `LOCKCTL_SYSTEM`.
+    System,
+    /// The SQLite file in the user's state directory.
+    Own,
+}
+
+impl Cli {
+    /// Parses the command line; also says which store it names. The command line
+    /// wins over the environment (`--system` over `LOCKCTL_URL`, `--url` over
+    /// `LOCKCTL_SYSTEM`); `--url` and `--system` both on the command line are refused.
+    pub(crate) fn parse_with_store() -> Result<(Cli, Store), clap::Error> {
+        let matches = Cli::command().try_get_matches()?;
+        let cli = Cli::from_arg_matches(&matches)?;
+        let store = cli.store(&matches)?;
+        Ok((cli, store))
+    }
+
+    fn store(&self, matches: &ArgMatches) -> Result<Store, clap::Error> {
+        let typed = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+        let (url_typed, system_typed) = (typed("url"), self.system && typed("system"));
+        if url_typed && system_typed {
+            return Err(Cli::command().error(
+                ErrorKind::ArgumentConflict,
+                "--url and --system cannot be used together",
+            ));
+        }
+        Ok(match (&self.url, self.system) {
+            (Some(url), _) if url_typed => Store::Url(url.clone()),
+            (_, true) if system_typed => Store::System,
+            (Some(url), _) => Store::Url(url.clone()),
+            (None, true) => Store::System,
+            (None, false) => Store::Own,
+        })
+    }
 }
 
 /// The commands.

@@ -25,10 +25,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::error::ErrorKind;
-use clap::Parser;
 use distributed_locks::{connect, ConnectOptions};
 
-use cli::{Cli, Command};
+use cli::{Cli, Command, Store};
 use events::Reporter;
 use exit::Failure;
 use signals::Inherited;
@@ -44,8 +43,8 @@ fn main() -> ExitCode {
     if supervisor::wanted(&args) {
         supervisor::main(&args[1..]);
     }
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let (cli, store) = match Cli::parse_with_store() {
+        Ok(parsed) => parsed,
         Err(error) => return usage_error(&error),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -63,13 +62,13 @@ fn main() -> ExitCode {
     };
     // The command's supervisor is forked inside `execute`, on this thread, which lives
     // as long as lockctl (see `group::CommandGroup::start`).
-    match runtime.block_on(execute(cli, inherited)) {
+    match runtime.block_on(execute(cli, store, inherited)) {
         Ok(code) => ExitCode::from(code),
         Err(failure) => fail(&failure),
     }
 }
 
-async fn execute(cli: Cli, inherited: Inherited) -> Result<u8, Failure> {
+async fn execute(cli: Cli, store: Store, inherited: Inherited) -> Result<u8, Failure> {
     // Caught before connecting, so Ctrl-C during a slow connect or a wait ends cleanly.
     let mut signals =
         match &cli.command {
@@ -85,9 +84,10 @@ async fn execute(cli: Cli, inherited: Inherited) -> Result<u8, Failure> {
             }
             _ => None,
         };
-    let url = match cli.url.clone() {
-        Some(url) => url,
-        None => state_dir::default_url()?,
+    let url = match store {
+        Store::Url(url) => url,
+        Store::System => state_dir::system_url()?,
+        Store::Own => state_dir::default_url()?,
     };
     let mut options = ConnectOptions::default().namespace(cli.namespace.clone());
     if let Command::Run(args) = &cli.command {
