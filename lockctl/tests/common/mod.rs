@@ -596,6 +596,7 @@ pub async fn group_scenarios(url: &str, backend: &str) {
             force_unlock_stops_every_process_of_the_command,
             sigterm_to_lockctl_reaches_every_process_of_the_command,
             a_command_that_ignores_sigterm_is_killed_after_the_grace,
+            a_killed_supervisor_leaves_nothing_running,
         ]
     );
 }
@@ -728,6 +729,47 @@ pub async fn a_command_that_ignores_sigterm_is_killed_after_the_grace(url: &str,
         "[{backend}] still running when lockctl exited {LOST}: {left:?}"
     );
     println!("lockctl[{backend}] PASS a_command_that_ignores_sigterm_is_killed_after_the_grace");
+}
+
+/// The command's supervisor (lockctl's only child) SIGKILLed alone: lockctl stops
+/// what is left of the command's group before it releases, and says so (exit 70).
+pub async fn a_killed_supervisor_leaves_nothing_running(url: &str, backend: &str) {
+    let ctl = Lockctl::new(url, "supervisor");
+    let marked = Marked::new();
+    let holder = ctl.spawn_marked(
+        &marked,
+        &[
+            "run",
+            "--kill-grace",
+            "1s",
+            "jobs",
+            "--",
+            "sh",
+            "-c",
+            SHELL_WITH_CHILDREN,
+        ],
+    );
+    let lockctl = holder.id().map(|pid| pid as i32);
+    let found = marked.wait_for_comm("sleep", 2).await;
+    let supervisor = found
+        .iter()
+        .find(|p| Some(p.ppid) == lockctl)
+        .unwrap_or_else(|| panic!("lockctl's child among {found:?}"));
+    // SAFETY: kill(2) of a process this scenario started.
+    unsafe {
+        libc::kill(supervisor.pid, libc::SIGKILL);
+    }
+    let (code, stderr) = finish(holder).await;
+    let left = marked.processes_but(lockctl.map(|pid| pid as u32));
+    assert_eq!(code, 70, "[{backend}] {stderr}");
+    assert!(stderr.contains("supervisor"), "[{backend}] {stderr}");
+    assert!(
+        left.is_empty(),
+        "[{backend}] still running when lockctl exited: {left:?}"
+    );
+    let (code, stdout, _) = ctl.output(&["status", "jobs"]).await;
+    assert_eq!((code, stdout.trim()), (0, "free"));
+    println!("lockctl[{backend}] PASS a_killed_supervisor_leaves_nothing_running");
 }
 
 /// Every option scenario on one backend.
