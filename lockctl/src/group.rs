@@ -23,6 +23,9 @@ pub(crate) enum Event {
     /// The command stopped for job control (Ctrl-Z, or reading the terminal from the
     /// background), with this signal.
     Stopped(i32),
+    /// No process is left in the command's group (processes that left it may still
+    /// run); its id may be reused from now on.
+    Empty,
     /// The supervisor exited: the command and every process it left are gone (or the
     /// supervisor itself was killed, see [`CommandGroup::left_behind`]).
     Ended(ExitStatus),
@@ -36,6 +39,8 @@ pub(crate) struct CommandGroup {
     events: mpsc::UnboundedReceiver<Event>,
     /// A report that came before the group's (the end of a command that never ran).
     early: Option<Event>,
+    /// The supervisor said the group is empty: its id must not be used again.
+    empty: bool,
     ended: bool,
 }
 
@@ -130,6 +135,7 @@ impl CommandGroup {
             group: 0,
             events,
             early: None,
+            empty: false,
             ended: false,
         };
         match group.events.recv().await {
@@ -140,15 +146,23 @@ impl CommandGroup {
         Ok(group)
     }
 
-    /// The command's process group (0 if it never started).
-    pub(crate) fn id(&self) -> libc::pid_t {
+    /// The id the command's group had, for taking the terminal back only: the
+    /// terminal names the group it was given, even once the number could be reused.
+    /// Never for signals: see [`live_id`](Self::live_id).
+    pub(crate) fn terminal_id(&self) -> libc::pid_t {
         self.group
+    }
+
+    /// The command's process group while it may have processes; `None` before it
+    /// started and once the supervisor said it is empty or ended (the id may be reused).
+    pub(crate) fn live_id(&self) -> Option<libc::pid_t> {
+        (self.group > 1 && !self.empty && !self.ended).then_some(self.group)
     }
 
     /// Sends `signal` to every process of the command's group, while it may exist.
     pub(crate) fn signal(&self, signal: i32) {
-        if !self.ended {
-            signals::send_to_group(self.group, signal);
+        if let Some(group) = self.live_id() {
+            signals::send_to_group(group, signal);
         }
     }
 
@@ -163,8 +177,10 @@ impl CommandGroup {
         };
         match event {
             Some(event) => {
-                if matches!(event, Event::Ended(_)) {
-                    self.ended = true;
+                match event {
+                    Event::Ended(_) => self.ended = true,
+                    Event::Empty => self.empty = true,
+                    _ => {}
                 }
                 event
             }
@@ -185,10 +201,11 @@ impl CommandGroup {
         }
     }
 
-    /// After the end: whether processes of the group still run, which happens only if
-    /// the supervisor itself was killed (it outlives the group otherwise).
-    pub(crate) fn left_behind(&self) -> bool {
-        signals::group_exists(self.group)
+    /// After the end: the command's group, if processes of it may still run. That
+    /// happens only if the supervisor itself was killed: it outlives the group
+    /// otherwise, and says so first.
+    pub(crate) fn left_behind(&self) -> Option<libc::pid_t> {
+        (self.group > 1 && !self.empty && signals::group_exists(self.group)).then_some(self.group)
     }
 }
 
@@ -200,6 +217,7 @@ fn listen(read: OwnedFd, mut child: std::process::Child, tx: &mpsc::UnboundedSen
         let event = match (words.next(), words.next().and_then(|w| w.parse().ok())) {
             (Some("group"), Some(id)) => Event::Group(id),
             (Some("stopped"), Some(signal)) => Event::Stopped(signal),
+            (Some("empty"), None) => Event::Empty,
             _ => continue,
         };
         let _ = tx.send(event);

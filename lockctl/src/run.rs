@@ -183,7 +183,7 @@ async fn supervise(
                     reporter.event("stopped", json!({ "signal": signal }));
                     stop_with_the_command(&group, terminal.as_ref());
                 }
-                Event::Group(_) => {}
+                Event::Group(_) | Event::Empty => {}
             },
             loss = &mut lost => break Outcome::Lost(loss),
             signal = signals.next() => match signal {
@@ -215,22 +215,22 @@ async fn supervise(
             );
             stop_the_group(&mut group, args.kill_grace).await;
             if let Some(terminal) = &terminal {
-                terminal.take_back_from(group.id());
+                terminal.take_back_from(group.terminal_id());
             }
             drop(guard);
             return Ok(exit::LOST);
         }
     };
     if let Some(terminal) = &terminal {
-        terminal.take_back_from(group.id());
+        terminal.take_back_from(group.terminal_id());
     }
     let mut code = code_of(status);
-    if group.left_behind() {
+    if let Some(left) = group.left_behind() {
         // Only if the supervisor was killed (by someone else): its group is on its own.
         eprintln!(
             "lockctl: the command's supervisor was killed ({status}) while processes of its group still ran; stopping them before the lock is released"
         );
-        stop_leftovers(group.id(), args.kill_grace).await;
+        stop_leftovers(left, args.kill_grace).await;
         code = exit::FAILED;
     }
     Ok(release(guard, reporter, Some(code)).await.unwrap_or(code))
@@ -243,7 +243,7 @@ async fn supervise(
 /// until lockctl gets SIGCONT.
 fn stop_with_the_command(group: &CommandGroup, terminal: Option<&Terminal>) {
     if let Some(terminal) = terminal {
-        terminal.take_back_from(group.id());
+        terminal.take_back_from(group.terminal_id());
     }
     signals::stop_self();
 }
@@ -251,8 +251,8 @@ fn stop_with_the_command(group: &CommandGroup, terminal: Option<&Terminal>) {
 /// lockctl got SIGCONT (`fg`, `bg`, `kill -CONT`): the command goes on too, with the
 /// terminal if lockctl's group has it (`fg`), without it otherwise (`bg`).
 fn resume(group: &CommandGroup, terminal: Option<&Terminal>) {
-    if let Some(terminal) = terminal.filter(|t| t.ours()) {
-        terminal.give_to(group.id());
+    if let (Some(terminal), Some(id)) = (terminal.filter(|t| t.ours()), group.live_id()) {
+        terminal.give_to(id);
     }
     group.signal(libc::SIGCONT);
 }
@@ -273,7 +273,7 @@ async fn stop_the_group(group: &mut CommandGroup, grace: Duration) {
     {
         return;
     }
-    if signals::group_exists(group.id()) {
+    if group.live_id().is_some_and(signals::group_exists) {
         eprintln!(
             "lockctl: processes of the command's group are still there {AFTER_SIGKILL:?} after SIGKILL"
         );

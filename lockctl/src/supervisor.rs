@@ -14,8 +14,9 @@
 //!   terminal if lockctl passed one on), with exactly the signal dispositions
 //!   lockctl inherited, and tells lockctl the group through a pipe;
 //! * reaps every child until none is left, tells lockctl when the command stops for
-//!   job control (Ctrl-Z, terminal input), and exits with the command's own status:
-//!   its exit code, or the signal that killed it, raised again on itself.
+//!   job control (Ctrl-Z, terminal input) and when its group is empty, and exits with
+//!   the command's own status: its exit code, or the signal that killed it, raised
+//!   again on itself.
 //!
 //! It stays in lockctl's process group, outside the command's: the signals lockctl
 //! sends the command's group, SIGKILL included, never reach it, so it outlives every
@@ -247,6 +248,9 @@ fn reap_all(command: libc::pid_t, report: &mut std::fs::File) -> Option<libc::c_
                 _ => return status_of_command,
             }
         }
+        if !libc::WIFSTOPPED(status) {
+            forget_the_group_once_empty(report);
+        }
         if pid != command {
             continue;
         }
@@ -259,6 +263,19 @@ fn reap_all(command: libc::pid_t, report: &mut std::fs::File) -> Option<libc::c_
         } else {
             status_of_command = Some(status);
         }
+    }
+}
+
+/// Once no process is left in the command's group, its id is forgotten here and
+/// lockctl is told (`empty`): the number may then be reused, by a new process group
+/// even (a daemon's `setsid`), while this process still waits for processes that left
+/// the group; neither it nor lockctl may signal that number again.
+fn forget_the_group_once_empty(report: &mut std::fs::File) {
+    let group = GROUP.load(Ordering::SeqCst);
+    // SAFETY: signal 0 only checks whether the group exists (zombies count).
+    if group > 1 && unsafe { libc::kill(-group, 0) } != 0 {
+        GROUP.store(0, Ordering::SeqCst);
+        let _ = writeln!(report, "empty");
     }
 }
 

@@ -235,3 +235,43 @@ async fn the_system_file_excludes_across_users() {
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
     }
 }
+
+/// A process that leaves the command's group (`setsid`) keeps the lock held until it
+/// ends, though the command itself has exited; then lockctl releases and exits with
+/// the command's code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_left_the_group_keeps_the_lock_until_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = Lockctl::new(&sqlite_url(dir.path()), "escapee");
+    let marked = common::Marked::new();
+    let holder = ctl.spawn_marked(
+        &marked,
+        &["run", "jobs", "--", "sh", "-c", "setsid sleep 60 & exit 3"],
+    );
+    let sleep = marked
+        .wait_until(
+            "the command's shell gone, its setsid sleep running",
+            |found| {
+                found.iter().any(|p| p.comm == "sleep") && !found.iter().any(|p| p.comm == "sh")
+            },
+        )
+        .await
+        .into_iter()
+        .find(|p| p.comm == "sleep")
+        .unwrap();
+    assert_eq!(sleep.pgid, sleep.pid, "the sleep leads a group of its own");
+    let (code, stdout, _) = ctl.output(&["status", "jobs"]).await;
+    assert_eq!(
+        (code, stdout.trim()),
+        (1, "held"),
+        "held while the sleep runs"
+    );
+    // SAFETY: kill(2) of the sleep this test started.
+    unsafe {
+        libc::kill(sleep.pid, libc::SIGKILL);
+    }
+    let (code, stderr) = finish(holder).await;
+    assert_eq!(code, 3, "the command's own code: {stderr}");
+    let (code, stdout, _) = ctl.output(&["status", "jobs"]).await;
+    assert_eq!((code, stdout.trim()), (0, "free"));
+}
