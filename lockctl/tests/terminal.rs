@@ -182,6 +182,8 @@ async fn ctrl_c_reaches_the_command_in_its_own_foreground_group() {
         foreground, group,
         "the command's group has the terminal (foreground {foreground}, command {group})"
     );
+    // Typed once `sleep` runs: while the shell forks it, the child may drop a signal.
+    marked.wait_for_comm("sleep", 1).await;
     session.type_in(b"\x03");
     wait_for_file(&dir.path().join("after")).await;
     let rc = std::fs::read_to_string(dir.path().join("rc")).unwrap();
@@ -197,15 +199,18 @@ async fn ctrl_c_reaches_the_command_in_its_own_foreground_group() {
 }
 
 /// lockctl SIGKILLed while its command has the terminal: the command is gone and the
-/// script that ran lockctl has the terminal back.
+/// script that ran lockctl gets the terminal back. Within a moment, not before it runs
+/// on: the kernel wakes the script as it tells the supervisor, which then gives the
+/// terminal back; the script looks (bounded) until it has it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_lockctl_gives_the_terminal_back() {
     let dir = tempfile::tempdir().unwrap();
     let marked = Marked::new();
     let command = format!("{}; touch \"$D/in\"; sleep 60", record_groups("command"));
     let script = format!(
-        "\"$LOCKCTL\" --url \"$URL\" run jobs -- sh -c '{command}'; echo $? > \"$D/rc\"; {}",
-        record_groups("after")
+        "\"$LOCKCTL\" --url \"$URL\" run jobs -- sh -c '{command}'; echo $? > \"$D/rc\"; \
+         i=0; while [ $i -lt 1000 ]; do set -- $(cat /proc/$$/stat); [ \"$5\" = \"$8\" ] && break; \
+         i=$((i+1)); sleep 0.01; done; echo \"$5 $8 $i\" > \"$D/after\""
     );
     let session = Session::start(
         Command::new("sh")
@@ -232,8 +237,12 @@ async fn sigkill_of_lockctl_gives_the_terminal_back() {
         libc::kill(lockctl.pid, libc::SIGKILL);
     }
     wait_for_file(&dir.path().join("after")).await;
+    let after = std::fs::read_to_string(dir.path().join("after")).unwrap();
     let (_, foreground) = groups(&dir.path().join("after"));
-    assert_eq!(foreground, script_group, "the script has the terminal back");
+    assert_eq!(
+        foreground, script_group,
+        "the script has the terminal back (pgrp, tpgid, looks: {after})"
+    );
     let left = marked.gone_within(Duration::from_secs(10)).await;
     assert!(left.is_ok(), "the command outlived lockctl: {left:?}");
 }
