@@ -9,48 +9,67 @@ use serde_json::json;
 
 use crate::events::Reporter;
 use crate::exit::{self, Failure};
+use crate::locks::RunLock;
 
 /// Prints `held` or `free`; exit 0 when free, 1 when held.
+///
+/// Who holds it (host, pid, since, token) comes with the lock traits' `inspect`,
+/// which is being added to the library; this prints it once it exists.
 pub(crate) async fn status(
     client: Arc<dyn LockProvider>,
     name: &str,
     reporter: &Reporter,
 ) -> Result<u8, Failure> {
-    let held = client.lock(name)?.is_locked().await?;
+    let held = RunLock::of(&*client, name)?.is_locked().await?;
     reporter.event("status", json!({ "held": held }));
     println!("{}", if held { "held" } else { "free" });
     Ok(u8::from(held))
 }
 
 /// The first and the longest pause between two looks at a held lock.
-const FIRST_LOOK: Duration = Duration::from_millis(50);
-const LONGEST_LOOK: Duration = Duration::from_secs(1);
+///
+/// `wait` looks (`is_locked`) instead of acquiring and releasing at once: taking the
+/// lock would bump its fencing token and could get ahead of a real waiter, delaying
+/// it by a round trip or, on a polling backend, by its next poll. The library has no
+/// "tell me when it is free" call to wait on, so it polls, quickly: a release is seen
+/// within about [`LONGEST_LOOK`] plus one round trip, on every backend.
+const FIRST_LOOK: Duration = Duration::from_millis(10);
+const LONGEST_LOOK: Duration = Duration::from_millis(100);
 
-/// Returns once `name` is free (exit 0), or 75 when `limit` runs out first. It looks,
-/// it does not take the lock: waiters of the lock are not delayed.
+/// Returns once `name` is free (exit 0), or `conflict_code` once `limit` has passed
+/// with `name` still held (never before). It looks, it does not take the lock:
+/// waiters of the lock are not delayed.
 pub(crate) async fn wait(
     client: Arc<dyn LockProvider>,
     name: &str,
     limit: Option<Duration>,
+    conflict_code: u8,
     reporter: &Reporter,
 ) -> Result<u8, Failure> {
-    let lock = client.lock(name)?;
+    let lock = RunLock::of(&*client, name)?;
     let started = Instant::now();
+    let deadline = limit.map(|limit| started + limit);
     let _progress = reporter.progress("waiting until free:");
     let mut pause = FIRST_LOOK;
     while lock.is_locked().await? {
-        let waited = started.elapsed();
-        if limit.is_some_and(|limit| waited + pause > limit) {
-            reporter.event(
-                "still_held",
-                json!({ "waited_ms": waited.as_millis() as u64 }),
-            );
-            return Err(Failure::new(
-                exit::NOT_ACQUIRED,
-                format!("lock `{name}` was still held after {waited:?}"),
-            ));
+        let now = Instant::now();
+        let mut sleep = pause;
+        if let Some(deadline) = deadline {
+            // The last look is at the deadline or after it, never before.
+            if now >= deadline {
+                let waited = started.elapsed();
+                reporter.event(
+                    "still_held",
+                    json!({ "waited_ms": waited.as_millis() as u64 }),
+                );
+                return Err(Failure::new(
+                    conflict_code,
+                    format!("lock `{name}` was still held after {waited:?}"),
+                ));
+            }
+            sleep = sleep.min(deadline - now);
         }
-        tokio::time::sleep(pause).await;
+        tokio::time::sleep(sleep).await;
         pause = (pause * 2).min(LONGEST_LOOK);
     }
     reporter.event(
@@ -61,13 +80,18 @@ pub(crate) async fn wait(
 }
 
 /// Removes whoever holds `name`, after asking on a terminal unless `yes`.
+///
+/// `--token N` (break only the holder whose fencing token is N, so that a fresh
+/// holder that replaced a stuck one is not broken by mistake) comes with the
+/// conditional force-unlock being added to the lock traits: it goes where
+/// `lock.force_unlock()` is called below.
 pub(crate) async fn force_unlock(
     client: Arc<dyn LockProvider>,
     name: &str,
     yes: bool,
     reporter: &Reporter,
 ) -> Result<u8, Failure> {
-    let lock = client.lock(name)?;
+    let lock = RunLock::of(&*client, name)?;
     if !yes {
         if !std::io::stdin().is_terminal() {
             return Err(Failure::new(

@@ -3,21 +3,37 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::builder::FalseyValueParser;
+use clap::error::ErrorKind;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use distributed_locks::{DEFAULT_NAMESPACE, MAX_DURATION};
+
+use crate::exit;
 
 /// Hold a distributed lock around a command, on any backend.
 ///
 /// Without --url (or LOCKCTL_URL), locks live in an SQLite file in your state directory
 /// ($XDG_STATE_HOME/lockctl/locks.db, else ~/.local/state/lockctl/locks.db): enough for
-/// processes on one machine, with no server.
+/// your own processes on one machine, with no server. --system uses one file for every
+/// user of the machine instead.
 #[derive(Debug, Parser)]
 #[command(name = "lockctl", version)]
 pub(crate) struct Cli {
     /// The backend: redis://, redlock://, zk://, etcd://, postgres://, mysql://,
     /// sqlite://path (default: the SQLite file in your state directory).
-    #[arg(long, global = true, env = "LOCKCTL_URL", value_name = "URL")]
+    #[arg(short, long, global = true, env = "LOCKCTL_URL", value_name = "URL")]
     pub(crate) url: Option<String>,
+    /// Use the machine-wide SQLite file that every user of this machine shares
+    /// ($LOCKCTL_SYSTEM_DIR/locks.db, default /run/lock/lockctl/locks.db) instead of your own.
+    /// LOCKCTL_SYSTEM=1 (or yes, true, on) does the same.
+    #[arg(
+        long,
+        global = true,
+        env = "LOCKCTL_SYSTEM",
+        value_parser = FalseyValueParser::new()
+    )]
+    pub(crate) system: bool,
     /// The namespace the lock's name lives in.
     #[arg(long, global = true, default_value = DEFAULT_NAMESPACE, value_name = "NS")]
     pub(crate) namespace: String,
@@ -29,11 +45,52 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
+/// Where the locks are, as the command line and the environment say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Store {
+    /// `--url` or `LOCKCTL_URL`.
+    Url(String),
+    /// `--system` or `LOCKCTL_SYSTEM`.
+    System,
+    /// The SQLite file in the user's state directory.
+    Own,
+}
+
+impl Cli {
+    /// Parses the command line; also says which store it names. The command line
+    /// wins over the environment (`--system` over `LOCKCTL_URL`, `--url` over
+    /// `LOCKCTL_SYSTEM`); `--url` and `--system` both on the command line are refused.
+    pub(crate) fn parse_with_store() -> Result<(Cli, Store), clap::Error> {
+        let matches = Cli::command().try_get_matches()?;
+        let cli = Cli::from_arg_matches(&matches)?;
+        let store = cli.store(&matches)?;
+        Ok((cli, store))
+    }
+
+    fn store(&self, matches: &ArgMatches) -> Result<Store, clap::Error> {
+        let typed = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+        let (url_typed, system_typed) = (typed("url"), self.system && typed("system"));
+        if url_typed && system_typed {
+            return Err(Cli::command().error(
+                ErrorKind::ArgumentConflict,
+                "--url and --system cannot be used together",
+            ));
+        }
+        Ok(match (&self.url, self.system) {
+            (Some(url), _) if url_typed => Store::Url(url.clone()),
+            (_, true) if system_typed => Store::System,
+            (Some(url), _) => Store::Url(url.clone()),
+            (None, true) => Store::System,
+            (None, false) => Store::Own,
+        })
+    }
+}
+
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Acquire NAME, run the command while holding it, release it when the command
-    /// exits, and exit with the command's exit code.
+    /// and every process it started have ended, and exit with the command's exit code.
     Run(RunArgs),
     /// Say whether NAME is held (exit 0 when free, 1 when held).
     Status {
@@ -42,18 +99,21 @@ pub(crate) enum Command {
     },
     /// Block until NAME is free, without taking it.
     Wait {
+        /// Give up after this long (exit 75, or --conflict-exit-code), e.g. 30s.
+        #[arg(short, long, value_parser = parse_duration, value_name = "DURATION")]
+        wait: Option<Duration>,
+        /// The exit code when --wait runs out while NAME is still held.
+        #[arg(short = 'E', long, value_name = "CODE", default_value_t = exit::NOT_ACQUIRED)]
+        conflict_exit_code: u8,
         /// The lock's name.
         name: String,
-        /// Give up after this long (exit 75), e.g. 30s.
-        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
-        wait: Option<Duration>,
     },
     /// Take NAME away from whoever holds it (their `lockctl run` stops its command).
     ForceUnlock {
         /// The lock's name.
         name: String,
         /// Do not ask for confirmation (needed when stdin is not a terminal).
-        #[arg(long)]
+        #[arg(short, long)]
         yes: bool,
     },
 }
@@ -61,33 +121,68 @@ pub(crate) enum Command {
 /// `lockctl run`'s arguments.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// Give up after waiting this long (exit 75); default: wait without limit.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "no_wait")]
+    /// Give up after waiting this long (exit 75, or --conflict-exit-code); default:
+    /// wait without limit.
+    #[arg(short, long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "no_wait")]
     pub(crate) wait: Option<Duration>,
-    /// Try once: exit 75 at once if the lock is held.
-    #[arg(long)]
+    /// Try once: exit 75 (or --conflict-exit-code) at once if the lock is held.
+    #[arg(short, long)]
     pub(crate) no_wait: bool,
+    /// The exit code when the lock is not acquired (held with --no-wait, or still
+    /// held when --wait ran out), so that it cannot be mistaken for the command's own.
+    #[arg(short = 'E', long, value_name = "CODE", default_value_t = exit::NOT_ACQUIRED)]
+    pub(crate) conflict_exit_code: u8,
+    /// Take the lock shared: shared runs of NAME run side by side; a run without
+    /// --shared waits for all of them, and they wait for it (a read-write lock).
+    #[arg(short, long, conflicts_with = "exclusive")]
+    pub(crate) shared: bool,
+    /// Take the lock exclusively (the default; for flock users).
+    #[arg(short = 'x', long)]
+    pub(crate) exclusive: bool,
+    /// Wait in line: --fair runs get the lock in the order they asked for it. A run
+    /// without --fair may still get in ahead of them.
+    #[arg(long)]
+    pub(crate) fair: bool,
     /// A fixed lease: the lock is lost if the command runs longer than this. Default:
     /// the watchdog keeps the lease for as long as the command runs.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) lease: Option<Duration>,
-    /// The lease the watchdog keeps renewing: how long the lock stays held after
-    /// lockctl dies without releasing it (SIGKILL, power loss).
+    /// The lease the watchdog keeps renewing (every third of it): how long the lock
+    /// stays held after lockctl dies without releasing it, and within about a third of
+    /// which a force-unlock is noticed.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "30s")]
     pub(crate) watchdog_lease: Duration,
     /// After the lock is lost: how long the command has between SIGTERM and SIGKILL.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "10s")]
     pub(crate) kill_grace: Duration,
+    /// Run this command string with /bin/sh -c, instead of a command after `--`.
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "STRING",
+        conflicts_with = "argv"
+    )]
+    pub(crate) shell_command: Option<OsString>,
     /// The lock's name.
     pub(crate) name: String,
     /// The command and its arguments (after `--`).
     #[arg(
-        required = true,
+        required_unless_present = "shell_command",
         trailing_var_arg = true,
         allow_hyphen_values = true,
         value_name = "COMMAND"
     )]
-    pub(crate) command: Vec<OsString>,
+    pub(crate) argv: Vec<OsString>,
+}
+
+impl RunArgs {
+    /// The program and its arguments to run.
+    pub(crate) fn command_line(&self) -> Vec<OsString> {
+        match &self.shell_command {
+            Some(string) => vec!["/bin/sh".into(), "-c".into(), string.clone()],
+            None => self.argv.clone(),
+        }
+    }
 }
 
 /// Parses `500ms`, `10s`, `1.5s`, `2m` or `1h` (a bare number is seconds).

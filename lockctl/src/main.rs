@@ -12,23 +12,39 @@ mod admin;
 mod cli;
 mod events;
 mod exit;
+mod group;
+mod locks;
 mod run;
 mod signals;
 mod state_dir;
+mod supervisor;
+mod terminal;
 
+use std::ffi::OsString;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::error::ErrorKind;
-use clap::Parser;
 use distributed_locks::{connect, ConnectOptions};
 
-use cli::{Cli, Command};
+use cli::{Cli, Command, Store};
 use events::Reporter;
 use exit::Failure;
+use signals::Inherited;
+
+/// How long lockctl waits at exit for the backend to confirm its clean-ups (a
+/// release retried in the background, say) before it leaves them to the lease.
+const SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    // Before anything installs a handler: the command gets these dispositions back.
+    let inherited = Inherited::capture();
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if supervisor::wanted(&args) {
+        supervisor::main(&args[1..]);
+    }
+    let (cli, store) = match Cli::parse_with_store() {
+        Ok(parsed) => parsed,
         Err(error) => return usage_error(&error),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -44,24 +60,34 @@ fn main() -> ExitCode {
             ))
         }
     };
-    match runtime.block_on(execute(cli)) {
+    // The command's supervisor is forked inside `execute`, on this thread, which lives
+    // as long as lockctl (see `group::CommandGroup::start`).
+    match runtime.block_on(execute(cli, store, inherited)) {
         Ok(code) => ExitCode::from(code),
         Err(failure) => fail(&failure),
     }
 }
 
-async fn execute(cli: Cli) -> Result<u8, Failure> {
+async fn execute(cli: Cli, store: Store, inherited: Inherited) -> Result<u8, Failure> {
     // Caught before connecting, so Ctrl-C during a slow connect or a wait ends cleanly.
-    let mut signals = match &cli.command {
-        Command::Run(_) => Some(
-            signals::Signals::catch()
-                .map_err(|e| Failure::new(exit::FAILED, format!("cannot catch signals: {e}")))?,
-        ),
-        _ => None,
-    };
-    let url = match cli.url.clone() {
-        Some(url) => url,
-        None => state_dir::default_url()?,
+    let mut signals =
+        match &cli.command {
+            Command::Run(_) => {
+                // An ignored SIGCHLD (inherited) would reap the supervisor unasked.
+                // SAFETY: the default disposition of SIGCHLD is valid.
+                unsafe {
+                    libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+                }
+                Some(signals::Signals::catch(inherited).map_err(|e| {
+                    Failure::new(exit::FAILED, format!("cannot catch signals: {e}"))
+                })?)
+            }
+            _ => None,
+        };
+    let url = match store {
+        Store::Url(url) => url,
+        Store::System => state_dir::system_url()?,
+        Store::Own => state_dir::default_url()?,
     };
     let mut options = ConnectOptions::default().namespace(cli.namespace.clone());
     if let Command::Run(args) = &cli.command {
@@ -70,10 +96,18 @@ async fn execute(cli: Cli) -> Result<u8, Failure> {
     let client = match signals.as_mut() {
         Some(signals) => tokio::select! {
             client = connect(&url, options) => client?,
-            caught = signals.next() => return Ok(exit::for_signal(caught.number())),
+            signal = signals.next() => return Ok(exit::for_signal(signal)),
         },
         None => connect(&url, options).await?,
     };
+    if !client.capabilities().cross_process {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "{url:?} keeps its locks inside one process: it cannot exclude other processes; use sqlite://PATH on one machine, or a server"
+            ),
+        ));
+    }
     let name = match &cli.command {
         Command::Run(args) => &args.name,
         Command::Status { name }
@@ -84,17 +118,26 @@ async fn execute(cli: Cli) -> Result<u8, Failure> {
     let outcome = match cli.command {
         Command::Run(args) => {
             let signals = signals.expect("caught above for run");
-            run::run(client.clone(), args, reporter, signals).await
+            run::run(client.clone(), args, reporter, signals, inherited).await
         }
         Command::Status { name } => admin::status(client.clone(), &name, &reporter).await,
-        Command::Wait { name, wait } => admin::wait(client.clone(), &name, wait, &reporter).await,
+        Command::Wait {
+            name,
+            wait,
+            conflict_exit_code,
+        } => admin::wait(client.clone(), &name, wait, conflict_exit_code, &reporter).await,
         Command::ForceUnlock { name, yes } => {
             admin::force_unlock(client.clone(), &name, yes, &reporter).await
         }
     };
-    // Releases whatever is still held and finishes clean-ups before the process ends.
-    if let Err(error) = client.shutdown().await {
-        eprintln!("lockctl: {error}");
+    // Releases whatever is still held and finishes clean-ups before the process ends;
+    // a backend that went away gets a few seconds, not the rest of the lease.
+    match tokio::time::timeout(SHUTDOWN_LIMIT, client.shutdown()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => eprintln!("lockctl: {error}"),
+        Err(_) => eprintln!(
+            "lockctl: the backend did not confirm the clean-up within {SHUTDOWN_LIMIT:?}; whatever lockctl still held expires with its lease"
+        ),
     }
     outcome
 }

@@ -1,19 +1,33 @@
 //! `lockctl run`: hold a lock around a command.
+//!
+//! The command runs under a supervisor (`supervisor.rs`) in a process group of its
+//! own. Every signal lockctl passes on, and the stop after a loss, go to that whole
+//! group; lockctl releases the lock only once the supervisor has exited, which it does
+//! only when the command and every process it left behind are gone. If lockctl dies,
+//! the supervisor kills the group.
 
-use std::io::ErrorKind;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use distributed_locks::{AcquireOptions, Error, LeaseLoss, LockGuard, LockProvider};
+use distributed_locks::{AcquireOptions, Error, FairLock, LeaseLoss, LockGuard, LockProvider};
 use serde_json::json;
-use tokio::process::{Child, Command};
 
 use crate::cli::RunArgs;
 use crate::events::Reporter;
 use crate::exit::{self, Failure};
-use crate::signals::{self, Signals, SIGKILL, SIGTERM};
+use crate::group::{CommandGroup, Event, Launch};
+use crate::locks::RunLock;
+use crate::signals::{self, Inherited, Signals, SIGKILL, SIGTERM};
+use crate::terminal::Terminal;
+
+/// How long the release at the end may take before lockctl leaves the lease to
+/// expire on its own (a backend that went away while the command ran).
+pub(crate) const RELEASE_LIMIT: Duration = Duration::from_secs(5);
+
+/// After SIGKILL, how long lockctl waits for the supervisor to report the group gone.
+const AFTER_SIGKILL: Duration = Duration::from_secs(10);
 
 /// Acquires, runs the command, releases; returns the exit code.
 pub(crate) async fn run(
@@ -21,27 +35,34 @@ pub(crate) async fn run(
     args: RunArgs,
     reporter: Reporter,
     mut signals: Signals,
+    inherited: Inherited,
 ) -> Result<u8, Failure> {
-    let lock = client.lock(&args.name)?;
-    let mut options = match (args.no_wait, args.wait) {
-        (true, _) => AcquireOptions::try_once(),
-        (false, Some(limit)) => AcquireOptions::wait_for(limit),
-        (false, None) => AcquireOptions::wait_forever(),
-    };
-    if let Some(lease) = args.lease {
-        options = options.lease(lease);
+    let lock = RunLock::of(&*client, &args.name)?;
+    if args.shared && !lock.can_share() {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "--shared needs read-write locks, which the {} backend does not have",
+                client.backend_name()
+            ),
+        ));
     }
+    let fair = match args.fair {
+        true => Some(client.fair_lock(&args.name)?),
+        false => None,
+    };
     let started = Instant::now();
     let progress = reporter.progress("waiting for");
     let acquired = tokio::select! {
-        acquired = lock.acquire_with(options) => acquired,
+        acquired = acquire(&lock, fair.as_deref(), &args) => acquired,
         // Given up while waiting: dropping the acquire leaves nothing held or queued.
-        caught = signals.next() => return Ok(exit::for_signal(caught.number())),
+        signal = signals.next() => return Ok(exit::for_signal(signal)),
     };
     drop(progress);
     let guard = match acquired {
         Ok(guard) => guard,
-        Err(Error::Timeout { waited, .. }) => {
+        Err(Error::Timeout { .. }) => {
+            let waited = started.elapsed();
             reporter.event(
                 "not_acquired",
                 json!({ "waited_ms": waited.as_millis() as u64 }),
@@ -52,7 +73,7 @@ pub(crate) async fn run(
                 format!("it was still held after {waited:?}")
             };
             return Err(Failure::new(
-                exit::NOT_ACQUIRED,
+                args.conflict_exit_code,
                 format!("lock `{}` not acquired: {why}", args.name),
             ));
         }
@@ -61,90 +82,248 @@ pub(crate) async fn run(
     let token = guard.fencing_token();
     reporter.event(
         "acquired",
-        json!({ "token": token, "waited_ms": started.elapsed().as_millis() as u64 }),
+        json!({
+            "token": token,
+            "shared": args.shared,
+            "waited_ms": started.elapsed().as_millis() as u64,
+        }),
     );
-    let child = match spawn(&args, client.backend_name(), token) {
-        Ok(child) => child,
+    let terminal = Terminal::controlling();
+    if terminal.is_some() {
+        // lockctl moves the terminal between groups and may write while the command
+        // has it (with `stty tostop`): SIGTTOU must not stop it. The command gets the
+        // disposition lockctl inherited.
+        signals::ignore(libc::SIGTTOU);
+    }
+    if let Err(error) = signals.catch_job_control() {
+        release(guard, &reporter, None).await;
+        return Err(Failure::new(
+            exit::FAILED,
+            format!("cannot catch signals: {error}"),
+        ));
+    }
+    let argv = args.command_line();
+    let launch = Launch {
+        argv: &argv,
+        env: vec![
+            ("LOCK_NAME", args.name.clone()),
+            ("LOCK_FENCING_TOKEN", token.to_string()),
+            ("LOCK_BACKEND", client.backend_name().to_owned()),
+        ],
+        inherited,
+        terminal: terminal.as_ref(),
+        give_terminal: terminal.as_ref().is_some_and(Terminal::ours),
+    };
+    let group = match CommandGroup::start(launch).await {
+        Ok(group) => group,
         Err(failure) => {
             release(guard, &reporter, None).await;
             return Err(failure);
         }
     };
-    supervise(child, guard, &args, &reporter, &mut signals).await
+    supervise(group, guard, &args, &reporter, &mut signals, terminal).await
 }
 
-fn spawn(args: &RunArgs, backend: &str, token: u64) -> Result<Child, Failure> {
-    let (program, rest) = args
-        .command
-        .split_first()
-        .ok_or_else(|| Failure::new(exit::USAGE, "no command given"))?;
-    Command::new(program)
-        .args(rest)
-        .env("LOCK_NAME", &args.name)
-        .env("LOCK_FENCING_TOKEN", token.to_string())
-        .env("LOCK_BACKEND", backend)
-        .spawn()
-        .map_err(|error| {
-            let code = match error.kind() {
-                ErrorKind::NotFound => exit::NOT_FOUND,
-                _ => exit::CANNOT_RUN,
-            };
-            let program = program.to_string_lossy();
-            Failure::new(code, format!("cannot run {program:?}: {error}"))
-        })
+/// Takes the fair lock's place in line first with `--fair`, then the lock itself,
+/// all within `--wait`.
+///
+/// A fair lock and the exclusive or read-write lock of one name are separate locks,
+/// so `--fair` cannot just take the fair lock: it would not exclude runs without
+/// `--fair`. The fair lock is a ticket: the run holding it is the only `--fair` run
+/// asking for the lock itself, the others wait in line behind it; it gives the
+/// ticket back once it has the lock (a `--shared` one then lets the next shared run
+/// in at once).
+async fn acquire(
+    lock: &RunLock,
+    fair: Option<&dyn FairLock>,
+    args: &RunArgs,
+) -> Result<LockGuard, Error> {
+    let deadline = args.wait.map(|wait| Instant::now() + wait);
+    let options = || match (args.no_wait, deadline) {
+        (true, _) => AcquireOptions::try_once(),
+        (false, Some(at)) => AcquireOptions::wait_for(at.saturating_duration_since(Instant::now())),
+        (false, None) => AcquireOptions::wait_forever(),
+    };
+    let ticket = match fair {
+        Some(fair) => Some(fair.acquire_with(options()).await?),
+        None => None,
+    };
+    let mut main = options();
+    if let Some(lease) = args.lease {
+        main = main.lease(lease);
+    }
+    let guard = lock.acquire(args.shared, main).await;
+    // Released in the background (lock-core sees it through; shutdown waits for it).
+    drop(ticket);
+    guard
 }
 
-/// Waits for the command while watching the lease and passing signals on.
+/// How supervision ended.
+enum Outcome {
+    Ended(ExitStatus),
+    Lost(LeaseLoss),
+}
+
+/// Waits for the command while watching the lease, passing signals on to the
+/// command's group, and following job control.
 async fn supervise(
-    mut child: Child,
+    mut group: CommandGroup,
     guard: LockGuard,
     args: &RunArgs,
     reporter: &Reporter,
     signals: &mut Signals,
+    terminal: Option<Terminal>,
 ) -> Result<u8, Failure> {
-    let pid = child.id().unwrap_or(0);
     let mut lost = Box::pin(guard.lost());
-    let loss = loop {
+    let outcome = loop {
         tokio::select! {
-            status = child.wait() => {
-                let status = status.map_err(|e| Failure::new(exit::FAILED, format!("waiting for the command: {e}")))?;
-                let code = code_of(status);
-                return Ok(release(guard, reporter, Some(code)).await.unwrap_or(code));
-            }
-            loss = &mut lost => break loss,
-            caught = signals.next() => caught.pass_on(pid),
+            event = group.next() => match event {
+                Event::Ended(status) => break Outcome::Ended(status),
+                Event::Stopped(signal) => {
+                    reporter.event("stopped", json!({ "signal": signal }));
+                    stop_with_the_command(&group, terminal.as_ref());
+                }
+                Event::Group(_) | Event::Empty => {}
+            },
+            loss = &mut lost => break Outcome::Lost(loss),
+            signal = signals.next() => match signal {
+                libc::SIGCONT => {
+                    // Stopped for longer than the lease: the command must not go on.
+                    if !guard.is_held() {
+                        break Outcome::Lost(LeaseLoss::Expired);
+                    }
+                    reporter.event("continued", json!({}));
+                    resume(&group, terminal.as_ref());
+                }
+                // SIGTSTP included: the command stops, the supervisor says so, and
+                // lockctl stops after it.
+                signal => group.signal(signal),
+            },
         }
     };
-    let token = guard.fencing_token();
-    reporter.event(
-        "lost",
-        json!({ "token": token, "reason": loss.to_string() }),
-    );
-    eprintln!(
-        "lockctl: lock `{}` lost ({loss}); stopping the command",
-        args.name
-    );
-    signals::send(pid, SIGTERM);
-    let stopped = tokio::time::timeout(args.kill_grace, child.wait()).await;
-    if stopped.is_err() {
-        signals::send(pid, SIGKILL);
-        let _ = child.wait().await;
+    let status = match outcome {
+        Outcome::Ended(status) => status,
+        Outcome::Lost(loss) => {
+            let token = guard.fencing_token();
+            reporter.event(
+                "lost",
+                json!({ "token": token, "reason": loss.to_string() }),
+            );
+            eprintln!(
+                "lockctl: lock `{}` lost ({loss}); stopping the command",
+                args.name
+            );
+            stop_the_group(&mut group, args.kill_grace).await;
+            if let Some(terminal) = &terminal {
+                terminal.take_back_from(group.terminal_id());
+            }
+            drop(guard);
+            return Ok(exit::LOST);
+        }
+    };
+    if let Some(terminal) = &terminal {
+        terminal.take_back_from(group.terminal_id());
     }
-    drop(guard);
-    Ok(exit::LOST)
+    let mut code = code_of(status);
+    if let Some(left) = group.left_behind() {
+        // Only if the supervisor was killed (by someone else): its group is on its own.
+        eprintln!(
+            "lockctl: the command's supervisor was killed ({status}) while processes of its group still ran; stopping them before the lock is released"
+        );
+        stop_leftovers(left, args.kill_grace).await;
+        code = exit::FAILED;
+    }
+    Ok(release(guard, reporter, Some(code)).await.unwrap_or(code))
+}
+
+/// The command stopped for job control: lockctl takes the terminal back and stops
+/// too, so the shell that started it sees the job stopped. The SIGCONT that resumes
+/// lockctl resumes the command (see [`resume`]). With no job-control shell above
+/// (lockctl's group is orphaned), lockctl does not stop and the command stays stopped
+/// until lockctl gets SIGCONT.
+fn stop_with_the_command(group: &CommandGroup, terminal: Option<&Terminal>) {
+    if let Some(terminal) = terminal {
+        terminal.take_back_from(group.terminal_id());
+    }
+    signals::stop_self();
+}
+
+/// lockctl got SIGCONT (`fg`, `bg`, `kill -CONT`): the command goes on too, with the
+/// terminal if lockctl's group has it (`fg`), without it otherwise (`bg`).
+fn resume(group: &CommandGroup, terminal: Option<&Terminal>) {
+    if let (Some(terminal), Some(id)) = (terminal.filter(|t| t.ours()), group.live_id()) {
+        terminal.give_to(id);
+    }
+    group.signal(libc::SIGCONT);
+}
+
+/// After a loss: SIGTERM to the whole group (and SIGCONT, for a stopped one), then
+/// SIGKILL after `grace`; returns once the supervisor says all of it is gone, or a
+/// while after SIGKILL if it does not (processes that left the group).
+async fn stop_the_group(group: &mut CommandGroup, grace: Duration) {
+    group.signal(SIGTERM);
+    group.signal(libc::SIGCONT);
+    if tokio::time::timeout(grace, group.ended()).await.is_ok() {
+        return;
+    }
+    group.signal(SIGKILL);
+    if tokio::time::timeout(AFTER_SIGKILL, group.ended())
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    if group.live_id().is_some_and(signals::group_exists) {
+        eprintln!(
+            "lockctl: processes of the command's group are still there {AFTER_SIGKILL:?} after SIGKILL"
+        );
+    } else {
+        eprintln!(
+            "lockctl: the command's process group is gone, but processes it moved out of its group still run; lockctl leaves them"
+        );
+    }
+}
+
+/// The supervisor is gone but its group is not: SIGTERM, SIGKILL after `grace`, and
+/// wait (bounded) until the group is empty. Nobody reaps these for lockctl: they were
+/// handed to init or the nearest subreaper, which does.
+async fn stop_leftovers(group: libc::pid_t, grace: Duration) {
+    signals::send_to_group(group, SIGTERM);
+    signals::send_to_group(group, libc::SIGCONT);
+    let gone = |limit: Duration| async move {
+        let started = Instant::now();
+        while signals::group_exists(group) {
+            if started.elapsed() > limit {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    };
+    if gone(grace).await {
+        return;
+    }
+    signals::send_to_group(group, SIGKILL);
+    if !gone(AFTER_SIGKILL).await {
+        eprintln!(
+            "lockctl: processes of the command's group are still there {AFTER_SIGKILL:?} after SIGKILL"
+        );
+    }
 }
 
 /// Releases `guard` after the command ended with `code`; `Some(LOST)` if the lease
-/// turned out to be gone (the command may not have run alone).
+/// turned out to be gone (the command may not have run alone). A backend that does not
+/// answer within [`RELEASE_LIMIT`] leaves the lease to expire on its own.
 async fn release(guard: LockGuard, reporter: &Reporter, code: Option<u8>) -> Option<u8> {
     let token = guard.fencing_token();
     let name = guard.name().to_string();
-    match guard.release().await {
-        Ok(()) => {
+    let expires = expiry_note(guard.remaining());
+    match tokio::time::timeout(RELEASE_LIMIT, guard.release()).await {
+        Ok(Ok(())) => {
             reporter.event("released", json!({ "token": token, "exit_code": code }));
             None
         }
-        Err(Error::LeaseLost { .. }) => {
+        Ok(Err(Error::LeaseLost { .. })) => {
             reporter.event(
                 "lost",
                 json!({ "token": token, "reason": LeaseLoss::Revoked.to_string() }),
@@ -152,11 +331,37 @@ async fn release(guard: LockGuard, reporter: &Reporter, code: Option<u8>) -> Opt
             eprintln!("lockctl: lock `{name}` was lost before the command ended");
             Some(exit::LOST)
         }
-        Err(error) => {
-            // The lease expires on its own; the command's result still stands.
-            eprintln!("lockctl: could not release lock `{name}` ({error}); it expires on its own");
+        Ok(Err(error)) => {
+            // The command's result still stands.
+            let error = error.to_string().replace(['\n', '\r'], " ");
+            reporter.event(
+                "release_failed",
+                json!({ "token": token, "exit_code": code, "error": error }),
+            );
+            eprintln!("lockctl: could not release lock `{name}` ({error}); {expires}");
             None
         }
+        Err(_) => {
+            reporter.event(
+                "release_failed",
+                json!({ "token": token, "exit_code": code, "error": "no answer" }),
+            );
+            eprintln!(
+                "lockctl: the backend did not answer the release of lock `{name}` within {RELEASE_LIMIT:?}; {expires}"
+            );
+            None
+        }
+    }
+}
+
+/// "its lease expires on its own (within about N s)".
+pub(crate) fn expiry_note(remaining: Option<Duration>) -> String {
+    match remaining {
+        Some(left) => format!(
+            "its lease expires on its own within about {}s",
+            left.as_secs() + 1
+        ),
+        None => "its lease expires on its own".to_owned(),
     }
 }
 

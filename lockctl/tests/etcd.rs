@@ -9,3 +9,15 @@ async fn lockctl_on_etcd() {
     let server = TestServer::start(&specs::ETCD).await.expect("etcd server");
     common::all_scenarios(&server.url(), "etcd").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_group_on_etcd() {
+    let server = TestServer::start(&specs::ETCD).await.expect("etcd server");
+    common::group_scenarios(&server.url(), "etcd").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn options_on_etcd() {
+    let server = TestServer::start(&specs::ETCD).await.expect("etcd server");
+    common::option_scenarios(&server.url(), "etcd").await;
+}

@@ -2,6 +2,9 @@
 
 mod common;
 
+use std::time::{Duration, Instant};
+
+use common::{finish, until_go, Lockctl};
 use conformance_tests::server::{specs, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -10,4 +13,60 @@ async fn lockctl_on_redis() {
         .await
         .expect("redis server");
     common::all_scenarios(&server.url(), "redis").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_group_on_redis() {
+    let server = TestServer::start(&specs::REDIS)
+        .await
+        .expect("redis server");
+    common::group_scenarios(&server.url(), "redis").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn options_on_redis() {
+    let server = TestServer::start(&specs::REDIS)
+        .await
+        .expect("redis server");
+    common::option_scenarios(&server.url(), "redis").await;
+}
+
+/// The server dies while the command runs: the release at the end cannot be made, and
+/// lockctl exits within seconds, not the lease, saying the lease expires on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_gone_at_exit_costs_seconds_not_the_lease() {
+    let mut server = TestServer::start(&specs::REDIS)
+        .await
+        .expect("redis server");
+    if !server.can_fault() {
+        println!("SKIP: the Redis server was given by URL and cannot be stopped here");
+        return;
+    }
+    let ctl = Lockctl::new(&server.url(), "gone");
+    let holder = ctl.spawn(&[
+        "run",
+        "--watchdog-lease",
+        "60s",
+        "jobs",
+        "--",
+        "sh",
+        "-c",
+        &until_go("h", "go"),
+    ]);
+    ctl.wait_for_file("h.in").await;
+    server.kill().await.expect("kill redis");
+    std::fs::write(ctl.file("go"), "").unwrap();
+    let ended = Instant::now();
+    let (code, stderr) = finish(holder).await;
+    let took = ended.elapsed();
+    assert_eq!(code, 0, "the command's code stands: {stderr}");
+    assert!(
+        stderr.contains("expire"),
+        "says the lease expires on its own: {stderr}"
+    );
+    assert!(
+        took < Duration::from_secs(20),
+        "exited {took:?} after its command, with a 60 s lease: {stderr}"
+    );
+    println!("PASS a_backend_gone_at_exit_costs_seconds_not_the_lease (exited {took:?} after the command)");
 }

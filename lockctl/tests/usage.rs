@@ -36,6 +36,16 @@ async fn bad_input_is_one_line_and_the_usage_code() {
         ),
         ("bad name", &["run", "", "--", "true"], "name"),
         (
+            "--url and --system",
+            &["--system", "status", "jobs"],
+            "cannot be used together",
+        ),
+        (
+            "a command string and a command",
+            &["run", "jobs", "-c", "true", "--", "true"],
+            "cannot be used with",
+        ),
+        (
             "lease too short",
             &["run", "--lease", "0s", "jobs", "--", "true"],
             "lease",
@@ -58,6 +68,8 @@ async fn bad_input_is_one_line_and_the_usage_code() {
         ("nosuch://host", "unknown or disabled"),
         ("redis://host:notaport", "Redis URL"),
         ("sqlite://", "file path"),
+        // In-process only: it cannot exclude another lockctl.
+        ("memory://", "other processes"),
     ] {
         let ctl = Lockctl::new(url, "usage");
         let (code, _, stderr) = ctl.output(&["run", "jobs", "--", "true"]).await;

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::process::{Child, Command};
@@ -19,11 +20,13 @@ pub const USAGE: i32 = 64;
 pub const UNAVAILABLE: i32 = 69;
 
 /// `lockctl --url URL --namespace NS ...`, with a scratch directory for the commands'
-/// marker files.
+/// marker files. Every process it starts is marked: dropping it kills what is left,
+/// so a failing scenario leaves nothing running.
 pub struct Lockctl {
     pub url: String,
     pub namespace: String,
     pub dir: tempfile::TempDir,
+    marked: Marked,
 }
 
 impl Lockctl {
@@ -32,6 +35,7 @@ impl Lockctl {
             url: url.to_owned(),
             namespace: namespace.to_owned(),
             dir: tempfile::tempdir().expect("temp dir"),
+            marked: Marked::new(),
         }
     }
 
@@ -45,6 +49,7 @@ impl Lockctl {
     pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockctl"));
         cmd.env_remove("LOCKCTL_URL")
+            .env(MARKER_VAR, &self.marked.marker)
             .env("D", self.dir.path())
             .current_dir(self.dir.path())
             .arg("--url")
@@ -64,6 +69,37 @@ impl Lockctl {
         self.command(args).spawn().expect("start lockctl")
     }
 
+    /// Starts `lockctl ARGS` in the background with `marked`'s marker (instead of this
+    /// one's) in its environment, which every process it starts inherits.
+    pub fn spawn_marked(&self, marked: &Marked, args: &[&str]) -> Child {
+        self.command(args)
+            .env(MARKER_VAR, &marked.marker)
+            .spawn()
+            .expect("start lockctl")
+    }
+
+    /// `WRAPPER... lockctl ARGS` (e.g. `nohup`), set up as [`command`](Self::command).
+    pub fn command_via(&self, wrapper: &[&str], args: &[&str]) -> Command {
+        let (program, rest) = wrapper.split_first().expect("a wrapper");
+        let mut cmd = Command::new(program);
+        cmd.args(rest)
+            .arg(env!("CARGO_BIN_EXE_lockctl"))
+            .env_remove("LOCKCTL_URL")
+            .env(MARKER_VAR, &self.marked.marker)
+            .env("D", self.dir.path())
+            .current_dir(self.dir.path())
+            .arg("--url")
+            .arg(&self.url)
+            .arg("--namespace")
+            .arg(&self.namespace)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        cmd
+    }
+
     /// Runs `lockctl ARGS` to the end: exit code, stdout, stderr.
     pub async fn output(&self, args: &[&str]) -> (i32, String, String) {
         let output = tokio::time::timeout(PATIENCE, self.command(args).output())
@@ -75,6 +111,14 @@ impl Lockctl {
             String::from_utf8_lossy(&output.stdout).into_owned(),
             String::from_utf8_lossy(&output.stderr).into_owned(),
         )
+    }
+
+    /// Waits until a [`sleeper`] with `prefix` runs its `sleep`: a signal sent any
+    /// earlier could land while the background `sleep` is forked but not yet executed,
+    /// where the shell's child may lose it, and the `sleep` would outlive the trap.
+    pub async fn wait_for_sleeper(&self, prefix: &str) {
+        self.wait_for_file(&format!("{prefix}.started")).await;
+        self.marked.wait_for_comm("sleep", 1).await;
     }
 
     /// Waits until the marker `name` exists.
@@ -99,20 +143,228 @@ impl Lockctl {
     }
 }
 
+/// The environment variable that marks the processes of one scenario: every process
+/// lockctl starts inherits it, whatever process group or session it ends up in, so a
+/// test finds them all in /proc.
+pub const MARKER_VAR: &str = "LOCKCTL_TEST_MARKER";
+
+/// One process, as /proc shows it.
+#[derive(Clone, Debug)]
+pub struct Proc {
+    pub pid: i32,
+    pub ppid: i32,
+    pub pgid: i32,
+    /// `R`, `S`, `T` (stopped), `Z` (zombie), ...
+    pub state: char,
+    pub comm: String,
+}
+
+impl Proc {
+    /// `pid`'s entry, if it exists.
+    pub fn read(pid: i32) -> Option<Proc> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The command name is in parentheses and may hold spaces: split after the last ')'.
+        let open = stat.find('(')?;
+        let close = stat.rfind(')')?;
+        let comm = stat[open + 1..close].to_owned();
+        let mut rest = stat[close + 1..].split_whitespace();
+        let state = rest.next()?.chars().next()?;
+        let ppid = rest.next()?.parse().ok()?;
+        let pgid = rest.next()?.parse().ok()?;
+        Some(Proc {
+            pid,
+            ppid,
+            pgid,
+            state,
+            comm,
+        })
+    }
+
+    /// The signals it ignores (bit N-1 for signal N), from /proc/PID/status.
+    pub fn ignored_signals(pid: i32) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_else(|e| panic!("read /proc/{pid}/status: {e}"));
+        let hex = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigIgn:"))
+            .expect("SigIgn line")
+            .trim();
+        u64::from_str_radix(hex, 16).expect("SigIgn is hex")
+    }
+}
+
+/// The live (not zombie) processes of one scenario, found by [`MARKER_VAR`]. Dropping
+/// it SIGKILLs whatever is left, so a failed test leaves nothing running.
+pub struct Marked {
+    pub marker: String,
+}
+
+impl Default for Marked {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Marked {
+    pub fn new() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        Marked {
+            marker: format!(
+                "{}-{nanos}-{}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ),
+        }
+    }
+
+    /// The live processes carrying the marker now.
+    pub fn processes(&self) -> Vec<Proc> {
+        let wanted = format!("{MARKER_VAR}={}", self.marker);
+        let mut found = Vec::new();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return found;
+        };
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            // A process that ended meanwhile reads as nothing; a zombie's environ is empty.
+            let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+                continue;
+            };
+            if !environ
+                .split(|b| *b == 0)
+                .any(|var| var == wanted.as_bytes())
+            {
+                continue;
+            }
+            if let Some(proc) = Proc::read(pid).filter(|p| p.state != 'Z' && p.state != 'X') {
+                found.push(proc);
+            }
+        }
+        found
+    }
+
+    /// The live marked processes but `pid` (lockctl itself, say).
+    pub fn processes_but(&self, pid: Option<u32>) -> Vec<Proc> {
+        let mut found = self.processes();
+        found.retain(|p| Some(p.pid as u32) != pid);
+        found
+    }
+
+    /// Waits (bounded) until `ready` holds for the marked processes; returns them.
+    pub async fn wait_until(&self, what: &str, ready: impl Fn(&[Proc]) -> bool) -> Vec<Proc> {
+        let started = Instant::now();
+        loop {
+            let found = self.processes();
+            if ready(&found) {
+                return found;
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "{what}: not so after {PATIENCE:?}; marked processes: {found:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until `count` processes named `comm` run.
+    pub async fn wait_for_comm(&self, comm: &str, count: usize) -> Vec<Proc> {
+        self.wait_until(&format!("{count} `{comm}` running"), |found| {
+            found.iter().filter(|p| p.comm == comm).count() >= count
+        })
+        .await
+    }
+
+    /// How long until no marked process is left, or what is still there after `limit`.
+    pub async fn gone_within(&self, limit: Duration) -> Result<Duration, Vec<Proc>> {
+        let started = Instant::now();
+        loop {
+            let found = self.processes();
+            if found.is_empty() {
+                return Ok(started.elapsed());
+            }
+            if started.elapsed() > limit {
+                return Err(found);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Marked {
+    fn drop(&mut self) {
+        for proc in self.processes() {
+            // SAFETY: kill(2) of a process this scenario started (it carries the marker).
+            unsafe {
+                libc::kill(proc.pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// `pid` and its descendants, for failure messages.
+pub fn descendants(pid: i32) -> Vec<Proc> {
+    let all: Vec<Proc> = std::fs::read_dir("/proc")
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .filter_map(Proc::read)
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut found: Vec<Proc> = all.iter().filter(|p| p.pid == pid).cloned().collect();
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i].pid;
+        found.extend(all.iter().filter(|p| p.ppid == parent).cloned());
+        i += 1;
+    }
+    found
+}
+
 pub fn code(status: ExitStatus) -> i32 {
     status.code().unwrap_or(-1)
 }
 
-/// Waits for a background lockctl: exit code and stderr.
-pub async fn finish(child: Child) -> (i32, String) {
-    let output = tokio::time::timeout(PATIENCE, child.wait_with_output())
+/// Waits for a background lockctl: exit code and stderr. Fails if lockctl does not
+/// exit in time, or exits while something it started still holds its stderr open.
+pub async fn finish(mut child: Child) -> (i32, String) {
+    use tokio::io::AsyncReadExt;
+    let mut stderr = child.stderr.take().expect("stderr piped");
+    let mut stdout = child.stdout.take().expect("stdout piped");
+    let read_all = tokio::spawn(async move {
+        let (mut err, mut out) = (Vec::new(), Vec::new());
+        let _ = tokio::join!(stderr.read_to_end(&mut err), stdout.read_to_end(&mut out));
+        err
+    });
+    let pid = child.id().map(|pid| pid as i32);
+    let status = tokio::time::timeout(PATIENCE, child.wait())
         .await
-        .expect("lockctl ended in time")
+        .unwrap_or_else(|_| {
+            panic!(
+                "lockctl did not exit within {PATIENCE:?}; its processes: {:?}",
+                pid.map(descendants)
+            )
+        })
         .expect("wait for lockctl");
-    (
-        code(output.status),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    let code = code(status);
+    let stderr = match tokio::time::timeout(Duration::from_secs(5), read_all).await {
+        Ok(err) => err.expect("read lockctl's output"),
+        Err(_) => panic!(
+            "lockctl exited ({code}), but processes it started still hold its stdout or stderr open"
+        ),
+    };
+    (code, String::from_utf8_lossy(&stderr).into_owned())
 }
 
 pub fn signal(child: &Child, signal: i32) {
@@ -197,7 +449,7 @@ pub async fn two_runs_serialise(url: &str, backend: &str) {
 pub async fn no_wait_fails_at_once_while_held(url: &str) {
     let ctl = Lockctl::new(url, "nowait");
     let holder = ctl.spawn(&["run", "jobs", "--", "sh", "-c", &sleeper("h")]);
-    ctl.wait_for_file("h.started").await;
+    ctl.wait_for_sleeper("h").await;
     let started = Instant::now();
     let (code, _, stderr) = ctl
         .output(&["run", "--no-wait", "jobs", "--", "true"])
@@ -230,7 +482,7 @@ pub async fn no_wait_fails_at_once_while_held(url: &str) {
 pub async fn sigint_reaches_the_command_and_the_lock_is_released(url: &str) {
     let ctl = Lockctl::new(url, "sigint");
     let holder = ctl.spawn(&["run", "jobs", "--", "sh", "-c", &sleeper("h")]);
-    ctl.wait_for_file("h.started").await;
+    ctl.wait_for_sleeper("h").await;
     signal(&holder, libc::SIGINT);
     let (code, stderr) = finish(holder).await;
     assert_eq!(code, 130, "{stderr}");
@@ -239,7 +491,7 @@ pub async fn sigint_reaches_the_command_and_the_lock_is_released(url: &str) {
     assert_eq!((code, stdout.trim()), (0, "free"));
     // A waiting lockctl given SIGINT gives up without running anything.
     let holder = ctl.spawn(&["run", "jobs", "--", "sh", "-c", &sleeper("h2")]);
-    ctl.wait_for_file("h2.started").await;
+    ctl.wait_for_sleeper("h2").await;
     let waiter = ctl.spawn(&["run", "jobs", "--", "touch", "never"]);
     tokio::time::sleep(Duration::from_millis(300)).await;
     signal(&waiter, libc::SIGINT);
@@ -266,7 +518,7 @@ pub async fn force_unlock_stops_the_command_with_the_lost_code(url: &str) {
         "-c",
         &sleeper("h"),
     ]);
-    ctl.wait_for_file("h.started").await;
+    ctl.wait_for_sleeper("h").await;
     let (code, _, stderr) = ctl.output(&["force-unlock", "jobs"]).await;
     assert_eq!(code, USAGE, "no terminal, no --yes: refused: {stderr}");
     let (code, stdout, stderr) = ctl.output(&["force-unlock", "--yes", "jobs"]).await;
@@ -287,16 +539,21 @@ pub async fn force_unlock_stops_the_command_with_the_lost_code(url: &str) {
 pub async fn sigkill_of_lockctl_frees_the_lock_within_the_lease(url: &str) {
     let ctl = Lockctl::new(url, "sigkill");
     let lease = Duration::from_secs(2);
-    let mut holder = ctl.spawn(&[
-        "run",
-        "--watchdog-lease",
-        "2s",
-        "jobs",
-        "--",
-        "sh",
-        "-c",
-        "echo $$ > \"$D/h.pid\"; touch \"$D/h.started\"; exec sleep 120",
-    ]);
+    // Whatever the command leaves running is killed when `marked` goes.
+    let marked = Marked::new();
+    let mut holder = ctl.spawn_marked(
+        &marked,
+        &[
+            "run",
+            "--watchdog-lease",
+            "2s",
+            "jobs",
+            "--",
+            "sh",
+            "-c",
+            "touch \"$D/h.started\"; exec sleep 120",
+        ],
+    );
     ctl.wait_for_file("h.started").await;
     signal(&holder, libc::SIGKILL);
     let _ = holder.wait().await;
@@ -305,18 +562,416 @@ pub async fn sigkill_of_lockctl_frees_the_lock_within_the_lease(url: &str) {
         .output(&["run", "--wait", "20s", "jobs", "--", "true"])
         .await;
     let freed_after = killed.elapsed();
-    // The orphaned command is ours to clean up.
-    let pid: libc::pid_t = ctl.read("h.pid").parse().unwrap();
-    // SAFETY: kill(2) of the sleep this test started.
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-    }
     assert_eq!(code, 0, "{stderr}");
     assert!(
         freed_after < lease + Duration::from_secs(8),
         "free within the lease (plus slack): {freed_after:?}"
     );
     println!("lockctl PASS sigkill_of_lockctl_frees_the_lock_within_the_lease ({freed_after:?})");
+}
+
+/// Runs each scenario to its end, one after the other, each in a task of its own so
+/// that one failing does not hide the others; then fails listing the ones that failed.
+macro_rules! each_scenario {
+    ($url:expr, $backend:expr, [$($scenario:ident),+ $(,)?]) => {{
+        let mut failed = Vec::new();
+        $(
+            let (url, backend) = ($url.to_owned(), $backend.to_owned());
+            let outcome = tokio::spawn(async move { $scenario(&url, &backend).await }).await;
+            if outcome.is_err() {
+                failed.push(stringify!($scenario));
+            }
+        )+
+        assert!(failed.is_empty(), "[{}] failed: {failed:?}", $backend);
+    }};
+}
+
+/// Every process-group scenario on one backend.
+pub async fn group_scenarios(url: &str, backend: &str) {
+    each_scenario!(
+        url,
+        backend,
+        [
+            sigkill_of_lockctl_takes_the_whole_command_with_it,
+            force_unlock_stops_every_process_of_the_command,
+            sigterm_to_lockctl_reaches_every_process_of_the_command,
+            a_command_that_ignores_sigterm_is_killed_after_the_grace,
+            a_killed_supervisor_leaves_nothing_running,
+        ]
+    );
+}
+
+/// The shell command of the group scenarios: `sh` with a subshell in the background
+/// whose `sleep` is the command's grandchild, and a `sleep` child in the foreground.
+const SHELL_WITH_CHILDREN: &str = "(sleep 60; true) & sleep 60; true";
+
+/// How long a process of the command may outlive lockctl: a moment, generously
+/// counted on a loaded machine. Before the process-group work it lived on for the
+/// whole 60 s of its sleep.
+const A_MOMENT: Duration = Duration::from_secs(10);
+
+/// SIGKILL lockctl (as the OOM killer would) while its command runs a shell with
+/// children: no process of the command survives it by more than a moment.
+pub async fn sigkill_of_lockctl_takes_the_whole_command_with_it(url: &str, backend: &str) {
+    let ctl = Lockctl::new(url, "orphans");
+    let marked = Marked::new();
+    let mut holder = ctl.spawn_marked(
+        &marked,
+        &["run", "jobs", "--", "sh", "-c", SHELL_WITH_CHILDREN],
+    );
+    marked.wait_for_comm("sleep", 2).await;
+    signal(&holder, libc::SIGKILL);
+    let _ = holder.wait().await;
+    match marked.gone_within(A_MOMENT).await {
+        Ok(after) => println!(
+            "lockctl[{backend}] PASS sigkill_of_lockctl_takes_the_whole_command_with_it (gone {after:?} after lockctl)"
+        ),
+        Err(left) => panic!(
+            "[{backend}] {} process(es) of the command outlived a SIGKILLed lockctl by {A_MOMENT:?}: {left:?}",
+            left.len()
+        ),
+    }
+}
+
+/// `force-unlock` while `sh -c 'sleep 60; true'` runs: every process of the command
+/// is gone by the time lockctl exits with the lost code.
+pub async fn force_unlock_stops_every_process_of_the_command(url: &str, backend: &str) {
+    let ctl = Lockctl::new(url, "force-group");
+    let marked = Marked::new();
+    let holder = ctl.spawn_marked(
+        &marked,
+        &[
+            "run",
+            "--watchdog-lease",
+            "3s",
+            "jobs",
+            "--",
+            "sh",
+            "-c",
+            "sleep 60; true",
+        ],
+    );
+    let lockctl = holder.id();
+    marked.wait_for_comm("sleep", 1).await;
+    let (code, stdout, stderr) = ctl.output(&["force-unlock", "--yes", "jobs"]).await;
+    assert_eq!((code, stdout.trim()), (0, "unlocked"), "{stderr}");
+    let unlocked = Instant::now();
+    let (code, stderr) = finish(holder).await;
+    let left = marked.processes_but(lockctl);
+    assert_eq!(code, LOST, "[{backend}] {stderr}");
+    assert!(
+        left.is_empty(),
+        "[{backend}] still running when lockctl exited {LOST}: {left:?}"
+    );
+    println!(
+        "lockctl[{backend}] PASS force_unlock_stops_every_process_of_the_command (exit {LOST} {:?} after the unlock)",
+        unlocked.elapsed()
+    );
+}
+
+/// SIGTERM to lockctl (systemd stop, `kill`) reaches every process of the command, not
+/// just the shell; lockctl exits once they are gone.
+pub async fn sigterm_to_lockctl_reaches_every_process_of_the_command(url: &str, backend: &str) {
+    let ctl = Lockctl::new(url, "term-group");
+    let marked = Marked::new();
+    let holder = ctl.spawn_marked(
+        &marked,
+        &["run", "jobs", "--", "sh", "-c", SHELL_WITH_CHILDREN],
+    );
+    let lockctl = holder.id();
+    marked.wait_for_comm("sleep", 2).await;
+    signal(&holder, libc::SIGTERM);
+    let (code, stderr) = finish(holder).await;
+    let left = marked.processes_but(lockctl);
+    assert_eq!(
+        code, 143,
+        "[{backend}] the command died of SIGTERM: {stderr}"
+    );
+    assert!(
+        left.is_empty(),
+        "[{backend}] still running when lockctl exited: {left:?}"
+    );
+    let (code, stdout, _) = ctl.output(&["status", "jobs"]).await;
+    assert_eq!((code, stdout.trim()), (0, "free"));
+    println!("lockctl[{backend}] PASS sigterm_to_lockctl_reaches_every_process_of_the_command");
+}
+
+/// After the lock is lost, a command that ignores SIGTERM gets SIGKILL after
+/// `--kill-grace`, all of it, before lockctl exits.
+pub async fn a_command_that_ignores_sigterm_is_killed_after_the_grace(url: &str, backend: &str) {
+    let ctl = Lockctl::new(url, "grace");
+    let marked = Marked::new();
+    let holder = ctl.spawn_marked(
+        &marked,
+        &[
+            "run",
+            "--watchdog-lease",
+            "3s",
+            "--kill-grace",
+            "1s",
+            "jobs",
+            "--",
+            "sh",
+            "-c",
+            // An ignored SIGTERM is inherited: the sleeps ignore it too.
+            "trap '' TERM; (sleep 60; true) & sleep 60; true",
+        ],
+    );
+    let lockctl = holder.id();
+    marked.wait_for_comm("sleep", 2).await;
+    let (code, _, stderr) = ctl.output(&["force-unlock", "--yes", "jobs"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stderr) = finish(holder).await;
+    let left = marked.processes_but(lockctl);
+    assert_eq!(code, LOST, "[{backend}] {stderr}");
+    assert!(
+        left.is_empty(),
+        "[{backend}] still running when lockctl exited {LOST}: {left:?}"
+    );
+    println!("lockctl[{backend}] PASS a_command_that_ignores_sigterm_is_killed_after_the_grace");
+}
+
+/// The command's supervisor (lockctl's only child) SIGKILLed alone: lockctl stops
+/// what is left of the command's group before it releases, and says so (exit 70).
+pub async fn a_killed_supervisor_leaves_nothing_running(url: &str, backend: &str) {
+    let ctl = Lockctl::new(url, "supervisor");
+    let marked = Marked::new();
+    let holder = ctl.spawn_marked(
+        &marked,
+        &[
+            "run",
+            "--kill-grace",
+            "1s",
+            "jobs",
+            "--",
+            "sh",
+            "-c",
+            SHELL_WITH_CHILDREN,
+        ],
+    );
+    let lockctl = holder.id().map(|pid| pid as i32);
+    let found = marked.wait_for_comm("sleep", 2).await;
+    let supervisor = found
+        .iter()
+        .find(|p| Some(p.ppid) == lockctl)
+        .unwrap_or_else(|| panic!("lockctl's child among {found:?}"));
+    // SAFETY: kill(2) of a process this scenario started.
+    unsafe {
+        libc::kill(supervisor.pid, libc::SIGKILL);
+    }
+    let (code, stderr) = finish(holder).await;
+    let left = marked.processes_but(lockctl.map(|pid| pid as u32));
+    assert_eq!(code, 70, "[{backend}] {stderr}");
+    assert!(stderr.contains("supervisor"), "[{backend}] {stderr}");
+    assert!(
+        left.is_empty(),
+        "[{backend}] still running when lockctl exited: {left:?}"
+    );
+    let (code, stdout, _) = ctl.output(&["status", "jobs"]).await;
+    assert_eq!((code, stdout.trim()), (0, "free"));
+    println!("lockctl[{backend}] PASS a_killed_supervisor_leaves_nothing_running");
+}
+
+/// Every option scenario on one backend.
+pub async fn option_scenarios(url: &str, backend: &str) {
+    each_scenario!(
+        url,
+        backend,
+        [
+            conflict_exit_code_separates_the_commands_own_code,
+            a_command_string_runs_through_sh,
+            shared_runs_overlap_and_a_plain_run_waits_for_them,
+            fair_runs_and_plain_runs_exclude_each_other,
+        ]
+    );
+}
+
+/// A shell command that says it is in (`$D/<prefix>.in`), waits for `$D/<go>`, then
+/// says it is out (`$D/<prefix>.out`).
+pub fn until_go(prefix: &str, go: &str) -> String {
+    format!(
+        "touch \"$D/{prefix}.in\"; while [ ! -e \"$D/{go}\" ]; do sleep 0.02; done; touch \"$D/{prefix}.out\""
+    )
+}
+
+/// `-E N` / `--conflict-exit-code N` is the code for "not acquired", so a command's
+/// own 75 is not mistaken for it; `wait` uses it too.
+pub async fn conflict_exit_code_separates_the_commands_own_code(url: &str, backend: &str) {
+    let ctl = Lockctl::new(url, "conflict");
+    let (code, _, stderr) = ctl
+        .output(&[
+            "run",
+            "--conflict-exit-code",
+            "99",
+            "jobs",
+            "--",
+            "sh",
+            "-c",
+            "exit 75",
+        ])
+        .await;
+    assert_eq!(code, 75, "[{backend}] the command's own 75: {stderr}");
+    let holder = ctl.spawn(&["run", "jobs", "--", "sh", "-c", &until_go("h", "go")]);
+    ctl.wait_for_file("h.in").await;
+    let (code, _, stderr) = ctl
+        .output(&["run", "-E", "99", "-n", "jobs", "--", "true"])
+        .await;
+    assert_eq!(code, 99, "[{backend}] not acquired: {stderr}");
+    assert!(stderr.contains("not acquired"), "{stderr}");
+    let (code, _, stderr) = ctl
+        .output(&["run", "-E", "98", "-w", "200ms", "jobs", "--", "true"])
+        .await;
+    assert_eq!(code, 98, "[{backend}] still held after the wait: {stderr}");
+    let (code, _, stderr) = ctl
+        .output(&["wait", "-E", "97", "-w", "200ms", "jobs"])
+        .await;
+    assert_eq!(code, 97, "[{backend}] wait ran out: {stderr}");
+    std::fs::write(ctl.file("go"), "").unwrap();
+    let (code, stderr) = finish(holder).await;
+    assert_eq!(code, 0, "{stderr}");
+    println!("lockctl[{backend}] PASS conflict_exit_code_separates_the_commands_own_code");
+}
+
+/// `-c "command string"` runs the string with `sh -c`, as flock's `-c` does; a
+/// command after it as well is refused.
+pub async fn a_command_string_runs_through_sh(url: &str, backend: &str) {
+    let ctl = Lockctl::new(url, "string");
+    let (code, _, stderr) = ctl
+        .output(&[
+            "run",
+            "jobs",
+            "-c",
+            "echo \"$LOCK_NAME\" > \"$D/c.out\"; exit 3",
+        ])
+        .await;
+    assert_eq!(code, 3, "[{backend}] {stderr}");
+    assert_eq!(ctl.read("c.out"), "jobs");
+    let (code, _, stderr) = ctl.output(&["run", "--command", "exit 4", "jobs"]).await;
+    assert_eq!(code, 4, "[{backend}] {stderr}");
+    let (code, _, stderr) = ctl
+        .output(&["run", "jobs", "-c", "true", "--", "true"])
+        .await;
+    assert_eq!(code, USAGE, "[{backend}] a string and a command: {stderr}");
+    println!("lockctl[{backend}] PASS a_command_string_runs_through_sh");
+}
+
+/// `--shared` takes the read side: two shared runs hold it at once; a plain run is
+/// refused while they do, and a waiting one runs only after both are out.
+pub async fn shared_runs_overlap_and_a_plain_run_waits_for_them(url: &str, backend: &str) {
+    let ctl = Lockctl::new(url, "shared");
+    let a = ctl.spawn(&[
+        "run",
+        "--shared",
+        "jobs",
+        "--",
+        "sh",
+        "-c",
+        &until_go("a", "go"),
+    ]);
+    let b = ctl.spawn(&["run", "-s", "jobs", "--", "sh", "-c", &until_go("b", "go")]);
+    // Neither leaves before `go`: both in at once is the overlap.
+    ctl.wait_for_file("a.in").await;
+    ctl.wait_for_file("b.in").await;
+    let (code, _, stderr) = ctl
+        .output(&["run", "--no-wait", "jobs", "--", "true"])
+        .await;
+    assert_eq!(
+        code, NOT_ACQUIRED,
+        "[{backend}] a plain run while shared runs hold: {stderr}"
+    );
+    let (code, stdout, _) = ctl.output(&["status", "jobs"]).await;
+    assert_eq!(
+        (code, stdout.trim()),
+        (1, "held"),
+        "[{backend}] status sees shared holders"
+    );
+    let plain = ctl.spawn(&[
+        "run",
+        "jobs",
+        "--",
+        "sh",
+        "-c",
+        "test -e \"$D/a.out\" && test -e \"$D/b.out\" && touch \"$D/c.ok\"",
+    ]);
+    std::fs::write(ctl.file("go"), "").unwrap();
+    for child in [a, b, plain] {
+        let (code, stderr) = finish(child).await;
+        assert_eq!(code, 0, "[{backend}] {stderr}");
+    }
+    assert!(
+        ctl.file("c.ok").exists(),
+        "[{backend}] the plain run ran only after both shared runs were out"
+    );
+    // And the other way round: a shared run is refused while a plain run holds.
+    let holder = ctl.spawn(&["run", "jobs", "--", "sh", "-c", &until_go("x", "go2")]);
+    ctl.wait_for_file("x.in").await;
+    let (code, _, stderr) = ctl.output(&["run", "-s", "-n", "jobs", "--", "true"]).await;
+    assert_eq!(
+        code, NOT_ACQUIRED,
+        "[{backend}] a shared run while a plain run holds: {stderr}"
+    );
+    std::fs::write(ctl.file("go2"), "").unwrap();
+    finish(holder).await;
+    println!("lockctl[{backend}] PASS shared_runs_overlap_and_a_plain_run_waits_for_them");
+}
+
+/// `--fair` runs hold the same lock as plain runs: each excludes the other.
+pub async fn fair_runs_and_plain_runs_exclude_each_other(url: &str, backend: &str) {
+    let ctl = Lockctl::new(url, "fair");
+    let fair = ctl.spawn(&[
+        "run",
+        "--fair",
+        "jobs",
+        "--",
+        "sh",
+        "-c",
+        &until_go("f", "go"),
+    ]);
+    ctl.wait_for_file("f.in").await;
+    let (code, _, stderr) = ctl.output(&["run", "-n", "jobs", "--", "true"]).await;
+    assert_eq!(
+        code, NOT_ACQUIRED,
+        "[{backend}] a plain run while a fair run holds: {stderr}"
+    );
+    let (code, _, stderr) = ctl
+        .output(&["run", "--fair", "-n", "jobs", "--", "true"])
+        .await;
+    assert_eq!(
+        code, NOT_ACQUIRED,
+        "[{backend}] a fair run while a fair run holds: {stderr}"
+    );
+    std::fs::write(ctl.file("go"), "").unwrap();
+    let (code, stderr) = finish(fair).await;
+    assert_eq!(code, 0, "{stderr}");
+    let plain = ctl.spawn(&["run", "jobs", "--", "sh", "-c", &until_go("p", "go2")]);
+    ctl.wait_for_file("p.in").await;
+    let (code, _, stderr) = ctl
+        .output(&["run", "--fair", "-n", "jobs", "--", "true"])
+        .await;
+    assert_eq!(
+        code, NOT_ACQUIRED,
+        "[{backend}] a fair run while a plain run holds: {stderr}"
+    );
+    // A fair run that waits gets in once the plain run is out.
+    let waiter = ctl.spawn(&[
+        "run",
+        "--fair",
+        "jobs",
+        "--",
+        "sh",
+        "-c",
+        "test -e \"$D/p.out\" && touch \"$D/w.ok\"",
+    ]);
+    std::fs::write(ctl.file("go2"), "").unwrap();
+    for child in [plain, waiter] {
+        let (code, stderr) = finish(child).await;
+        assert_eq!(code, 0, "[{backend}] {stderr}");
+    }
+    assert!(
+        ctl.file("w.ok").exists(),
+        "[{backend}] the fair waiter ran after the plain run"
+    );
+    println!("lockctl[{backend}] PASS fair_runs_and_plain_runs_exclude_each_other");
 }
 
 /// The path of a file under `dir`, as a URL for SQLite.

@@ -1,0 +1,78 @@
+//! Which lock a name means for lockctl.
+//!
+//! A run takes the **write side of the read-write lock** NAME, and `--shared` its
+//! read side, so shared and exclusive runs of one name exclude each other. On a
+//! backend without read-write locks (RedLock, SQL with `lock_strategy=for-update`)
+//! runs take the exclusive lock NAME instead, and `--shared` is refused. `status`,
+//! `wait` and `force-unlock` look at, or break, the same lock. A program that must
+//! exclude lockctl runs takes `client.rw_lock(NAME)?.write()` (or `client.lock(NAME)`
+//! on those backends).
+
+use std::sync::Arc;
+
+use distributed_locks::{
+    AcquireOptions, DistributedLock, LockGuard, LockProvider, ReadWriteLock, Result,
+};
+
+/// The lock a name means on one backend.
+#[derive(Debug)]
+pub(crate) enum RunLock {
+    /// Both sides of a read-write lock: exclusive runs write, shared runs read.
+    ReadWrite(Arc<dyn ReadWriteLock>),
+    /// An exclusive lock, where the backend has no read-write locks.
+    Exclusive(Arc<dyn DistributedLock>),
+}
+
+impl RunLock {
+    /// The lock `name` means on `client`'s backend.
+    ///
+    /// # Errors
+    /// An invalid name.
+    pub(crate) fn of(client: &dyn LockProvider, name: &str) -> Result<Self> {
+        Ok(if client.capabilities().read_write {
+            RunLock::ReadWrite(client.rw_lock(name)?)
+        } else {
+            RunLock::Exclusive(client.lock(name)?)
+        })
+    }
+
+    /// Whether runs can share it (`--shared`).
+    pub(crate) fn can_share(&self) -> bool {
+        matches!(self, RunLock::ReadWrite(_))
+    }
+
+    /// Acquires the shared (read) side if `shared`, else the exclusive one.
+    ///
+    /// # Cancel safety
+    /// As the lock's own acquire: nothing is left behind.
+    pub(crate) async fn acquire(&self, shared: bool, options: AcquireOptions) -> Result<LockGuard> {
+        match self {
+            RunLock::ReadWrite(lock) if shared => lock.read_with(options).await,
+            RunLock::ReadWrite(lock) => lock.write_with(options).await,
+            // `run` refuses --shared here before it gets this far.
+            RunLock::Exclusive(lock) => lock.acquire_with(options).await,
+        }
+    }
+
+    /// Whether anyone holds it (either side).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub(crate) async fn is_locked(&self) -> Result<bool> {
+        match self {
+            RunLock::ReadWrite(lock) => lock.is_locked().await,
+            RunLock::Exclusive(lock) => lock.is_locked().await,
+        }
+    }
+
+    /// Removes every holder (both sides).
+    ///
+    /// # Cancel safety
+    /// If dropped, the removal may or may not have happened.
+    pub(crate) async fn force_unlock(&self) -> Result<bool> {
+        match self {
+            RunLock::ReadWrite(lock) => lock.force_unlock().await,
+            RunLock::Exclusive(lock) => lock.force_unlock().await,
+        }
+    }
+}
