@@ -10,9 +10,7 @@
 
 use std::sync::Arc;
 
-use distributed_locks::{
-    AcquireOptions, DistributedLock, LockGuard, LockProvider, ReadWriteLock, Result,
-};
+use distributed_locks::{AcquireOptions, DistributedLock, LockGuard, LockProvider, ReadWriteLock, Result};
 
 /// The lock a name means on one backend.
 #[derive(Debug)]
