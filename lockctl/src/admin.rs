@@ -2,9 +2,9 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use distributed_locks::LockProvider;
+use distributed_locks::{Error, HolderInfo, LockKind, LockProvider};
 use serde_json::json;
 
 use crate::events::Reporter;
@@ -20,10 +20,82 @@ pub(crate) async fn status(
     name: &str,
     reporter: &Reporter,
 ) -> Result<u8, Failure> {
-    let held = RunLock::of(&*client, name)?.is_locked().await?;
-    reporter.event("status", json!({ "held": held }));
+    let lock = RunLock::of(&*client, name)?;
+    let info = match lock.inspect().await {
+        Ok(info) => info,
+        // A backend that cannot say who holds can still say whether anyone does.
+        Err(Error::Unsupported { .. }) => {
+            let held = lock.is_locked().await?;
+            reporter.event("status", json!({ "held": held }));
+            println!("{}", if held { "held" } else { "free" });
+            return Ok(u8::from(held));
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let held = info.is_locked();
+    let holders: Vec<_> = info.holders.iter().map(holder_json).collect();
+    reporter.event(
+        "status",
+        json!({ "held": held, "holders": holders, "waiters": info.waiters }),
+    );
     println!("{}", if held { "held" } else { "free" });
+    for holder in &info.holders {
+        println!("  {}", describe(holder));
+    }
+    if let Some(waiters) = info.waiters.filter(|n| *n > 0) {
+        println!("  {waiters} waiting");
+    }
     Ok(u8::from(held))
+}
+
+/// One line about a holder: what it said about itself, its token, since when, until when.
+fn describe(holder: &HolderInfo) -> String {
+    let mut line = match holder.kind {
+        LockKind::Read => "shared by".to_owned(),
+        _ => "by".to_owned(),
+    };
+    line.push(' ');
+    line.push_str(holder.description.as_deref().unwrap_or("an unknown holder"));
+    if let Some(token) = holder.fencing_token {
+        line.push_str(&format!(", token {token}"));
+    }
+    let now = SystemTime::now();
+    if let Some(since) = holder.acquired_at {
+        let ago = now.duration_since(since).unwrap_or_default();
+        line.push_str(&format!(", for {}", short(ago)));
+    }
+    if let Some(until) = holder.expires_at {
+        let left = until.duration_since(now).unwrap_or_default();
+        line.push_str(&format!(", lease ends in {}", short(left)));
+    }
+    if let Some(owner) = &holder.owner {
+        line.push_str(&format!(" (owner {owner})"));
+    }
+    line
+}
+
+/// A duration to the second (to the millisecond below one).
+fn short(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{}s", d.as_secs())
+    }
+}
+
+fn holder_json(holder: &HolderInfo) -> serde_json::Value {
+    let millis = |t: Option<SystemTime>| {
+        t.and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as u64)
+    };
+    json!({
+        "shared": holder.kind == LockKind::Read,
+        "description": holder.description,
+        "token": holder.fencing_token,
+        "owner": holder.owner,
+        "acquired_at_ms": millis(holder.acquired_at),
+        "expires_at_ms": millis(holder.expires_at),
+    })
 }
 
 /// The first and the longest pause between two looks at a held lock.
@@ -89,6 +161,7 @@ pub(crate) async fn force_unlock(
     client: Arc<dyn LockProvider>,
     name: &str,
     yes: bool,
+    token: Option<u64>,
     reporter: &Reporter,
 ) -> Result<u8, Failure> {
     let lock = RunLock::of(&*client, name)?;
@@ -99,8 +172,12 @@ pub(crate) async fn force_unlock(
                 "force-unlock asks for confirmation on a terminal; pass --yes to run it without one",
             ));
         }
+        let whom = match token {
+            Some(token) => format!("the holder with token {token}"),
+            None => "every holder".to_owned(),
+        };
         eprint!(
-            "Force-unlock `{name}` in namespace `{}` on {}? Its holder loses it. [y/N] ",
+            "Force-unlock `{name}` in namespace `{}` on {}? {whom} loses it. [y/N] ",
             client.namespace().as_str(),
             client.backend_name()
         );
@@ -112,8 +189,19 @@ pub(crate) async fn force_unlock(
             return Ok(1);
         }
     }
-    let was_held = lock.force_unlock().await?;
-    reporter.event("force_unlocked", json!({ "was_held": was_held }));
-    println!("{}", if was_held { "unlocked" } else { "was free" });
+    let was_held = match token {
+        Some(token) => lock.force_unlock_holder(token).await?,
+        None => lock.force_unlock().await?,
+    };
+    reporter.event(
+        "force_unlocked",
+        json!({ "was_held": was_held, "token": token }),
+    );
+    let said = match (was_held, token) {
+        (true, _) => "unlocked".to_owned(),
+        (false, None) => "was free".to_owned(),
+        (false, Some(token)) => format!("no holder with token {token}; nothing changed"),
+    };
+    println!("{said}");
     Ok(0)
 }

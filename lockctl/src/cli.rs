@@ -92,7 +92,8 @@ pub(crate) enum Command {
     /// Acquire NAME, run the command while holding it, release it when the command
     /// and every process it started have ended, and exit with the command's exit code.
     Run(RunArgs),
-    /// Say whether NAME is held (exit 0 when free, 1 when held).
+    /// Say whether NAME is held, and by whom where the backend keeps it (host and pid,
+    /// since when, fencing token, lease end); exit 0 when free, 1 when held.
     Status {
         /// The lock's name.
         name: String,
@@ -115,6 +116,10 @@ pub(crate) enum Command {
         /// Do not ask for confirmation (needed when stdin is not a terminal).
         #[arg(short, long)]
         yes: bool,
+        /// Break only the holder with this fencing token (`status` prints it): a holder
+        /// that has replaced it meanwhile is left alone.
+        #[arg(short, long, value_name = "N")]
+        token: Option<u64>,
     },
 }
 

@@ -10,7 +10,9 @@
 
 use std::sync::Arc;
 
-use distributed_locks::{AcquireOptions, DistributedLock, LockGuard, LockProvider, ReadWriteLock, Result};
+use distributed_locks::{
+    AcquireOptions, DistributedLock, LockGuard, LockInfo, LockProvider, ReadWriteLock, Result,
+};
 
 /// The lock a name means on one backend.
 #[derive(Debug)]
@@ -60,6 +62,28 @@ impl RunLock {
         match self {
             RunLock::ReadWrite(lock) => lock.is_locked().await,
             RunLock::Exclusive(lock) => lock.is_locked().await,
+        }
+    }
+
+    /// Who holds it (both sides) and how many wait, as far as the backend keeps them.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub(crate) async fn inspect(&self) -> Result<LockInfo> {
+        match self {
+            RunLock::ReadWrite(lock) => lock.inspect().await,
+            RunLock::Exclusive(lock) => lock.inspect().await,
+        }
+    }
+
+    /// Removes only the holder whose fencing token is `token`.
+    ///
+    /// # Cancel safety
+    /// If dropped, the removal may or may not have happened.
+    pub(crate) async fn force_unlock_holder(&self, token: u64) -> Result<bool> {
+        match self {
+            RunLock::ReadWrite(lock) => lock.force_unlock_holder(token).await,
+            RunLock::Exclusive(lock) => lock.force_unlock_holder(token).await,
         }
     }
 

@@ -126,8 +126,8 @@ async fn execute(cli: Cli, store: Store, inherited: Inherited) -> Result<u8, Fai
             wait,
             conflict_exit_code,
         } => admin::wait(client.clone(), &name, wait, conflict_exit_code, &reporter).await,
-        Command::ForceUnlock { name, yes } => {
-            admin::force_unlock(client.clone(), &name, yes, &reporter).await
+        Command::ForceUnlock { name, yes, token } => {
+            admin::force_unlock(client.clone(), &name, yes, token, &reporter).await
         }
     };
     // Releases whatever is still held and finishes clean-ups before the process ends;
