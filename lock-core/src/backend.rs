@@ -19,6 +19,7 @@ pub use crate::kinds::{Capabilities, LockFamily, LockKind};
 pub use crate::lease::LossNotifier;
 use crate::name::LockKey;
 pub use crate::options::{check_duration, Deadline};
+pub use crate::settings::QuerySettings;
 
 /// Who holds a lock: one acquisition of one client (see
 /// [`LockGuard`](crate::LockGuard#owners-and-re-entry)). Formatted as

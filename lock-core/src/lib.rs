@@ -92,6 +92,7 @@ pub mod memory;
 mod multi;
 mod name;
 mod options;
+mod settings;
 mod telemetry;
 mod watchdog;
 
@@ -122,6 +123,7 @@ pub use options::{
     AcquireOptions, Lease, Wait, DEFAULT_CLOCK_DRIFT, DEFAULT_WATCHDOG_LEASE, MAX_DURATION,
     MIN_LEASE, MIN_WATCHDOG_LEASE,
 };
+pub use settings::{parse_duration, TlsOptions};
 pub use telemetry::{LockEvent, LockEventKind, LockEvents};
 
 /// This crate's README, whose examples compile as doctests.

@@ -7,7 +7,7 @@ use clap::builder::FalseyValueParser;
 use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use distributed_locks::{DEFAULT_NAMESPACE, MAX_DURATION};
+use distributed_locks::DEFAULT_NAMESPACE;
 
 use crate::exit;
 
@@ -192,30 +192,10 @@ impl RunArgs {
 
 /// Parses `500ms`, `10s`, `1.5s`, `2m` or `1h` (a bare number is seconds).
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || {
-        format!("invalid duration {text:?}: expected a number and a unit, e.g. 500ms, 10s, 2m, 1h")
-    };
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().map_err(|_| bad())?;
-    let seconds = match unit.trim() {
-        "ms" => number / 1000.0,
-        "" | "s" => number,
-        "m" => number * 60.0,
-        "h" => number * 3600.0,
-        _ => return Err(bad()),
-    };
-    let duration = Duration::try_from_secs_f64(seconds).map_err(|_| bad())?;
-    if duration > MAX_DURATION {
-        return Err(format!(
-            "duration {text:?} is too long (at most {} days)",
-            MAX_DURATION.as_secs() / 86_400
-        ));
-    }
-    Ok(duration)
+    distributed_locks::parse_duration(text).map_err(|err| match err {
+        distributed_locks::Error::InvalidArgument { message } => message,
+        other => other.to_string(),
+    })
 }
 
 #[cfg(test)]
