@@ -24,14 +24,29 @@ impl ClientOptions {
     /// # Errors
     /// [`lock_core::Error::InvalidArgument`] for a bad namespace or watchdog lease.
     pub fn client<B: LockBackend>(self, backend: B) -> lock_core::Result<Arc<dyn LockProvider>> {
-        let mut builder = LockClient::builder(backend)
+        Ok(Arc::new(self.builder(backend).build()?))
+    }
+
+    /// Checks these options as [`client`](Self::client) would, without a backend: for
+    /// a backend that must not connect for options it would refuse.
+    ///
+    /// # Errors
+    /// As [`client`](Self::client).
+    pub fn check(&self) -> lock_core::Result<()> {
+        self.clone()
+            .builder(lock_core::memory::MemoryBackend::new())
+            .build()
+            .map(drop)
+    }
+
+    fn builder<B: LockBackend>(self, backend: B) -> lock_core::LockClientBuilder<B> {
+        let builder = LockClient::builder(backend)
             .namespace(self.namespace)
             .watchdog_lease(self.watchdog_lease);
-        if let Some(description) = self.holder_description {
-            builder = builder.holder_description(description);
+        match self.holder_description {
+            Some(description) => builder.holder_description(description),
+            None => builder,
         }
-        let client = builder.build()?;
-        Ok(Arc::new(client))
     }
 }
 

@@ -4,7 +4,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use lock_core::{Capabilities, LockProvider};
 use tokio::time::Instant;
 
@@ -13,6 +13,35 @@ use crate::cases::{all_cases, Case};
 
 /// How long one case may run before it counts as hung.
 const CASE_LIMIT: Duration = Duration::from_secs(120);
+
+/// How many cases run at once (`LOCK_TEST_CONCURRENCY`, default 4; 1 runs them one by
+/// one, in order).
+fn concurrency() -> usize {
+    std::env::var("LOCK_TEST_CONCURRENCY")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(4)
+}
+
+/// A case's outcome: how long it took, or why it failed.
+fn judge(
+    outcome: Result<std::thread::Result<()>, tokio::time::error::Elapsed>,
+    took: Duration,
+) -> Result<Duration, String> {
+    match outcome {
+        Ok(Ok(())) => Ok(took),
+        Ok(Err(panic)) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panicked".into());
+            Err(format!("({took:.2?}) {message}"))
+        }
+        Err(_) => Err(format!("still running after {CASE_LIMIT:?}")),
+    }
+}
 
 /// What a case gets: the backend, a namespace of its own, and the timings to use.
 pub struct Ctx {
@@ -122,7 +151,7 @@ impl Report {
 }
 
 /// Runs every case of [`all_cases`] against `backend` (or those `LOCK_TEST_CASES`
-/// selects), one after another, each in a fresh namespace, and prints a line per case
+/// selects), several at once (see [`Case::alone`]), each in a fresh namespace, and prints a line per case
 /// and a summary. Panics at the end if any case failed, naming them.
 pub async fn run_suite(backend: Arc<dyn Backend>) -> Report {
     let mut cases = all_cases();
@@ -158,50 +187,53 @@ pub async fn run_cases(backend: Arc<dyn Backend>, cases: Vec<Case>) -> Report {
     drop(probe);
     let mut report = Report::default();
     let run = uuid::Uuid::new_v4().simple().to_string();
+    let (mut together, mut alone) = (Vec::new(), Vec::new());
     for case in cases {
         if let Some(reason) = case.needs.missing(&*backend, capabilities) {
             println!("conformance[{name}] SKIP {}: {reason}", case.name);
             report.skipped.push((case.name.to_owned(), reason));
-            continue;
+        } else if case.alone {
+            alone.push(case);
+        } else {
+            together.push(case);
         }
+    }
+    let one = |case: Case| {
         let ctx = Ctx {
             backend: backend.clone(),
             namespace: format!("conformance-{run}-{}", case.name.replace("::", ".")),
             capabilities,
         };
-        let started = Instant::now();
-        let outcome = tokio::time::timeout(
-            CASE_LIMIT,
-            AssertUnwindSafe((case.run)(&ctx)).catch_unwind(),
-        )
+        let name = name.clone();
+        async move {
+            let started = Instant::now();
+            let outcome = tokio::time::timeout(
+                CASE_LIMIT,
+                AssertUnwindSafe((case.run)(&ctx)).catch_unwind(),
+            )
+            .await;
+            let outcome = judge(outcome, started.elapsed());
+            match &outcome {
+                Ok(took) => println!("conformance[{name}] PASS {} ({took:.2?})", case.name),
+                Err(why) => println!("conformance[{name}] FAIL {}: {why}", case.name),
+            }
+            (case.name, outcome)
+        }
+    };
+    // Cases have namespaces of their own, so most run side by side (they mostly wait);
+    // the heavy or timing-critical ones run alone afterwards.
+    let concurrent = futures::stream::iter(together.into_iter().map(one))
+        .buffer_unordered(concurrency())
+        .collect::<Vec<_>>()
         .await;
-        let took = started.elapsed();
+    let mut outcomes = concurrent;
+    for case in alone {
+        outcomes.push(one(case).await);
+    }
+    for (case, outcome) in outcomes {
         match outcome {
-            Ok(Ok(())) => {
-                println!("conformance[{name}] PASS {} ({took:.2?})", case.name);
-                report.passed.push(case.name.to_owned());
-            }
-            Ok(Err(panic)) => {
-                let message = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "panicked".into());
-                println!(
-                    "conformance[{name}] FAIL {} ({took:.2?}): {message}",
-                    case.name
-                );
-                report.failed.push((case.name.to_owned(), message));
-            }
-            Err(_) => {
-                println!(
-                    "conformance[{name}] FAIL {}: still running after {CASE_LIMIT:?}",
-                    case.name
-                );
-                report
-                    .failed
-                    .push((case.name.to_owned(), format!("hung for {CASE_LIMIT:?}")));
-            }
+            Ok(_) => report.passed.push(case),
+            Err(why) => report.failed.push((case, why)),
         }
     }
     println!("conformance[{name}]: {}", report.summary());

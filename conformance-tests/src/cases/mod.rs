@@ -102,6 +102,9 @@ pub struct Case {
     pub name: String,
     /// What it needs.
     pub needs: Needs,
+    /// Whether it runs with no other case beside it: heavy ones (a thousand waiters)
+    /// and those that time processes.
+    pub alone: bool,
     /// The test.
     pub run: CaseFn,
 }
@@ -110,6 +113,9 @@ fn case(name: &str, needs: Needs, run: CaseFn) -> Case {
     Case {
         name: name.to_owned(),
         needs,
+        alone: name.starts_with("cancel::storm")
+            || name.starts_with("process::")
+            || name == "multi::overlapping_sets_do_not_deadlock",
         run,
     }
 }
@@ -157,6 +163,7 @@ pub fn all_cases() -> Vec<Case> {
             cases.push(Case {
                 name: format!("{}::{name}", flavor.prefix()),
                 needs: flavor.needs().and(needs),
+                alone: false,
                 run: Box::new(move |ctx| run(ctx, flavor)),
             });
         }
@@ -167,11 +174,13 @@ pub fn all_cases() -> Vec<Case> {
         cases.push(Case {
             name: format!("inspect::{prefix}_holder_token_and_waiters"),
             needs: flavor.needs(),
+            alone: false,
             run: Box::new(move |ctx| inspect::holder_token_and_waiters(ctx, flavor).boxed()),
         });
         cases.push(Case {
             name: format!("inspect::{prefix}_force_unlock_one_holder"),
             needs: flavor.needs(),
+            alone: false,
             run: Box::new(move |ctx| inspect::force_unlock_one_holder(ctx, flavor).boxed()),
         });
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use conformance_tests::{Backend, ClientOptions, HolderSpec};
-use lock_core::{LockClient, LockFamily, LockKey, LockProvider};
+use lock_core::{LockFamily, LockKey, LockProvider};
 use lock_sql::{sqlx, SqlBackend, SqlOptions, Strategy};
 use sqlx::Row as _;
 
@@ -59,16 +59,8 @@ impl Backend for Sql {
 
     async fn client(&self, options: ClientOptions) -> lock_core::Result<Arc<dyn LockProvider>> {
         // Check the client options before connecting, as a caller would see them.
-        let probe = LockClient::builder(lock_core::memory::MemoryBackend::new())
-            .namespace(options.namespace.clone())
-            .watchdog_lease(options.watchdog_lease)
-            .build();
-        probe?;
-        let client = LockClient::builder(self.backend().await?)
-            .namespace(options.namespace)
-            .watchdog_lease(options.watchdog_lease)
-            .build()?;
-        Ok(Arc::new(client))
+        options.check()?;
+        options.client(self.backend().await?)
     }
 
     async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, String> {
