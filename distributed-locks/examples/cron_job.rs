@@ -24,7 +24,7 @@ async fn main() -> distributed_locks::Result<()> {
 
     // Try once: another replica running it this round is not an error.
     match lock
-        .run_exclusive(AcquireOptions::try_once(), |lease| nightly_invoices(lease))
+        .run_exclusive(AcquireOptions::try_once(), nightly_invoices)
         .await
     {
         Ok(written) => println!("wrote {written} invoices"),
