@@ -27,6 +27,7 @@ mod cases;
 mod check;
 pub mod cluster;
 pub mod holder;
+pub mod proxy;
 mod runner;
 pub mod server;
 

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use conformance_tests::proxy::Blackhole;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use lock_core::backend::LockBackend;
@@ -867,88 +868,6 @@ async fn kazoo_locks_and_ours_exclude_each_other(zk: Arc<Zk>) {
     );
 }
 
-/// A TCP proxy to the server that can blackhole: bytes stop flowing both ways while
-/// the connections stay open, as when a network silently drops packets.
-struct Blackhole {
-    port: u16,
-    open: Arc<std::sync::atomic::AtomicBool>,
-    /// When bytes from the client last reached the server: the server's "last heard".
-    last_to_server: Arc<std::sync::Mutex<Option<Instant>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Blackhole {
-    async fn to(server_port: u16) -> Self {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let open = Arc::new(AtomicBool::new(true));
-        let flag = open.clone();
-        let last_to_server = Arc::new(std::sync::Mutex::new(None));
-        let heard = last_to_server.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", server_port)).await
-                else {
-                    continue;
-                };
-                let (cr, cw) = client.into_split();
-                let (sr, sw) = server.into_split();
-                let directions = [(cr, sw, true), (sr, cw, false)].map(|(r, w, to_server)| {
-                    (
-                        Box::new(r) as Box<dyn tokio::io::AsyncRead + Send + Unpin>,
-                        w,
-                        to_server,
-                    )
-                });
-                for (mut from, mut to, to_server) in directions {
-                    let open = flag.clone();
-                    let heard = heard.clone();
-                    tokio::spawn(async move {
-                        use tokio::io::AsyncWriteExt;
-                        let mut buf = vec![0u8; 16 * 1024];
-                        loop {
-                            match from.read(&mut buf).await {
-                                Ok(0) | Err(_) => return,
-                                Ok(n) if open.load(Ordering::SeqCst) => {
-                                    if to.write_all(&buf[..n]).await.is_err() {
-                                        return;
-                                    }
-                                    if to_server {
-                                        *heard.lock().unwrap() = Some(Instant::now());
-                                    }
-                                }
-                                Ok(_) => {} // dropped on the floor
-                            }
-                        }
-                    });
-                }
-            }
-        });
-        Blackhole {
-            port,
-            open,
-            last_to_server,
-            task,
-        }
-    }
-
-    /// When the server last heard from a client through this proxy.
-    fn last_to_server(&self) -> Option<Instant> {
-        *self.last_to_server.lock().unwrap()
-    }
-
-    fn cut(&self) {
-        self.open.store(false, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-impl Drop for Blackhole {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 /// A holder cut off by a network that drops its packets: the server expires its
 /// session a session timeout T after it last heard from it, at the earliest, and hands
 /// the lock on. The holder's guard must report the loss before that, with the margin
@@ -958,11 +877,11 @@ impl Drop for Blackhole {
 async fn blackholed_holder_reports_loss_before_the_server_frees_it(zk: Arc<Zk>) {
     let ns = namespace("blackhole");
     let port: u16 = zk.url.rsplit(':').next().unwrap().parse().unwrap();
-    let proxy = Blackhole::to(port).await;
+    let proxy = Blackhole::to(port).await.expect("proxy");
     let session = Duration::from_secs(4);
     let url = format!(
         "zk://127.0.0.1:{}?session_timeout_ms={}&connect_timeout_ms=10000",
-        proxy.port,
+        proxy.port(),
         session.as_millis()
     );
     let cut_off = client(&ZkBackend::connect_url(&url).await.unwrap(), &ns);

@@ -1,0 +1,112 @@
+//! A TCP proxy on loopback between clients and a server, for tests that cut a client off
+//! the way a network does: [`Blackhole::cut`] stops every byte both ways while the
+//! connections stay open (no reset, no FIN), as when packets are silently dropped.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// A proxy from a free 127.0.0.1 port to a server's port that can blackhole. Dropping
+/// it closes everything.
+#[derive(Debug)]
+pub struct Blackhole {
+    port: u16,
+    open: Arc<AtomicBool>,
+    /// When bytes from a client last reached the server: the server's "last heard".
+    last_to_server: Arc<Mutex<Option<Instant>>>,
+    task: JoinHandle<()>,
+}
+
+impl Blackhole {
+    /// Starts a proxy to the server on 127.0.0.1:`server_port`.
+    ///
+    /// # Errors
+    /// The listener could not be bound.
+    pub async fn to(server_port: u16) -> std::io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let open = Arc::new(AtomicBool::new(true));
+        let last_to_server = Arc::new(Mutex::new(None));
+        let (flag, heard) = (open.clone(), last_to_server.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = TcpStream::connect(("127.0.0.1", server_port)).await else {
+                    continue;
+                };
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                tokio::spawn(pump(
+                    Box::new(client_read),
+                    Box::new(server_write),
+                    flag.clone(),
+                    Some(heard.clone()),
+                ));
+                tokio::spawn(pump(
+                    Box::new(server_read),
+                    Box::new(client_write),
+                    flag.clone(),
+                    None,
+                ));
+            }
+        });
+        Ok(Blackhole {
+            port,
+            open,
+            last_to_server,
+            task,
+        })
+    }
+
+    /// The port clients connect to.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// When the server last heard from a client through this proxy.
+    pub fn last_to_server(&self) -> Option<Instant> {
+        *self
+            .last_to_server
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// From now on every byte is dropped, both ways; connections stay open, and new ones
+    /// are accepted and blackholed too.
+    pub fn cut(&self) {
+        self.open.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Blackhole {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Copies one direction while the proxy is open, and drops the bytes once it is cut.
+async fn pump(
+    mut from: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    mut to: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+    open: Arc<AtomicBool>,
+    heard: Option<Arc<Mutex<Option<Instant>>>>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) if open.load(Ordering::SeqCst) => {
+                if to.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+                if let Some(heard) = &heard {
+                    *heard.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+                }
+            }
+            Ok(_) => {} // dropped on the floor
+        }
+    }
+}
