@@ -54,6 +54,10 @@ pub struct Capabilities {
     pub fixed_lease: bool,
     /// Locks can be shared with other processes (false for the in-memory backend).
     pub cross_process: bool,
+    /// [`LockBackend::inspect`](crate::backend::LockBackend::inspect) and
+    /// [`LockBackend::force_unlock_holder`](crate::backend::LockBackend::force_unlock_holder)
+    /// report and break single holders, with the description each holder's client gave.
+    pub inspect: bool,
 }
 
 impl Capabilities {
@@ -78,6 +82,7 @@ impl Capabilities {
         read_write: true,
         fixed_lease: true,
         cross_process: true,
+        inspect: true,
     };
 
     /// The same capabilities with `cross_process` set.
@@ -96,6 +101,11 @@ impl Capabilities {
     /// The same capabilities with `read_write` set.
     pub const fn with_read_write(self, read_write: bool) -> Self {
         Capabilities { read_write, ..self }
+    }
+
+    /// The same capabilities with `inspect` set.
+    pub const fn with_inspect(self, inspect: bool) -> Self {
+        Capabilities { inspect, ..self }
     }
 
     /// The same capabilities with `fixed_lease` set.

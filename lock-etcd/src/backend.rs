@@ -490,7 +490,7 @@ impl LockBackend for EtcdBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL
+        Capabilities::ALL.with_inspect(false)
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<EtcdLease>>> {

@@ -441,7 +441,7 @@ impl LockBackend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL
+        Capabilities::ALL.with_inspect(false)
     }
 
     async fn settle(&self) {

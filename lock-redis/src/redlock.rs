@@ -390,6 +390,7 @@ impl LockBackend for RedLockBackend {
         let mut caps = Capabilities::ALL;
         caps.fair = false;
         caps.read_write = false;
+        caps.inspect = false;
         caps
     }
 

@@ -267,7 +267,9 @@ impl LockBackend for ZkBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL.with_fixed_lease(false)
+        Capabilities::ALL
+            .with_fixed_lease(false)
+            .with_inspect(false)
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<ZkLease>>> {

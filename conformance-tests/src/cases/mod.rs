@@ -30,6 +30,8 @@ pub struct Needs {
     pub fixed_lease: bool,
     /// A holder in another process ([`Backend::holder_command`]).
     pub holder_process: bool,
+    /// Holders reported and broken one at a time (`inspect`, `force_unlock_holder`).
+    pub inspect: bool,
 }
 
 impl Needs {
@@ -51,6 +53,10 @@ impl Needs {
                 "backend has no fixed leases",
             ),
             (
+                self.inspect && !caps.inspect,
+                "backend does not report its holders",
+            ),
+            (
                 self.holder_process
                     && (!caps.cross_process || backend.holder_command(&probe).is_none()),
                 "backend cannot hold a lock from another process",
@@ -66,6 +72,7 @@ impl Needs {
             read_write: self.read_write || other.read_write,
             fixed_lease: self.fixed_lease || other.fixed_lease,
             holder_process: self.holder_process || other.holder_process,
+            inspect: self.inspect || other.inspect,
         }
     }
 }
@@ -75,6 +82,7 @@ const NOTHING: Needs = Needs {
     read_write: false,
     fixed_lease: false,
     holder_process: false,
+    inspect: false,
 };
 const FIXED: Needs = Needs {
     fixed_lease: true,
@@ -82,6 +90,10 @@ const FIXED: Needs = Needs {
 };
 const FAIR: Needs = Needs {
     fair: true,
+    ..NOTHING
+};
+const INSPECT: Needs = Needs {
+    inspect: true,
     ..NOTHING
 };
 const RW: Needs = Needs {
@@ -173,13 +185,13 @@ pub fn all_cases() -> Vec<Case> {
         let prefix = flavor.prefix();
         cases.push(Case {
             name: format!("inspect::{prefix}_holder_token_and_waiters"),
-            needs: flavor.needs(),
+            needs: flavor.needs().and(INSPECT),
             alone: false,
             run: Box::new(move |ctx| inspect::holder_token_and_waiters(ctx, flavor).boxed()),
         });
         cases.push(Case {
             name: format!("inspect::{prefix}_force_unlock_one_holder"),
-            needs: flavor.needs(),
+            needs: flavor.needs().and(INSPECT),
             alone: false,
             run: Box::new(move |ctx| inspect::force_unlock_one_holder(ctx, flavor).boxed()),
         });
@@ -187,7 +199,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend([
         case(
             "inspect::readers_are_listed",
-            RW,
+            RW.and(INSPECT),
             Box::new(|ctx| inspect::readers_are_listed(ctx).boxed()),
         ),
         case(
