@@ -250,7 +250,7 @@ async fn metrics_and_events_follow_what_the_locks_do() {
     );
 
     // The callback saw what the stream saw, lock names included.
-    let hooked = seen_by_hook.lock().unwrap();
+    let hooked = seen_by_hook.lock().unwrap().clone();
     assert!(hooked
         .iter()
         .any(|e| matches!(e.what, LockEventKind::Lost { .. })
@@ -258,7 +258,6 @@ async fn metrics_and_events_follow_what_the_locks_do() {
     assert!(hooked
         .iter()
         .all(|e| e.backend == "wrapped-memory" && e.fencing_token > 0));
-    drop(hooked);
 
     // Without the opt-in, metrics never carry the lock's name (names can be unbounded).
     let anonymous = LockClient::new(lock_core::memory::MemoryBackend::new());

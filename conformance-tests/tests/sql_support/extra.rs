@@ -396,8 +396,8 @@ pub async fn for_update_grant_never_outlives_its_connection(sql: &Sql) {
 
 /// FOR UPDATE: the holder record names a connection that is not the holder (a dead
 /// holder's record, its id now reused by an idle connection). `force_unlock` must
-/// not kill that connection. PostgreSQL finds the real holder by the row's `xmax`
-/// and frees the lock; MariaDB refuses and leaves both alone.
+/// not kill that connection, and frees the lock by killing its real holder (the
+/// server's lock state names it: the row's `xmax`, MariaDB's lock waits).
 pub async fn force_unlock_spares_a_reused_connection_id(sql: &Sql) {
     use lock_core::backend::LockBackend as _;
     use lock_core::LockFamily;
@@ -436,23 +436,133 @@ pub async fn force_unlock_spares_a_reused_connection_id(sql: &Sql) {
         .unwrap();
     assert_eq!(forged.rows_affected(), 1, "holder record");
     let outcome = backend.force_unlock(&key, LockFamily::Exclusive).await;
-    if dialect == Dialect::Postgres {
-        assert!(outcome.expect("force_unlock"), "there was a holder");
-        let loss = tokio::time::timeout(Duration::from_secs(3), guard.lost())
-            .await
-            .expect("the real holder lost the lock");
-        assert_ne!(loss, lock_core::LeaseLoss::Released);
-    } else {
-        assert!(matches!(outcome, Err(Error::Backend { .. })), "{outcome:?}");
-        assert!(guard.is_held(), "the holder was killed anyway");
-        guard.release().await.unwrap();
-    }
+    assert!(matches!(outcome, Ok(true)), "there was a holder: {outcome:?}");
+    let loss = tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("the real holder lost the lock");
+    assert_ne!(loss, lock_core::LeaseLoss::Released);
     sqlx::raw_sql("SELECT 1")
         .execute(&mut innocent)
         .await
         .expect("the connection that inherited the id was killed");
     println!(
         "sql-extra[{}] PASS force_unlock_spares_a_reused_connection_id",
+        sql.label
+    );
+}
+
+/// A lease client and a FOR UPDATE client on the same tables and name never both
+/// hold: whichever strategy comes second is refused at connect, with an error that
+/// names both.
+pub async fn strategies_never_mix_on_one_table_set(url: &str) {
+    let prefix = format!("mix{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let ns = ns();
+    for (first, second) in [
+        (Strategy::Lease, Strategy::ForUpdate),
+        (Strategy::ForUpdate, Strategy::Lease),
+    ] {
+        let prefix = format!("{prefix}{}", first == Strategy::Lease);
+        let options = |strategy| {
+            SqlOptions::new(url.to_owned())
+                .strategy(strategy)
+                .table_prefix(prefix.clone())
+                .max_connections(2)
+        };
+        let client_of = |backend: SqlBackend| {
+            LockClient::builder(backend)
+                .namespace(&ns)
+                .build()
+                .expect("client")
+        };
+        let holder = client_of(SqlBackend::connect(options(first)).await.expect("connect"));
+        let held = holder.lock("mixed").unwrap().acquire().await.unwrap();
+        match SqlBackend::connect(options(second)).await {
+            Err(Error::InvalidArgument { message }) => {
+                assert!(
+                    message.contains(&format!("{first:?}")) && message.contains(&format!("{second:?}")),
+                    "{message}"
+                );
+            }
+            Err(other) => panic!("{second:?} after {first:?}: {other}"),
+            Ok(backend) => {
+                let other = client_of(backend);
+                let got = other.lock("mixed").unwrap().try_acquire().await;
+                assert!(
+                    !matches!(got, Ok(Some(_))),
+                    "a {second:?} client was granted the lock a {first:?} client holds"
+                );
+                other.shutdown().await.unwrap();
+            }
+        }
+        assert!(held.is_held());
+        held.release().await.unwrap();
+        holder.shutdown().await.unwrap();
+    }
+    println!("sql-extra PASS strategies_never_mix_on_one_table_set");
+}
+
+/// FOR UPDATE: the holder record of one lock names the connection that now holds
+/// *another* lock (a holder released, its pooled connection was reused, and the record
+/// was read before the release). `force_unlock` of the first lock must break its real
+/// holder and leave the other lock's holder alone.
+pub async fn force_unlock_spares_the_holder_of_another_lock(sql: &Sql) {
+    use lock_core::backend::LockBackend as _;
+    use lock_core::LockFamily;
+    let ns = ns();
+    let holder = client(sql, &ns, sql.options()).await;
+    let bystander_client = client(sql, &ns, sql.options()).await;
+    let target = holder.lock("target").unwrap().acquire().await.unwrap();
+    let bystander = bystander_client
+        .lock("bystander")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let backend = sql.backend().await.unwrap();
+    let table = format!("{}_holders", backend.table_prefix());
+    let key = |name: &str| {
+        LockKey::new(Namespace::new(&ns).unwrap(), LockName::new(name).unwrap())
+    };
+    let (read, forge) = match backend.dialect() {
+        Dialect::Postgres => (
+            format!("SELECT connection_id FROM \"{table}\" WHERE khash = $1"),
+            format!("UPDATE \"{table}\" SET connection_id = $1 WHERE khash = $2"),
+        ),
+        _ => (
+            format!("SELECT connection_id FROM `{table}` WHERE khash = ?"),
+            format!("UPDATE `{table}` SET connection_id = ? WHERE khash = ?"),
+        ),
+    };
+    let bystander_connection: i64 = sqlx::query(sqlx::AssertSqlSafe(read))
+        .bind(lock_sql::stored_key(&key("bystander")))
+        .fetch_one(backend.pool())
+        .await
+        .unwrap()
+        .get(0);
+    let forged = sqlx::query(sqlx::AssertSqlSafe(forge))
+        .bind(bystander_connection)
+        .bind(lock_sql::stored_key(&key("target")))
+        .execute(backend.pool())
+        .await
+        .unwrap();
+    assert_eq!(forged.rows_affected(), 1, "holder record");
+    let outcome = backend.force_unlock(&key("target"), LockFamily::Exclusive).await;
+    assert!(matches!(outcome, Ok(true)), "{outcome:?}");
+    let loss = tokio::time::timeout(Duration::from_secs(5), target.lost())
+        .await
+        .expect("the real holder lost the lock");
+    assert_ne!(loss, lock_core::LeaseLoss::Released);
+    // The bystander's connection is alive and its watchdog still renews.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        bystander.is_held(),
+        "force_unlock of another lock killed the bystander's connection"
+    );
+    bystander.release().await.unwrap();
+    holder.shutdown().await.unwrap();
+    bystander_client.shutdown().await.unwrap();
+    println!(
+        "sql-extra[{}] PASS force_unlock_spares_the_holder_of_another_lock",
         sql.label
     );
 }

@@ -202,11 +202,15 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     servers::wait_until_ready(&url).await;
     let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
 
+    // One table set per strategy: the two never share tables.
+    let update_prefix = format!("{prefix}u");
     run_suite(Sql::new(&url, Strategy::Lease, &prefix), 60).await;
-    run_suite(Sql::new(&url, Strategy::ForUpdate, &prefix), 20).await;
+    run_suite(Sql::new(&url, Strategy::ForUpdate, &update_prefix), 20).await;
 
     let lease = Sql::new(&url, Strategy::Lease, &prefix);
-    let for_update = Sql::new(&url, Strategy::ForUpdate, &prefix);
+    let for_update = Sql::new(&url, Strategy::ForUpdate, &update_prefix);
+    extra::strategies_never_mix_on_one_table_set(&url).await;
+    extra::force_unlock_spares_the_holder_of_another_lock(&for_update).await;
     extra::clock_skew_never_steals(&lease).await;
     extra::hostile_names_stored_safely(&lease).await;
     extra::blocked_attempts_write_nothing(&lease).await;
