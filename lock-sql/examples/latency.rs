@@ -32,7 +32,11 @@ fn stats(mut samples: Vec<Duration>) -> String {
 async fn client(url: &str, strategy: Strategy) -> LockClient<SqlBackend> {
     let options = SqlOptions::new(url)
         .strategy(strategy)
-        .table_prefix("latency");
+        // One table set per strategy: the tables refuse a client of the other.
+        .table_prefix(match strategy {
+            Strategy::ForUpdate => "latency_for_update",
+            _ => "latency",
+        });
     let backend = SqlBackend::connect(options).await.expect("connect");
     LockClient::builder(backend)
         .namespace(format!("latency-{}", std::process::id()))

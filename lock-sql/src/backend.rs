@@ -85,7 +85,8 @@ impl SqlBackend {
     /// Checks the options, connects, and creates the tables if they are missing.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad URL or option; [`Error::Unsupported`] for
+    /// [`Error::InvalidArgument`] for a bad URL or option, or for tables used with the
+    /// other [`Strategy`]; [`Error::Unsupported`] for
     /// [`Strategy::ForUpdate`] on SQLite; [`Error::Unavailable`] if the database
     /// cannot be reached within the connect timeout; [`Error::Backend`] if the tables
     /// exist with a newer schema version.

@@ -137,6 +137,17 @@ async fn probe(url: &DbUrl, session_sql: &[String], limit: Duration) -> Result<(
     }
 }
 
+/// The strategies' codes in the tables' `meta` row `strategy`.
+const STRATEGY_LEASE: i64 = 1;
+const STRATEGY_FOR_UPDATE: i64 = 2;
+
+fn strategy_code(strategy: Strategy) -> i64 {
+    match strategy {
+        Strategy::Lease => STRATEGY_LEASE,
+        Strategy::ForUpdate => STRATEGY_FOR_UPDATE,
+    }
+}
+
 /// Whether `SELECT VERSION()` names a MariaDB server (`10.11.6-MariaDB-0+deb12u1`).
 fn is_mariadb(version: &str) -> bool {
     version.to_ascii_lowercase().contains("mariadb")
@@ -183,6 +194,11 @@ impl Db {
             scope,
         };
         db.timed("creating the schema", db.ensure_schema()).await?;
+        db.timed(
+            "checking the tables' strategy",
+            db.claim_strategy(options.strategy),
+        )
+        .await?;
         Ok(db)
     }
 
@@ -222,6 +238,38 @@ impl Db {
             .await
             .map_err(|e| self.err(e))?;
         self.check_version(row.try_get(0).map_err(|e| self.err(e))?)
+    }
+
+    /// Records `strategy` as the tables' strategy if none is yet, and refuses a client
+    /// of the other one: a lease row and a row lock know nothing of each other, so two
+    /// clients of different strategies on the same tables would both hold a lock.
+    async fn claim_strategy(&self, strategy: Strategy) -> Result<()> {
+        q(&self.sql.write_strategy)
+            .bind(strategy_code(strategy))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.err(e))?;
+        let row = q(&self.sql.read_strategy)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.err(e))?;
+        let recorded: i64 = row.try_get(0).map_err(|e| self.err(e))?;
+        if recorded == strategy_code(strategy) {
+            return Ok(());
+        }
+        let recorded = match recorded {
+            STRATEGY_LEASE => "Lease".to_owned(),
+            STRATEGY_FOR_UPDATE => "ForUpdate".to_owned(),
+            other => format!("unknown ({other})"),
+        };
+        Err(Error::InvalidArgument {
+            message: format!(
+                "{} are used with Strategy::{recorded}; a Strategy::{strategy:?} \
+                 client there would not exclude their holders: use the same strategy, or another \
+                 table prefix",
+                self.scope
+            ),
+        })
     }
 
     fn check_version(&self, version: i64) -> Result<()> {

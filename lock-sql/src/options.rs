@@ -7,6 +7,11 @@ use lock_core::{Error, Result};
 use crate::dialect::validate_table_prefix;
 
 /// How a lock is held in the database.
+///
+/// The two never share tables: a lease row and a row lock know nothing of each other,
+/// so the tables remember the strategy of their first client, and a client of the other
+/// strategy on the same table prefix is refused at connect with
+/// [`Error::InvalidArgument`](lock_core::Error::InvalidArgument).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Strategy {

@@ -61,34 +61,51 @@ pub(crate) struct Pinned {
 /// it does not linger in the lock queue.
 struct WaitGuard<'a> {
     db: &'a std::sync::Arc<Db>,
-    connection_id: i64,
+    connection: &'a Connection,
     armed: bool,
+}
+
+/// Which server connection a lock transaction runs on.
+#[derive(Clone, Debug)]
+struct Connection {
+    /// PostgreSQL's backend pid, MySQL's thread id.
+    id: i64,
+    /// PostgreSQL: when the backend started (pids are reused; the pair is not).
+    /// Empty on MySQL, whose thread ids are not reused while the server runs.
+    started: String,
 }
 
 impl Drop for WaitGuard<'_> {
     fn drop(&mut self) {
         if self.armed {
             let db = self.db.clone();
-            let id = self.connection_id;
+            let connection = self.connection.clone();
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 let cleanups = db.cleanups.clone();
                 cleanups.spawn_on(&rt, async move {
-                    let _ = cancel_query(&db, id).await;
+                    let _ = cancel_query(&db, &connection).await;
                 });
             }
         }
     }
 }
 
-async fn cancel_query(db: &Db, id: i64) -> std::result::Result<(), sqlx::Error> {
-    let sql = match db.dialect {
-        Dialect::Postgres => format!("SELECT pg_cancel_backend({id})"),
-        _ => format!("KILL QUERY {id}"),
-    };
-    sqlx::raw_sql(AssertSqlSafe(sql))
-        .execute(&db.pool)
-        .await
-        .map(drop)
+/// Cancels the lock wait of an abandoned connection (which is closed, never reused).
+/// PostgreSQL matches the backend by pid *and* start time, since the pid may belong
+/// to a new backend by the time this runs.
+async fn cancel_query(db: &Db, connection: &Connection) -> std::result::Result<(), sqlx::Error> {
+    match db.dialect {
+        Dialect::Postgres => q(&db.sql.cancel_wait)
+            .bind(connection.id)
+            .bind(connection.started.clone())
+            .execute(&db.pool)
+            .await
+            .map(drop),
+        _ => sqlx::raw_sql(AssertSqlSafe(format!("KILL QUERY {}", connection.id)))
+            .execute(&db.pool)
+            .await
+            .map(drop),
+    }
 }
 
 /// MySQL: kills thread `id` (PostgreSQL kills by the row's `xmax` instead).
@@ -123,30 +140,38 @@ pub(crate) async fn acquire(
             .fetch_optional(&db.pool)
             .await?;
         if exists.is_none() {
-            q(&db.sql.ensure_row)
+            let created = q(&db.sql.ensure_row)
                 .bind(key.hash.clone())
                 .bind(kind)
                 .execute(&db.pool)
-                .await?;
+                .await;
+            match created {
+                Ok(_) => {}
+                // MariaDB: the row was created meanwhile and is held (see `ensure_row`).
+                Err(e) if classify(&e) == Class::LockNotAvailable => {}
+                Err(e) => return Err(e),
+            }
         }
         let mut pinned = PinnedConn {
             conn: Some(db.held_pool.acquire().await?),
             clean: false,
         };
-        let id: i64 = q(&db.sql.connection_id)
-            .fetch_one(pinned.conn())
-            .await?
-            .try_get(0)?;
+        let row = q(&db.sql.connection_id).fetch_one(pinned.conn()).await?;
+        let connection = Connection {
+            id: row.try_get(0)?,
+            started: row.try_get(1)?,
+        };
         sqlx::raw_sql("BEGIN").execute(pinned.conn()).await?;
-        Ok::<_, sqlx::Error>((pinned, id))
+        Ok::<_, sqlx::Error>((pinned, connection))
     };
-    let (mut pinned, connection_id) = db
+    let (mut pinned, connection) = db
         .timed("starting a lock transaction", async {
             setup.await.map_err(|e| db.err(e))
         })
         .await?;
 
-    match lock_row(db, &mut pinned, connection_id, &key, kind, &req).await? {
+    let connection_id = connection.id;
+    match lock_row(db, &mut pinned, &connection, &key, kind, &req).await? {
         RowLock::Locked => {}
         RowLock::Busy => {
             pinned.clean = rollback(&mut pinned).await;
@@ -208,7 +233,7 @@ enum RowLock {
 async fn lock_row(
     db: &std::sync::Arc<Db>,
     pinned: &mut PinnedConn,
-    connection_id: i64,
+    connection: &Connection,
     key: &KeyId,
     kind: i64,
     req: &AcquireRequest<'_>,
@@ -247,7 +272,7 @@ async fn lock_row(
         .map_err(|e| db.err(e))?;
     let mut guard = WaitGuard {
         db,
-        connection_id,
+        connection,
         armed: true,
     };
     let wait = q(&db.sql.lock_row_wait)
@@ -277,6 +302,25 @@ async fn bump_fence(db: &Db, key: &KeyId) -> std::result::Result<i64, sqlx::Erro
     crate::lease::bump_key(&mut conn, db, key).await
 }
 
+/// The server-wide named lock a MySQL lock connection holds while it ends its lock
+/// transaction, and `force_unlock` holds while it kills a holder by thread id: a
+/// holder is never killed after its release began, when its connection may be on its
+/// way to another lock.
+fn release_fence(connection_id: i64) -> String {
+    format!("lock_sql_connection_{connection_id}")
+}
+
+/// MySQL: [`rollback`] under the connection's [`release_fence`], in one round trip.
+async fn rollback_fenced(pinned: &mut PinnedConn, connection_id: i64) -> bool {
+    let fence = release_fence(connection_id);
+    let sql = format!("DO GET_LOCK('{fence}', 10); ROLLBACK; DO RELEASE_LOCK('{fence}')");
+    let done = sqlx::raw_sql(AssertSqlSafe(sql)).execute(pinned.conn());
+    matches!(
+        tokio::time::timeout(Duration::from_secs(15), done).await,
+        Ok(Ok(_))
+    )
+}
+
 /// Ends the transaction; true if the connection is fit to go back to the pool.
 async fn rollback(pinned: &mut PinnedConn) -> bool {
     let done = sqlx::raw_sql("ROLLBACK").execute(pinned.conn());
@@ -295,7 +339,10 @@ pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>, pinned: &Pinne
             name: lease.key.name().to_string(),
         });
     };
-    conn.clean = rollback(&mut conn).await;
+    conn.clean = match db.dialect {
+        Dialect::MySql => rollback_fenced(&mut conn, pinned.connection_id).await,
+        _ => rollback(&mut conn).await,
+    };
     let ok = conn.clean;
     drop(conn);
     let forget = q(&db.sql.delete_holder)
@@ -382,14 +429,14 @@ pub(crate) async fn is_locked(db: &Db, key: &KeyId, family: LockFamily) -> Resul
 /// Kills the connection that holds the row lock, and waits (briefly) for the
 /// database to free it.
 ///
-/// A recorded connection id may name another connection by the time it is used: a
-/// holder that died leaves its record behind until the next holder overwrites it,
-/// and ids are reused (PostgreSQL pids soon, MariaDB thread ids after a restart). So
-/// PostgreSQL does not use the record at all: it kills the backend whose transaction
-/// id is the row's `xmax`, which `SELECT ... FOR UPDATE` sets to the locking
-/// transaction. MariaDB has no such link in 10.11, so it kills the recorded thread only
-/// if that thread has an open InnoDB transaction (every holder does; an idle
-/// connection that inherited the id does not) and refuses otherwise.
+/// The holder record is not trusted for this: a holder that died leaves its record
+/// behind until the next holder overwrites it, a record is read before a release that
+/// follows, and ids are reused (PostgreSQL pids soon, MariaDB thread ids after a
+/// restart). The server's own lock state names the holder instead. PostgreSQL kills
+/// the backend whose transaction id is the row's `xmax` (set by `SELECT ... FOR
+/// UPDATE`), in one statement. MariaDB has no such column: a probe queues for the row
+/// lock and the server's lock-wait table names the transaction blocking it
+/// ([`kill_mysql_row_holder`]).
 pub(crate) async fn force_unlock(db: &Db, key: &KeyId, family: LockFamily) -> Result<bool> {
     if !is_locked(db, key, family).await? {
         return Ok(false);
@@ -410,41 +457,9 @@ pub(crate) async fn force_unlock(db: &Db, key: &KeyId, family: LockFamily) -> Re
             // Released between the check and the kill.
             return Ok(false);
         }
-    } else {
-        let holder = q(&db.sql.get_holder)
-            .bind(key.hash.clone())
-            .bind(kind)
-            .fetch_optional(&db.pool);
-        let holder = db
-            .timed("finding the lock holder", async {
-                holder.await.map_err(|e| db.err(e))
-            })
-            .await?;
-        let Some(row) = holder else {
-            return Ok(false);
-        };
-        let id: i64 = row.try_get(2).map_err(|e| db.err(e))?;
-        let open = q(&db.sql.in_transaction).bind(id).fetch_one(&db.pool);
-        let open: i64 = db
-            .timed("checking the lock holder", async {
-                let row = open.await.map_err(|e| db.err(e))?;
-                row.try_get(0).map_err(|e| db.err(e))
-            })
-            .await?;
-        if open == 0 {
-            return Err(Error::backend(
-                db.name(),
-                format!(
-                    "lock {:?} is held, but its recorded holder connection {id} has no open transaction \
-                     (the record is stale or not written yet); not killing it: try again",
-                    key.name
-                ),
-            ));
-        }
-        db.timed("killing the holder's connection", async {
-            kill_connection(db, id).await.map_err(|e| db.err(e))
-        })
-        .await?;
+    } else if !kill_mysql_row_holder(db, key, kind).await? {
+        // Released before the kill.
+        return Ok(false);
     }
     // The server frees the row when the killed session ends, a moment later.
     let until = Instant::now() + db.request_timeout;
@@ -452,4 +467,93 @@ pub(crate) async fn force_unlock(db: &Db, key: &KeyId, family: LockFamily) -> Re
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     Ok(true)
+}
+
+/// MariaDB: queues a probe transaction for the row lock, reads which thread's
+/// transaction blocks it (`INNODB_LOCK_WAITS`), and kills that thread. False if the
+/// probe got the row first (nobody held it). The probe's connection is closed
+/// afterwards, which ends its transaction and its place in the queue.
+///
+/// Between the read and the kill the holder may release, and its connection go back
+/// to the pool and on to another lock. So the kill happens under the holder
+/// connection's [`release_fence`], which its release takes too, and only if the
+/// holder still blocks the probe once the fence is held.
+async fn kill_mysql_row_holder(db: &Db, key: &KeyId, kind: i64) -> Result<bool> {
+    let work = async {
+        let mut probe = PinnedConn {
+            conn: Some(db.pool.acquire().await?),
+            clean: false,
+        };
+        let probe_id: i64 = q(&db.sql.connection_id)
+            .fetch_one(probe.conn())
+            .await?
+            .try_get(0)?;
+        let wait_secs = db.request_timeout.as_secs().saturating_add(1);
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "SET SESSION innodb_lock_wait_timeout = {wait_secs}"
+        )))
+        .execute(probe.conn())
+        .await?;
+        sqlx::raw_sql("BEGIN").execute(probe.conn()).await?;
+        let queued = q(&db.sql.lock_row_wait)
+            .bind(key.hash.clone())
+            .bind(kind)
+            .fetch_optional(probe.conn());
+        tokio::pin!(queued);
+        loop {
+            tokio::select! {
+                outcome = &mut queued => {
+                    // Granted: free already. An error: the lock stayed busy (or the
+                    // server failed), and nothing was killed.
+                    return outcome.map(|_| false);
+                }
+                _ = tokio::time::sleep(Duration::from_millis(5)) => {}
+            }
+            let blocker = q(&db.sql.row_blocker)
+                .bind(probe_id)
+                .fetch_optional(&db.pool)
+                .await?;
+            let Some(row) = blocker else { continue };
+            let holder: i64 = row.try_get(0)?;
+            // Kill only while the holder cannot be releasing ([`release_fence`]), and
+            // only if it still blocks the probe once that is certain.
+            let mut fenced = PinnedConn {
+                conn: Some(db.pool.acquire().await?),
+                clean: false,
+            };
+            let fence = release_fence(holder);
+            let wait_secs = db.request_timeout.as_secs().max(1);
+            let got: i64 = sqlx::query(AssertSqlSafe(format!(
+                "SELECT CAST(COALESCE(GET_LOCK('{fence}', {wait_secs}), 0) AS SIGNED)"
+            )))
+            .fetch_one(fenced.conn())
+            .await?
+            .try_get(0)?;
+            if got != 1 {
+                // The holder is still ending its transaction (or the server is very
+                // slow): look again.
+                continue;
+            }
+            let still = q(&db.sql.row_blocker)
+                .bind(probe_id)
+                .fetch_optional(fenced.conn())
+                .await?
+                .map(|row| row.try_get::<i64, _>(0))
+                .transpose()?;
+            if still == Some(holder) {
+                kill_connection(db, holder).await?;
+            }
+            sqlx::raw_sql(AssertSqlSafe(format!("DO RELEASE_LOCK('{fence}')")))
+                .execute(fenced.conn())
+                .await?;
+            fenced.clean = true;
+            if still == Some(holder) {
+                return Ok(true);
+            }
+        }
+    };
+    db.timed("killing the holder's connection", async {
+        work.await.map_err(|e| db.err(e))
+    })
+    .await
 }

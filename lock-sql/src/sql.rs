@@ -53,6 +53,10 @@ pub(crate) struct Statements {
     pub(crate) create: Vec<Stmt>,
     pub(crate) read_version: Stmt,
     pub(crate) write_version: Stmt,
+    /// The strategy the tables were first used with (a `?` for its code, written only
+    /// if none is recorded yet), and the one recorded.
+    pub(crate) write_strategy: Stmt,
+    pub(crate) read_strategy: Stmt,
     /// Creates the key's row or bumps its fence, locking it for the transaction.
     /// PostgreSQL and SQLite return the fence; MySQL reports it as the last insert id
     /// ([`Self::last_insert_id`] reads it if a server does not).
@@ -85,14 +89,17 @@ pub(crate) struct Statements {
     pub(crate) probe_row: Stmt,
     pub(crate) row_exists: Stmt,
     pub(crate) put_holder: Stmt,
-    pub(crate) get_holder: Stmt,
     pub(crate) delete_holder: Stmt,
+    /// The connection's id (PostgreSQL's pid, MySQL's thread id) and, on PostgreSQL,
+    /// when its backend started: a pid is reused, the pair is not.
     pub(crate) connection_id: Stmt,
+    /// PostgreSQL: cancels the query of the backend with this pid and start time.
+    pub(crate) cancel_wait: Stmt,
     /// PostgreSQL: terminates the backend whose transaction holds the row lock (the
     /// row's `xmax`); returns how many it signalled.
     pub(crate) kill_row_holder: Stmt,
-    /// MySQL: whether a thread has an open InnoDB transaction.
-    pub(crate) in_transaction: Stmt,
+    /// MySQL: the thread whose transaction holds the lock a given thread waits for.
+    pub(crate) row_blocker: Stmt,
     pub(crate) notify: Stmt,
 }
 
@@ -155,6 +162,15 @@ impl Statements {
                 "INSERT INTO {meta} (name, value) VALUES ('schema_version', {SCHEMA_VERSION}) ON CONFLICT (name) DO NOTHING"
             ),
         });
+        let write_strategy = st(match dialect {
+            Dialect::MySql => {
+                format!("INSERT IGNORE INTO {meta} (name, value) VALUES ('strategy', ?)")
+            }
+            _ => format!(
+                "INSERT INTO {meta} (name, value) VALUES ('strategy', ?) ON CONFLICT (name) DO NOTHING"
+            ),
+        });
+        let read_strategy = st(format!("SELECT value FROM {meta} WHERE name = 'strategy'"));
         let key_insert = format!(
             "INSERT INTO {keys} (khash, fence, ticket, namespace, name) VALUES (?, 1, 0, ?, ?)"
         );
@@ -241,7 +257,12 @@ impl Statements {
 
         // FOR UPDATE strategy.
         let ensure_row = st(match dialect {
-            Dialect::MySql => format!("INSERT IGNORE INTO {rows} (khash, kind) VALUES (?, ?)"),
+            // MariaDB's duplicate check waits for the row lock of a row that exists
+            // and is held: never on a shared pool connection (its holder needs the
+            // pool to record its grant). A lock-wait timeout there means the row exists.
+            Dialect::MySql => format!(
+                "SET STATEMENT innodb_lock_wait_timeout = 0 FOR INSERT IGNORE INTO {rows} (khash, kind) VALUES (?, ?)"
+            ),
             _ => format!("INSERT INTO {rows} (khash, kind) VALUES (?, ?) ON CONFLICT DO NOTHING"),
         });
         let lock_row = format!("SELECT kind FROM {rows} WHERE khash = ? AND kind = ? FOR UPDATE");
@@ -263,24 +284,36 @@ impl Statements {
                  connection_id = excluded.connection_id"
             ),
         });
-        let get_holder = st(format!(
-            "SELECT owner, fence, connection_id FROM {holders} WHERE khash = ? AND kind = ?"
-        ));
         let delete_holder = st(format!(
             "DELETE FROM {holders} WHERE khash = ? AND kind = ? AND owner = ? AND fence = ?"
         ));
         let connection_id = st(match dialect {
-            Dialect::Postgres => "SELECT CAST(pg_backend_pid() AS BIGINT)".to_owned(),
-            Dialect::MySql => "SELECT CAST(CONNECTION_ID() AS SIGNED)".to_owned(),
-            Dialect::Sqlite => "SELECT 0".to_owned(),
+            Dialect::Postgres => {
+                "SELECT CAST(pg_backend_pid() AS BIGINT), CAST(backend_start AS TEXT) \
+                 FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+                    .to_owned()
+            }
+            Dialect::MySql => "SELECT CAST(CONNECTION_ID() AS SIGNED), ''".to_owned(),
+            Dialect::Sqlite => "SELECT 0, ''".to_owned(),
+        });
+        let cancel_wait = st(match dialect {
+            Dialect::Postgres => {
+                "SELECT COUNT(*) FROM (SELECT pg_cancel_backend(pid) FROM pg_stat_activity \
+                 WHERE pid = ? AND CAST(backend_start AS TEXT) = ?) AS t"
+                    .to_owned()
+            }
+            _ => "SELECT 1".to_owned(),
         });
         let kill_row_holder = st(format!(
             "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a \
              JOIN {rows} r ON a.backend_xid = r.xmax WHERE r.khash = ? AND r.kind = ? \
              AND a.pid <> pg_backend_pid()) AS t"
         ));
-        let in_transaction = st(
-            "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ?"
+        let row_blocker = st(
+            "SELECT CAST(b.trx_mysql_thread_id AS SIGNED) FROM information_schema.INNODB_LOCK_WAITS w \
+             JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id \
+             JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id \
+             WHERE r.trx_mysql_thread_id = ? AND b.trx_state <> 'LOCK WAIT' LIMIT 1"
                 .to_owned(),
         );
         let notify = st(match dialect {
@@ -294,6 +327,8 @@ impl Statements {
             create,
             read_version,
             write_version,
+            write_strategy,
+            read_strategy,
             key_bump,
             last_insert_id,
             live_leases,
@@ -315,11 +350,11 @@ impl Statements {
             probe_row,
             row_exists,
             put_holder,
-            get_holder,
             delete_holder,
             connection_id,
             kill_row_holder,
-            in_transaction,
+            row_blocker,
+            cancel_wait,
             notify,
         }
     }

@@ -436,7 +436,10 @@ pub async fn force_unlock_spares_a_reused_connection_id(sql: &Sql) {
         .unwrap();
     assert_eq!(forged.rows_affected(), 1, "holder record");
     let outcome = backend.force_unlock(&key, LockFamily::Exclusive).await;
-    assert!(matches!(outcome, Ok(true)), "there was a holder: {outcome:?}");
+    assert!(
+        matches!(outcome, Ok(true)),
+        "there was a holder: {outcome:?}"
+    );
     let loss = tokio::time::timeout(Duration::from_secs(3), guard.lost())
         .await
         .expect("the real holder lost the lock");
@@ -479,7 +482,8 @@ pub async fn strategies_never_mix_on_one_table_set(url: &str) {
         match SqlBackend::connect(options(second)).await {
             Err(Error::InvalidArgument { message }) => {
                 assert!(
-                    message.contains(&format!("{first:?}")) && message.contains(&format!("{second:?}")),
+                    message.contains(&format!("{first:?}"))
+                        && message.contains(&format!("{second:?}")),
                     "{message}"
                 );
             }
@@ -520,9 +524,7 @@ pub async fn force_unlock_spares_the_holder_of_another_lock(sql: &Sql) {
         .unwrap();
     let backend = sql.backend().await.unwrap();
     let table = format!("{}_holders", backend.table_prefix());
-    let key = |name: &str| {
-        LockKey::new(Namespace::new(&ns).unwrap(), LockName::new(name).unwrap())
-    };
+    let key = |name: &str| LockKey::new(Namespace::new(&ns).unwrap(), LockName::new(name).unwrap());
     let (read, forge) = match backend.dialect() {
         Dialect::Postgres => (
             format!("SELECT connection_id FROM \"{table}\" WHERE khash = $1"),
@@ -546,7 +548,9 @@ pub async fn force_unlock_spares_the_holder_of_another_lock(sql: &Sql) {
         .await
         .unwrap();
     assert_eq!(forged.rows_affected(), 1, "holder record");
-    let outcome = backend.force_unlock(&key("target"), LockFamily::Exclusive).await;
+    let outcome = backend
+        .force_unlock(&key("target"), LockFamily::Exclusive)
+        .await;
     assert!(matches!(outcome, Ok(true)), "{outcome:?}");
     let loss = tokio::time::timeout(Duration::from_secs(5), target.lost())
         .await
