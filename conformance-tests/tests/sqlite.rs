@@ -19,6 +19,16 @@ async fn sqlite() {
     assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
     assert!(err.to_string().contains("row locks"), "{err}");
     println!("sql-extra[sqlite] PASS for_update_refused: {err}");
+    // `connect_url` reads the URL's own settings as `distributed_locks::connect` does.
+    let err = SqlBackend::connect_url(&format!("{url}?lock_strategy=for-update"))
+        .await
+        .expect_err("connect_url with lock_strategy=for-update on SQLite");
+    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+    let prefixed = SqlBackend::connect_url(&format!("{url}?lock_table_prefix=from_url"))
+        .await
+        .expect("connect_url with a table prefix");
+    assert_eq!(prefixed.table_prefix(), "from_url");
+    println!("sql-extra[sqlite] PASS connect_url_reads_the_url_settings");
 
     let lease = Sql::new(&url, Strategy::Lease, "lock_sql");
     extra::clock_skew_never_steals(&lease).await;
