@@ -129,15 +129,17 @@ impl SqlBackend {
         })
     }
 
-    /// [`connect`](Self::connect) with default options.
+    /// [`connect`](Self::connect) with the options a URL gives
+    /// ([`SqlOptions::from_url`]: `lock_strategy`, `lock_table_prefix`), the rest
+    /// default.
     ///
     /// # Errors
-    /// As for [`connect`](Self::connect).
+    /// As for [`connect`](Self::connect) and [`SqlOptions::from_url`].
     ///
     /// # Cancel safety
     /// Cancel safe.
     pub async fn connect_url(url: &str) -> Result<Self> {
-        Self::connect(SqlOptions::new(url)).await
+        Self::connect(SqlOptions::from_url(url)?).await
     }
 
     /// Which database this is.
