@@ -35,6 +35,7 @@ async fn sqlite() {
     extra::hostile_names_stored_safely(&lease).await;
     extra::blocked_attempts_write_nothing(&lease).await;
     extra::same_process_waiter_woken_at_release(&lease).await;
+    extra::same_process_reader_woken_when_a_writer_withdraws(&lease).await;
     // A path that cannot be a database is a bad argument, said at once, not a
     // retryable outage after the busy timeout.
     let missing = format!("sqlite://{}/no/such/dir/locks.db", dir.path().display());

@@ -454,6 +454,62 @@ pub async fn force_unlock_spares_a_reused_connection_id(sql: &Sql) {
     );
 }
 
+/// A queued writer gives up (its wait limit) while readers hold the lock: a reader
+/// queued behind it in the same process is let in at once, not at its next poll.
+pub async fn same_process_reader_woken_when_a_writer_withdraws(sql: &Sql) {
+    let ns = ns();
+    let slow_polls = sql
+        .options()
+        .poll_interval(Duration::from_secs(5), Duration::from_secs(5));
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        let backend = SqlBackend::connect(slow_polls.clone())
+            .await
+            .expect("connect");
+        clients.push(
+            LockClient::builder(backend)
+                .namespace(&ns)
+                .watchdog_lease(Duration::from_secs(30))
+                .build()
+                .expect("client"),
+        );
+    }
+    let reading = clients[0].rw_lock("shelf").unwrap().read().await.unwrap();
+    let writer_lock = clients[1].rw_lock("shelf").unwrap();
+    let writer = tokio::spawn(async move {
+        let gave_up = writer_lock
+            .write_with(AcquireOptions::wait_for(Duration::from_secs(1)))
+            .await;
+        (Instant::now(), gave_up.map(drop))
+    });
+    // The writer queues first; the reader then waits behind it (writers go first).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reader_lock = clients[2].rw_lock("shelf").unwrap();
+    let reader = tokio::spawn(async move {
+        let guard = reader_lock
+            .read_with(AcquireOptions::wait_for(Duration::from_secs(20)))
+            .await;
+        (Instant::now(), guard)
+    });
+    let (withdrew, gave_up) = writer.await.unwrap();
+    assert!(matches!(gave_up, Err(Error::Timeout { .. })), "{gave_up:?}");
+    let (granted, next) = reader.await.unwrap();
+    let took = granted.saturating_duration_since(withdrew);
+    next.expect("the reader was granted")
+        .release()
+        .await
+        .unwrap();
+    reading.release().await.unwrap();
+    assert!(
+        took < Duration::from_millis(1500),
+        "the reader was granted {took:?} after the writer withdrew"
+    );
+    println!(
+        "sql-extra[{}] PASS same_process_reader_woken_when_a_writer_withdraws ({took:?})",
+        sql.label
+    );
+}
+
 /// A lease client and a FOR UPDATE client on the same tables and name never both
 /// hold: whichever strategy comes second is refused at connect, with an error that
 /// names both.

@@ -225,6 +225,7 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     extra::hostile_names_stored_safely(&lease).await;
     extra::blocked_attempts_write_nothing(&lease).await;
     extra::same_process_waiter_woken_at_release(&lease).await;
+    extra::same_process_reader_woken_when_a_writer_withdraws(&lease).await;
     extra::killed_connection(&for_update).await;
     extra::force_unlock_spares_a_reused_connection_id(&for_update).await;
     extra::killed_connection(&lease).await;
