@@ -78,9 +78,13 @@ struct Ticket {
 }
 
 impl Ticket {
+    /// Removes the ticket. The id is forgotten only once the delete is done: dropped
+    /// half-way, or failed, the ticket is removed again in the background on drop.
     async fn remove(&mut self) {
-        if let Some(id) = self.id.take() {
-            let _ = dequeue(&self.db, &self.key, self.kind, id).await;
+        if let Some(id) = self.id {
+            if dequeue(&self.db, &self.key, self.kind, id).await.is_ok() {
+                self.id = None;
+            }
         }
     }
 }
@@ -692,9 +696,11 @@ async fn delete_lease(
     Ok(deleted > 0)
 }
 
-/// Tells PostgreSQL waiters that `khash` may be free (a no-op elsewhere).
+/// Tells waiters that `khash` may be free: PostgreSQL's through a notification, this
+/// process's elsewhere (other processes see it at their next poll).
 async fn notify(db: &Db, khash: &str) -> Result<()> {
     if db.dialect != Dialect::Postgres {
+        local_wake::announce(local_wake::topic(&db.scope, khash));
         return Ok(());
     }
     let send = q(&db.sql.notify)
