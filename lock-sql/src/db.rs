@@ -129,12 +129,20 @@ async fn probe(url: &DbUrl, session_sql: &[String], limit: Duration) -> Result<(
         Err(_) => return Err(timed_out(dialect.name(), "connecting", limit)),
     };
     match version {
-        Some(version) if !is_mariadb(&version) => Err(Error::invalid_argument(format!(
+        Some(version) => check_mysql_server(&version),
+        None => Ok(()),
+    }
+}
+
+/// Whether a `mysql://` server (`SELECT VERSION()`) can hold our locks.
+fn check_mysql_server(version: &str) -> Result<()> {
+    if !is_mariadb(version) {
+        return Err(Error::invalid_argument(format!(
             "mysql:// needs MariaDB (10.5 or later); this server is MySQL {version}, whose \
              SQL lacks INSERT ... RETURNING"
-        ))),
-        _ => Ok(()),
+        )));
     }
+    Ok(())
 }
 
 /// The strategies' codes in the tables' `meta` row `strategy`.
@@ -352,7 +360,19 @@ impl Db {
 
 #[cfg(test)]
 mod tests {
-    use super::is_mariadb;
+    use super::{check_mysql_server, is_mariadb};
+
+    #[test]
+    fn mariadb_before_10_6_is_refused() {
+        // FOR UPDATE SKIP LOCKED (is_locked, force_unlock) came in 10.6.
+        for old in ["10.5.23-MariaDB-0+deb11u1", "10.4.34-MariaDB", "5.5.68-MariaDB"] {
+            let err = check_mysql_server(old).expect_err(old);
+            assert!(err.to_string().contains("10.6"), "{old}: {err}");
+        }
+        for fine in ["10.6.0-MariaDB", "10.11.6-MariaDB-0+deb12u1", "11.4.2-MariaDB-log"] {
+            check_mysql_server(fine).expect(fine);
+        }
+    }
 
     #[test]
     fn only_mariadb_passes_for_mysql_urls() {
