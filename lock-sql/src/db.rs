@@ -138,8 +138,17 @@ async fn probe(url: &DbUrl, session_sql: &[String], limit: Duration) -> Result<(
 fn check_mysql_server(version: &str) -> Result<()> {
     if !is_mariadb(version) {
         return Err(Error::invalid_argument(format!(
-            "mysql:// needs MariaDB (10.5 or later); this server is MySQL {version}, whose \
+            "mysql:// needs MariaDB (10.6 or later); this server is MySQL {version}, whose \
              SQL lacks INSERT ... RETURNING"
+        )));
+    }
+    let mut numbers = version
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+    if (major, minor) < (10, 6) {
+        return Err(Error::invalid_argument(format!(
+            "mysql:// needs MariaDB 10.6 or later (FOR UPDATE SKIP LOCKED); this server is {version}"
         )));
     }
     Ok(())
