@@ -374,11 +374,19 @@ mod tests {
     #[test]
     fn mariadb_before_10_6_is_refused() {
         // FOR UPDATE SKIP LOCKED (is_locked, force_unlock) came in 10.6.
-        for old in ["10.5.23-MariaDB-0+deb11u1", "10.4.34-MariaDB", "5.5.68-MariaDB"] {
+        for old in [
+            "10.5.23-MariaDB-0+deb11u1",
+            "10.4.34-MariaDB",
+            "5.5.68-MariaDB",
+        ] {
             let err = check_mysql_server(old).expect_err(old);
             assert!(err.to_string().contains("10.6"), "{old}: {err}");
         }
-        for fine in ["10.6.0-MariaDB", "10.11.6-MariaDB-0+deb12u1", "11.4.2-MariaDB-log"] {
+        for fine in [
+            "10.6.0-MariaDB",
+            "10.11.6-MariaDB-0+deb12u1",
+            "11.4.2-MariaDB-log",
+        ] {
             check_mysql_server(fine).expect(fine);
         }
     }
