@@ -39,6 +39,10 @@ use exec::Cuttable;
 use gen::{generate, Limits, Plan};
 pub use verify::Violation;
 
+/// How many seeds each real-server test target runs after its conformance suite: what
+/// CI spends there (a seed takes a few seconds against a server).
+pub const SERVER_SEEDS: u64 = 4;
+
 /// How much a [`check`] runs, before the `LOCK_CHECK_*` variables have their say.
 #[derive(Clone, Copy, Debug)]
 pub struct Budget {

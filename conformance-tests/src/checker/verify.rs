@@ -66,7 +66,7 @@ fn overlaps(rec: &Recorded, found: &mut Vec<Violation>) {
                         "{:?} h{a} (token {}) and {:?} h{b} (token {}) of `{}` both said is_held() at #{from}..=#{to}",
                         ha.kind, ha.token, hb.kind, hb.token, rec.names[ha.name]
                     ),
-                    excerpt: excerpt(rec, ha.name, &[a, b], to),
+                    excerpt: excerpt(rec, ha.name, &[a, b], &[from, to]),
                 });
                 return;
             }
@@ -106,7 +106,7 @@ fn fencing(rec: &Recorded, found: &mut Vec<Violation>) {
                         "h{b} of `{}` was asked for (#{called_b}) after h{a} was granted (#{granted_a}) but got token {tb} <= {ta}",
                         rec.names[name]
                     ),
-                    excerpt: excerpt(rec, name, &[a, b], called_b),
+                    excerpt: excerpt(rec, name, &[a, b], &[called_b]),
                 });
                 return;
             }
@@ -142,7 +142,7 @@ fn waits(rec: &Recorded, slack: Duration, found: &mut Vec<Violation>) {
                             message: format!(
                                 "call {call} with a wait limit of {limit:?} returned ({outcome}) after {took:?}, more than the limit plus {slack:?}"
                             ),
-                            excerpt: excerpt(rec, name, &[], seq),
+                            excerpt: excerpt(rec, name, &[], &[seq]),
                         });
                         return;
                     }
@@ -169,7 +169,7 @@ fn after_shutdown(rec: &Recorded, found: &mut Vec<Violation>) {
                         "h{hold} of `{}` still said is_held() after client c{} was shut down",
                         rec.names[h.name], h.client
                     ),
-                    excerpt: excerpt(rec, h.name, &[hold], event.seq),
+                    excerpt: excerpt(rec, h.name, &[hold], &[event.seq]),
                 });
                 return;
             }
@@ -194,9 +194,16 @@ fn errors(rec: &Recorded, found: &mut Vec<Violation>) {
     }
 }
 
-/// The events of `name` up to a little past `at`: calls naming it, its grants,
-/// give-ups, losses, shutdowns and cuts, and the samples of `holds` where they change.
-pub(crate) fn excerpt(rec: &Recorded, name: usize, holds: &[HoldId], at: usize) -> Vec<String> {
+/// The events of `name` up to a little past the last of `marks`: calls naming it, its
+/// grants, give-ups, losses, shutdowns and cuts, and the samples of `holds` where they
+/// change or are marked.
+pub(crate) fn excerpt(
+    rec: &Recorded,
+    name: usize,
+    holds: &[HoldId],
+    marks: &[usize],
+) -> Vec<String> {
+    let at = marks.iter().copied().max().unwrap_or(0);
     const BEFORE: usize = 40;
     const AFTER: usize = 6;
     let mut calls = BTreeSet::new();
@@ -213,7 +220,7 @@ pub(crate) fn excerpt(rec: &Recorded, name: usize, holds: &[HoldId], at: usize) 
             What::Granted { name: n, .. } => *n == name,
             What::GaveUp { hold, .. } | What::Lost { hold, .. } => rec.holds[*hold].name == name,
             What::Sample { hold, held } if holds.contains(hold) => {
-                last_sample.insert(*hold, *held) != Some(*held) || event.seq == at
+                last_sample.insert(*hold, *held) != Some(*held) || marks.contains(&event.seq)
             }
             What::Shutdown { .. } | What::Cut { .. } | What::Note(_) => true,
             _ => false,

@@ -176,10 +176,13 @@ pub async fn delete_leases(
         .map_err(|e| e.to_string())
 }
 
-/// Runs the whole conformance suite on `sql`, asserting a floor on what passed.
+/// Runs the whole conformance suite on `sql`, asserting a floor on what passed, then
+/// the randomized history checker.
 pub async fn run_suite(sql: Sql, min_passed: usize) {
+    use conformance_tests::checker::{self, Budget};
     let label = sql.label.clone();
-    let report = conformance_tests::run_suite(Arc::new(sql)).await;
+    let sql = Arc::new(sql);
+    let report = conformance_tests::run_suite(sql.clone()).await;
     if std::env::var_os("LOCK_TEST_CASES").is_none() {
         assert!(
             report.passed.len() >= min_passed,
@@ -187,6 +190,9 @@ pub async fn run_suite(sql: Sql, min_passed: usize) {
             report.summary()
         );
     }
+    checker::check(sql, Budget::seeds(checker::SERVER_SEEDS))
+        .await
+        .assert_ok();
 }
 
 /// The suite with both strategies and every SQL fault test, against a server of
