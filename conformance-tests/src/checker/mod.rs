@@ -226,7 +226,7 @@ impl Runner {
                     "after every client was shut down and the longest lease ran out, the server still keeps {:?}",
                     ran.leftovers
                 ),
-                excerpt: Vec::new(),
+                excerpt: verify::leftover_excerpt(&ran.rec, &ran.leftovers),
             });
         }
         (violations, ran.rec.events.len())

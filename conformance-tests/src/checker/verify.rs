@@ -246,6 +246,44 @@ pub(crate) fn excerpt(
     lines
 }
 
+/// For leftovers: the grants whose fencing token a leftover line names, what became of
+/// them, and the calls that ended without the library's answer (cancelled, timed out
+/// outside, a release that failed or got no answer).
+pub(crate) fn leftover_excerpt(rec: &Recorded, leftovers: &[String]) -> Vec<String> {
+    const MAX: usize = 40;
+    let tokens: BTreeSet<u64> = leftovers
+        .iter()
+        .filter_map(|line| line.rsplit(' ').next()?.trim_matches('"').parse().ok())
+        .collect();
+    let named: BTreeSet<HoldId> = (0..rec.holds.len())
+        .filter(|&h| tokens.contains(&rec.holds[h].token))
+        .collect();
+    let mut lines: Vec<String> = rec
+        .events
+        .iter()
+        .filter(|event| match &event.what {
+            What::Granted { hold, .. } | What::GaveUp { hold, .. } | What::Lost { hold, .. } => {
+                named.contains(hold)
+            }
+            What::Returned { outcome, .. } => {
+                outcome.starts_with("cancelled")
+                    || outcome.starts_with("outer")
+                    || outcome.starts_with("release failed")
+                    || outcome == "no answer"
+            }
+            What::Shutdown { .. } | What::Cut { .. } => true,
+            _ => false,
+        })
+        .map(|event| rec.line(event))
+        .collect();
+    if lines.len() > MAX {
+        let cut = lines.len() - MAX;
+        lines.drain(..cut);
+        lines.insert(0, format!("... ({cut} earlier events left out)"));
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::conflict;
