@@ -93,6 +93,12 @@ pub struct Report {
     pub ops: usize,
     /// How many events their histories had.
     pub events: usize,
+    /// How many acquisitions were granted (downgrades included, re-entries not).
+    pub grants: usize,
+    /// How many acquires were cut short by a dropped future or an outer timeout.
+    pub cancels: usize,
+    /// How many leases were lost (expired, revoked, ...) rather than released.
+    pub losses: usize,
     /// How long it took (wall clock).
     pub elapsed: Duration,
     /// The failing seeds.
@@ -100,12 +106,15 @@ pub struct Report {
 }
 
 impl Report {
-    /// `N seeds, M ops, K events, F failing, in T`.
+    /// `N seeds, M ops (G grants, C cancelled, L leases lost), K events, F failing, in T`.
     pub fn summary(&self) -> String {
         format!(
-            "{} seeds, {} ops, {} events, {} failing, in {:.1?}",
+            "{} seeds, {} ops ({} grants, {} cancelled, {} leases lost), {} events, {} failing, in {:.1?}",
             self.seeds,
             self.ops,
+            self.grants,
+            self.cancels,
+            self.losses,
             self.events,
             self.failures.len(),
             self.elapsed
@@ -196,20 +205,20 @@ struct Runner {
 }
 
 impl Runner {
-    /// Runs `plan` once; the violations, the ops and the events it had.
-    async fn once(&mut self, plan: &Plan) -> (Vec<Violation>, usize) {
+    /// Runs `plan` once; the violations, and what its history had.
+    async fn once(&mut self, plan: &Plan) -> (Vec<Violation>, Counts) {
         self.runs += 1;
         let namespace = format!("checker-{}-{}-{}", self.run, plan.seed, self.runs);
         let cuttable = match (&self.cut_off, plan.cut_ms) {
             (Some(hook), Some(_)) => match hook.cuttable().await {
                 Ok((backend, cut)) => Some(Cuttable { backend, cut }),
-                Err(err) => return (vec![setup(err)], 0),
+                Err(err) => return (vec![setup(err)], Counts::default()),
             },
             _ => None,
         };
         let ran = match exec::run(&self.backend, cuttable, plan, &namespace).await {
             Ok(ran) => ran,
-            Err(err) => return (vec![setup(err)], 0),
+            Err(err) => return (vec![setup(err)], Counts::default()),
         };
         let mut violations = verify::verify(&ran.rec, self.backend.slack());
         for (check, message) in ran.failures {
@@ -229,7 +238,7 @@ impl Runner {
                 excerpt: verify::leftover_excerpt(&ran.rec, &ran.leftovers),
             });
         }
-        (violations, ran.rec.events.len())
+        (violations, Counts::of(&ran.rec))
     }
 
     /// Shorter variants of `plan`, most promising first.
@@ -296,6 +305,38 @@ impl Runner {
             break;
         }
         (best, broke)
+    }
+}
+
+/// What one history had.
+#[derive(Clone, Copy, Debug, Default)]
+struct Counts {
+    events: usize,
+    grants: usize,
+    cancels: usize,
+    losses: usize,
+}
+
+impl Counts {
+    fn of(rec: &history::Recorded) -> Self {
+        use history::What;
+        let mut counts = Counts {
+            events: rec.events.len(),
+            ..Counts::default()
+        };
+        for event in &rec.events {
+            match &event.what {
+                What::Granted { .. } => counts.grants += 1,
+                What::Returned { outcome, .. }
+                    if outcome.starts_with("cancelled") || outcome.starts_with("outer") =>
+                {
+                    counts.cancels += 1;
+                }
+                What::Lost { reason, .. } if !reason.contains("released") => counts.losses += 1,
+                _ => {}
+            }
+        }
+        counts
     }
 }
 
@@ -391,11 +432,14 @@ async fn check_inner(
         let plan = generate(seed, limits);
         report.seeds += 1;
         report.ops += plan.op_count();
-        let (violations, events) = runner.once(&plan).await;
-        report.events += events;
+        let (violations, counts) = runner.once(&plan).await;
+        report.events += counts.events;
+        report.grants += counts.grants;
+        report.cancels += counts.cancels;
+        report.losses += counts.losses;
         if matches!(which, Seeds::One(_)) {
             println!(
-                "checker[{name}] seed {seed}: {} ops, {events} events",
+                "checker[{name}] seed {seed}: {} ops, {counts:?}",
                 plan.op_count()
             );
         }
