@@ -220,7 +220,10 @@ pub(crate) fn excerpt(
             What::Granted { name: n, .. } => *n == name,
             What::GaveUp { hold, .. } | What::Lost { hold, .. } => rec.holds[*hold].name == name,
             What::Sample { hold, held } if holds.contains(hold) => {
-                last_sample.insert(*hold, *held) != Some(*held) || marks.contains(&event.seq)
+                // Each probe samples every live hold of the name in turn, so a mark's
+                // neighbours are the other holds of the same probe.
+                let near = marks.iter().any(|&m| event.seq <= m && m - event.seq <= 4);
+                last_sample.insert(*hold, *held) != Some(*held) || near
             }
             What::Shutdown { .. } | What::Cut { .. } | What::Note(_) => true,
             _ => false,
