@@ -10,6 +10,9 @@
 //!   containers), or uses a URL from the environment.
 //! * [`cluster`]: multi-node clusters in containers with faults, and the fenced-store
 //!   workload the fault suite (`tests/cluster.rs`) runs against them.
+//! * [`checker`]: a randomized history checker: generated workloads from a seed, with
+//!   the whole history checked for overlapping holds, fencing order, wait limits and
+//!   leftovers (`docs/checker.md`).
 //! * the `lock-holder` binary: acquires a lock on a backend, prints `ACQUIRED <fence>`,
 //!   and waits to be killed ([`holder`] drives it).
 //!
@@ -25,6 +28,7 @@
 mod backend;
 mod cases;
 mod check;
+pub mod checker;
 pub mod cluster;
 pub mod holder;
 pub mod proxy;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use conformance_tests::checker::{self, Budget};
 use conformance_tests::server::{specs::ETCD, TestServer};
 use conformance_tests::{run_suite, Backend, ClientOptions, HolderSpec};
 use lock_core::backend::LockBackend;
@@ -118,6 +119,10 @@ async fn etcd_conformance() {
     let server = TestServer::start(&ETCD).await.expect("etcd starts");
     let url = server.url();
     let admin = ready(&url).await;
-    let report = run_suite(Arc::new(Etcd { url, admin })).await;
+    let etcd = Arc::new(Etcd { url, admin });
+    let report = run_suite(etcd.clone()).await;
     assert!(report.failed.is_empty(), "{}", report.summary());
+    checker::check(etcd, Budget::seeds(checker::SERVER_SEEDS))
+        .await
+        .assert_ok();
 }

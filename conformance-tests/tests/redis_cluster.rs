@@ -9,6 +9,7 @@ mod redis_support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use conformance_tests::checker::{self, Budget};
 use conformance_tests::run_suite;
 use conformance_tests::server::redis_cluster::ClusterDeployment;
 use lock_core::{DistributedLock, DistributedLockExt};
@@ -20,8 +21,12 @@ async fn redis_cluster_conformance() {
     let cluster = Arc::new(ClusterDeployment::start().await.expect("the cluster forms"));
     let url = cluster.url();
     let backend = Redis::new("redis-cluster", Inspect::Cluster(cluster.clone()), url);
-    let report = run_suite(Arc::new(backend)).await;
+    let backend = Arc::new(backend);
+    let report = run_suite(backend.clone()).await;
     assert!(report.failed.is_empty(), "{}", report.summary());
+    checker::check(backend, Budget::seeds(checker::SERVER_SEEDS))
+        .await
+        .assert_ok();
 }
 
 /// Names with braces would hash the bare key by the braces inside the name; they are

@@ -8,6 +8,7 @@ mod redis_support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use conformance_tests::checker::{self, Budget};
 use conformance_tests::run_suite;
 use conformance_tests::server::sentinel::SentinelDeployment;
 use lock_core::{DistributedLock, DistributedLockExt, Error};
@@ -24,8 +25,12 @@ async fn redis_sentinel_conformance() {
     );
     let url = deployment.url();
     let backend = Redis::new("redis-sentinel", Inspect::Sentinel(deployment.clone()), url);
-    let report = run_suite(Arc::new(backend)).await;
+    let backend = Arc::new(backend);
+    let report = run_suite(backend.clone()).await;
     assert!(report.failed.is_empty(), "{}", report.summary());
+    checker::check(backend, Budget::seeds(checker::SERVER_SEEDS))
+        .await
+        .assert_ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

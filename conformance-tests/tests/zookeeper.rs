@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use conformance_tests::checker::{self, Budget};
 use conformance_tests::server::TestServer;
 use conformance_tests::{run_suite, Backend, ClientOptions, HolderSpec};
 use futures::FutureExt;
@@ -171,5 +172,8 @@ async fn zookeeper_conformance() {
         }
     }
     assert!(failed.is_empty(), "zookeeper checks failed: {failed:?}");
+    checker::check(zk, Budget::seeds(checker::SERVER_SEEDS))
+        .await
+        .assert_ok();
     drop(server);
 }

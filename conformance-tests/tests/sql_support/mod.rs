@@ -126,27 +126,40 @@ impl Backend for Sql {
     }
 }
 
-/// The lease, queue and row-lock rows of every lock of `namespace`, with their fence or
-/// ticket (the key table and its fencing counters stay by design).
+/// The live lease and queue rows and the row-lock rows of every lock of `namespace`,
+/// with their fence or ticket. Left out, as they stay by design: the key table and its
+/// fencing counters, and lease and queue rows past their expiry (lock-sql releases only
+/// live leases and deletes expired rows lazily, at the next acquire of the key).
 pub async fn leftover_rows(backend: &SqlBackend, namespace: &str) -> Result<Vec<String>, String> {
     let prefix = backend.table_prefix();
-    let (quote, param) = match backend.dialect() {
-        lock_sql::Dialect::MySql => ('`', "?".to_owned()),
-        lock_sql::Dialect::Postgres => ('"', "$1".to_owned()),
-        _ => ('"', "?".to_owned()),
+    let (quote, param, param2) = match backend.dialect() {
+        lock_sql::Dialect::MySql => ('`', "?", "?"),
+        lock_sql::Dialect::Postgres => ('"', "$1", "$2"),
+        _ => ('"', "?", "?"),
     };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
     let mut left = Vec::new();
-    for (table, col) in [
-        ("leases", "fence"),
-        ("queue", "ticket"),
-        ("holders", "fence"),
+    for (table, col, expires) in [
+        ("leases", "fence", true),
+        ("queue", "ticket", true),
+        ("holders", "fence", false),
     ] {
+        let live = if expires {
+            format!(" AND t.expires_ms > {param2}")
+        } else {
+            String::new()
+        };
         let sql = format!(
             "SELECT t.kind, t.{col} FROM {quote}{prefix}_{table}{quote} t \
-             JOIN {quote}{prefix}_keys{quote} k ON k.khash = t.khash WHERE k.namespace = {param}"
+             JOIN {quote}{prefix}_keys{quote} k ON k.khash = t.khash WHERE k.namespace = {param}{live}"
         );
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(namespace.to_owned())
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(namespace.to_owned());
+        if expires {
+            query = query.bind(now_ms);
+        }
+        let rows = query
             .fetch_all(backend.pool())
             .await
             .map_err(|e| format!("{table}: {e}"))?;
@@ -186,10 +199,13 @@ pub async fn delete_leases(
         .map_err(|e| e.to_string())
 }
 
-/// Runs the whole conformance suite on `sql`, asserting a floor on what passed.
+/// Runs the whole conformance suite on `sql`, asserting a floor on what passed, then
+/// the randomized history checker.
 pub async fn run_suite(sql: Sql, min_passed: usize) {
+    use conformance_tests::checker::{self, Budget};
     let label = sql.label.clone();
-    let report = conformance_tests::run_suite(Arc::new(sql)).await;
+    let sql = Arc::new(sql);
+    let report = conformance_tests::run_suite(sql.clone()).await;
     if std::env::var_os("LOCK_TEST_CASES").is_none() {
         assert!(
             report.passed.len() >= min_passed,
@@ -197,6 +213,9 @@ pub async fn run_suite(sql: Sql, min_passed: usize) {
             report.summary()
         );
     }
+    checker::check(sql, Budget::seeds(checker::SERVER_SEEDS))
+        .await
+        .assert_ok();
 }
 
 /// The suite with both strategies and every SQL fault test, against a server of

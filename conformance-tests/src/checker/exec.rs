@@ -1,0 +1,618 @@
+//! Runs a plan against a backend and records its history.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use lock_core::{
+    AcquireOptions, DistributedLock, FairLock, LockGuard, LockKind, LockProvider, MultiGuard,
+    MultiLock, ReadWriteLock,
+};
+use tokio::task::JoinHandle;
+use tokio::time::{sleep, timeout, Instant};
+
+use super::gen::{CallPlan, Family, LeasePlan, Op, Plan, WaitPlan};
+use super::history::{History, HoldId, Recorded, What};
+use crate::backend::{Backend, ClientOptions};
+
+/// The longest a release, extend, downgrade or shutdown may take before the run stops
+/// waiting for it (a cut-off client's calls wait for their command timeout).
+const CALL_LIMIT: Duration = Duration::from_secs(30);
+/// How long all the tasks of a run may take before it counts as hung. Every op is
+/// bounded, so only a call that ignores its own limits gets here.
+const RUN_LIMIT: Duration = Duration::from_secs(180);
+/// The run itself, in the history's task column.
+const RUN: usize = usize::MAX;
+
+/// A client that can be cut off from its server: the backend it is made from, and
+/// what cuts it.
+pub(crate) struct Cuttable {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) cut: Box<dyn FnOnce() + Send>,
+}
+
+/// What a run left: its history, and what the run itself saw go wrong.
+pub(crate) struct Ran {
+    pub(crate) rec: Recorded,
+    /// What the server still kept after every client was shut down and the longest
+    /// lease had run out.
+    pub(crate) leftovers: Vec<String>,
+    /// Panics of the tasks, and runs that did not finish.
+    pub(crate) failures: Vec<(&'static str, String)>,
+}
+
+/// One handle, of whichever lock type.
+#[derive(Clone)]
+enum Lock {
+    Exclusive(Arc<dyn DistributedLock>),
+    Fair(Arc<dyn FairLock>),
+    ReadWrite(Arc<dyn ReadWriteLock>),
+}
+
+impl Lock {
+    fn acquire(
+        &self,
+        kind: LockKind,
+        options: AcquireOptions,
+    ) -> BoxFuture<'_, lock_core::Result<LockGuard>> {
+        match (self, kind) {
+            (Lock::Exclusive(lock), _) => lock.acquire_with(options),
+            (Lock::Fair(lock), _) => lock.acquire_with(options),
+            (Lock::ReadWrite(lock), LockKind::Read) => lock.read_with(options),
+            (Lock::ReadWrite(lock), _) => lock.write_with(options),
+        }
+    }
+}
+
+/// A guard a task holds, and the holds it stands for.
+enum Held {
+    One(LockGuard, HoldId),
+    Many(MultiGuard, Vec<HoldId>),
+}
+
+impl Held {
+    fn holds(&self) -> Vec<HoldId> {
+        match self {
+            Held::One(_, hold) => vec![*hold],
+            Held::Many(_, holds) => holds.clone(),
+        }
+    }
+}
+
+/// How a bounded call ended.
+enum Ended<T> {
+    Done(T),
+    Cancelled,
+    OuterTimeout,
+}
+
+/// Runs `fut` as `call` says: inside a timeout, and dropped after a while.
+async fn bounded<T>(call: CallPlan, fut: impl Future<Output = T>) -> Ended<T> {
+    let limited = async {
+        match call.timeout_ms {
+            Some(ms) => match timeout(Duration::from_millis(ms), fut).await {
+                Ok(out) => Ended::Done(out),
+                Err(_) => Ended::OuterTimeout,
+            },
+            None => Ended::Done(fut.await),
+        }
+    };
+    match call.cancel_ms {
+        Some(ms) => tokio::select! {
+            biased;
+            out = limited => out,
+            () = sleep(Duration::from_millis(ms)) => Ended::Cancelled,
+        },
+        None => limited.await,
+    }
+}
+
+fn options(call: CallPlan) -> AcquireOptions {
+    let options = match call.wait {
+        WaitPlan::Try => AcquireOptions::try_once(),
+        WaitPlan::For(ms) => AcquireOptions::wait_for(Duration::from_millis(ms)),
+        WaitPlan::Forever => AcquireOptions::wait_forever(),
+    };
+    match call.lease {
+        LeasePlan::Watchdog => options,
+        LeasePlan::Fixed(ms) => options.lease(Duration::from_millis(ms)),
+    }
+}
+
+fn limit(call: CallPlan) -> Option<Duration> {
+    match call.wait {
+        WaitPlan::Try => Some(Duration::ZERO),
+        WaitPlan::For(ms) => Some(Duration::from_millis(ms)),
+        WaitPlan::Forever => None,
+    }
+}
+
+/// What every task of a run shares.
+struct Shared {
+    history: Arc<History>,
+    plan: Plan,
+    locks: Vec<Lock>,
+    watchers: std::sync::Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Shared {
+    /// Records a grant, and its `lost()` when it comes.
+    fn grant(
+        &self,
+        task: usize,
+        call: usize,
+        client: usize,
+        guard: &LockGuard,
+        owner: Option<HoldId>,
+    ) -> HoldId {
+        let name = self
+            .plan
+            .names
+            .iter()
+            .position(|n| n == guard.name().as_str())
+            .expect("a name of the plan");
+        let watch = guard.watch();
+        let hold =
+            self.history
+                .granted(task, call, client, name, guard.kind(), owner, watch.clone());
+        let history = self.history.clone();
+        let watcher = tokio::spawn(async move {
+            let reason = watch.lost().await;
+            history.record(
+                task,
+                What::Lost {
+                    hold,
+                    reason: reason.to_string(),
+                },
+            );
+        });
+        self.watchers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(watcher);
+        hold
+    }
+}
+
+/// One task: its ops in order, and the guards it holds.
+struct Worker {
+    shared: Arc<Shared>,
+    task: usize,
+    client: usize,
+    held: Vec<Held>,
+}
+
+fn outcome<T>(ended: &Ended<lock_core::Result<T>>) -> (String, bool) {
+    match ended {
+        Ended::Done(Ok(_)) => ("granted".into(), true),
+        Ended::Done(Err(err @ lock_core::Error::Timeout { .. })) => (format!("error: {err}"), true),
+        Ended::Done(Err(err)) => (format!("error: {err}"), false),
+        Ended::Cancelled => ("cancelled (future dropped)".into(), false),
+        Ended::OuterTimeout => ("outer tokio::time::timeout elapsed".into(), false),
+    }
+}
+
+impl Worker {
+    fn history(&self) -> &History {
+        &self.shared.history
+    }
+
+    async fn run(mut self, ops: Vec<Op>) {
+        for op in ops {
+            self.step(op).await;
+        }
+        while let Some(held) = self.held.pop() {
+            self.release(held, true).await;
+        }
+    }
+
+    fn take(&mut self, pick: usize) -> Option<Held> {
+        (!self.held.is_empty()).then(|| self.held.remove(pick % self.held.len()))
+    }
+
+    async fn step(&mut self, op: Op) {
+        let shared = self.shared.clone();
+        let plan = &shared.plan;
+        match op {
+            Op::Acquire { handle, kind, call } => {
+                let name = plan.handles[handle].name;
+                let desc = format!(
+                    "{kind:?} `{}` through handle {handle}, {call:?}",
+                    plan.names[name]
+                );
+                let id = self
+                    .history()
+                    .call(self.task, self.client, desc, vec![name], limit(call));
+                let lock = &shared.locks[handle];
+                let ended = bounded(call, lock.acquire(kind, options(call))).await;
+                let (text, timed) = outcome(&ended);
+                if let Ended::Done(Ok(guard)) = ended {
+                    let hold = shared.grant(self.task, id, self.client, &guard, None);
+                    self.held.push(Held::One(guard, hold));
+                }
+                self.history().returned(self.task, id, text, timed);
+            }
+            Op::Multi { members, call } => {
+                let names: Vec<usize> =
+                    members.iter().map(|&(h, _)| plan.handles[h].name).collect();
+                let desc = format!(
+                    "MultiLock [{}], {call:?}",
+                    members
+                        .iter()
+                        .map(|&(h, kind)| format!(
+                            "{kind:?} `{}`",
+                            plan.names[plan.handles[h].name]
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                let id = self
+                    .history()
+                    .call(self.task, self.client, desc, names, limit(call));
+                let mut builder = MultiLock::builder();
+                for &(handle, kind) in &members {
+                    builder = match (&shared.locks[handle], kind) {
+                        (Lock::Exclusive(lock), _) => builder.lock(lock.clone()),
+                        (Lock::Fair(lock), _) => builder.lock(lock.clone()),
+                        (Lock::ReadWrite(lock), LockKind::Read) => builder.read(lock.clone()),
+                        (Lock::ReadWrite(lock), _) => builder.write(lock.clone()),
+                    };
+                }
+                let multi = match builder.build() {
+                    Ok(multi) => multi,
+                    Err(err) => {
+                        self.history()
+                            .returned(self.task, id, format!("error: {err}"), false);
+                        return;
+                    }
+                };
+                let ended = bounded(call, multi.acquire_with(options(call))).await;
+                let (text, timed) = outcome(&ended);
+                if let Ended::Done(Ok(guard)) = ended {
+                    let holds = guard
+                        .guards()
+                        .map(|g| shared.grant(self.task, id, self.client, g, None))
+                        .collect();
+                    self.held.push(Held::Many(guard, holds));
+                }
+                self.history().returned(self.task, id, text, timed);
+            }
+            Op::Reenter { pick } => {
+                if self.held.is_empty() {
+                    return;
+                }
+                let at = pick % self.held.len();
+                let holds = self.held[at].holds();
+                let names = holds.iter().map(|&h| self.name_of(h)).collect();
+                let id = self.history().call(
+                    self.task,
+                    self.client,
+                    format!("reenter {holds:?}"),
+                    names,
+                    None,
+                );
+                let again = match &self.held[at] {
+                    Held::One(guard, hold) => guard.reenter().map(|g| Held::One(g, *hold)),
+                    Held::Many(guard, holds) => {
+                        guard.reenter().map(|g| Held::Many(g, holds.clone()))
+                    }
+                };
+                let text = match again {
+                    Ok(held) => {
+                        for &hold in &holds {
+                            self.history().add_guard(hold);
+                        }
+                        self.held.push(held);
+                        "reentered".to_owned()
+                    }
+                    Err(err) => format!("error: {err}"),
+                };
+                self.history().returned(self.task, id, text, false);
+            }
+            Op::Downgrade { pick } => {
+                let writers: Vec<usize> = (0..self.held.len())
+                    .filter(|&i| matches!(&self.held[i], Held::One(g, _) if g.kind() == LockKind::Write))
+                    .collect();
+                if writers.is_empty() {
+                    return;
+                }
+                let at = writers[pick % writers.len()];
+                let Held::One(guard, hold) = &self.held[at] else {
+                    unreachable!("picked among single guards");
+                };
+                let hold = *hold;
+                let id = self.history().call(
+                    self.task,
+                    self.client,
+                    format!("downgrade h{hold}"),
+                    vec![self.name_of(hold)],
+                    None,
+                );
+                let ended = match timeout(CALL_LIMIT, guard.downgrade()).await {
+                    Ok(out) => Ended::Done(out),
+                    Err(_) => Ended::OuterTimeout,
+                };
+                let (text, _) = outcome(&ended);
+                if let Ended::Done(Ok(read)) = ended {
+                    let new = shared.grant(self.task, id, self.client, &read, Some(hold));
+                    self.held.push(Held::One(read, new));
+                }
+                self.history().returned(self.task, id, text, false);
+            }
+            Op::Release { pick } => {
+                if let Some(held) = self.take(pick) {
+                    self.release(held, true).await;
+                }
+            }
+            Op::Drop { pick } => {
+                if let Some(held) = self.take(pick) {
+                    self.release(held, false).await;
+                }
+            }
+            Op::Extend { pick, ms } => {
+                if self.held.is_empty() {
+                    return;
+                }
+                let held = &self.held[pick % self.held.len()];
+                let holds = held.holds();
+                let names: Vec<usize> = holds.iter().map(|&h| self.name_of(h)).collect();
+                let id = self.history().call(
+                    self.task,
+                    self.client,
+                    format!("extend {holds:?} to {ms} ms"),
+                    names.clone(),
+                    None,
+                );
+                let ttl = Duration::from_millis(ms);
+                let result = match held {
+                    Held::One(guard, _) => timeout(CALL_LIMIT, guard.extend(ttl)).await,
+                    Held::Many(guard, _) => timeout(CALL_LIMIT, guard.extend(ttl)).await,
+                };
+                let text = match result {
+                    Ok(Ok(())) => "extended".to_owned(),
+                    Ok(Err(err)) => format!("error: {err}"),
+                    Err(_) => "no answer".to_owned(),
+                };
+                self.history().returned(self.task, id, text, false);
+                for name in names {
+                    self.history().probe(self.task, name);
+                }
+            }
+            Op::Hold { ms } => {
+                let until = Instant::now() + Duration::from_millis(ms);
+                loop {
+                    let names: Vec<usize> = self
+                        .held
+                        .iter()
+                        .flat_map(Held::holds)
+                        .map(|h| self.name_of(h))
+                        .collect();
+                    for name in names {
+                        self.history().probe(self.task, name);
+                    }
+                    if Instant::now() >= until {
+                        break;
+                    }
+                    sleep(Duration::from_millis(ms.clamp(1, 25))).await;
+                }
+            }
+            Op::Sleep { ms } => sleep(Duration::from_millis(ms)).await,
+        }
+    }
+
+    fn name_of(&self, hold: HoldId) -> usize {
+        self.shared.history.name_of(hold)
+    }
+
+    /// Gives up `held`: releases it (`release`) or drops it.
+    async fn release(&mut self, held: Held, release: bool) {
+        let holds = held.holds();
+        let how = if release { "release" } else { "drop" };
+        let names = holds.iter().map(|&h| self.name_of(h)).collect();
+        let id = self.history().call(
+            self.task,
+            self.client,
+            format!("{how} {holds:?}"),
+            names,
+            None,
+        );
+        for &hold in &holds {
+            self.history().give_up(self.task, hold, how);
+        }
+        let text = match held {
+            _ if !release => {
+                drop(held);
+                "dropped".to_owned()
+            }
+            Held::One(guard, _) => match timeout(CALL_LIMIT, guard.release()).await {
+                Ok(Ok(())) => "released".to_owned(),
+                Ok(Err(err)) => format!("release failed: {err}"),
+                Err(_) => "no answer".to_owned(),
+            },
+            Held::Many(guard, _) => match timeout(CALL_LIMIT, guard.release()).await {
+                Ok(Ok(())) => "released".to_owned(),
+                Ok(Err(err)) => format!("release failed: {err:?}"),
+                Err(_) => "no answer".to_owned(),
+            },
+        };
+        self.history().returned(self.task, id, text, false);
+    }
+}
+
+/// Makes the clients and handles of `plan` in `namespace` and runs it.
+pub(crate) async fn run(
+    backend: &Arc<dyn Backend>,
+    cuttable: Option<Cuttable>,
+    plan: &Plan,
+    namespace: &str,
+) -> Result<Ran, String> {
+    let mut cut = None;
+    let mut clients: Vec<Arc<dyn LockProvider>> = Vec::new();
+    let mut cuttable = if plan.cut_ms.is_some() {
+        cuttable
+    } else {
+        None
+    };
+    for (i, client) in plan.clients.iter().enumerate() {
+        let options = ClientOptions {
+            namespace: namespace.to_owned(),
+            watchdog_lease: Duration::from_millis(client.watchdog_ms),
+            holder_description: Some(format!("checker seed {} client {i}", plan.seed)),
+        };
+        let made = match cuttable.take() {
+            Some(c) if i == 0 => {
+                cut = Some(c.cut);
+                c.backend.client(options).await
+            }
+            other => {
+                cuttable = other;
+                backend.client(options).await
+            }
+        };
+        clients.push(made.map_err(|err| format!("could not make client {i}: {err}"))?);
+    }
+    let mut locks = Vec::new();
+    for handle in &plan.handles {
+        let client = &clients[handle.client];
+        let name = &plan.names[handle.name];
+        let lock = match handle.family {
+            Family::Exclusive => client.lock(name).map(Lock::Exclusive),
+            Family::Fair => client.fair_lock(name).map(Lock::Fair),
+            Family::ReadWrite => client.rw_lock(name).map(Lock::ReadWrite),
+        };
+        locks.push(lock.map_err(|err| format!("lock handle: {err}"))?);
+    }
+    let history = Arc::new(History::new(plan.names.clone()));
+    let shared = Arc::new(Shared {
+        history: history.clone(),
+        plan: plan.clone(),
+        locks,
+        watchers: std::sync::Mutex::new(Vec::new()),
+    });
+    let mut failures = Vec::new();
+
+    // Samples every live hold now and then, beside the tasks' own samples.
+    let prober = {
+        let history = history.clone();
+        tokio::spawn(async move {
+            loop {
+                history.probe_all(RUN);
+                sleep(Duration::from_millis(17)).await;
+            }
+        })
+    };
+    let mut side = Vec::new();
+    if let Some((client, ms)) = plan.shutdown {
+        let history = history.clone();
+        let provider = clients[client].clone();
+        side.push(tokio::spawn(async move {
+            sleep(Duration::from_millis(ms)).await;
+            history.record(
+                RUN,
+                What::Shutdown {
+                    client,
+                    done: false,
+                },
+            );
+            let result = timeout(CALL_LIMIT, provider.shutdown()).await;
+            history.record(
+                RUN,
+                What::Note(format!("shutdown of c{client}: {result:?}")),
+            );
+            history.record(RUN, What::Shutdown { client, done: true });
+            history.probe_client(RUN, client);
+        }));
+    }
+    if let (Some(ms), Some(cut)) = (plan.cut_ms, cut) {
+        let history = history.clone();
+        side.push(tokio::spawn(async move {
+            sleep(Duration::from_millis(ms)).await;
+            history.record(RUN, What::Cut { client: 0 });
+            cut();
+        }));
+    }
+    let tasks: Vec<JoinHandle<()>> = plan
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(task, t)| {
+            let worker = Worker {
+                shared: shared.clone(),
+                task,
+                client: t.client,
+                held: Vec::new(),
+            };
+            tokio::spawn(worker.run(t.ops.clone()))
+        })
+        .collect();
+    let aborts: Vec<_> = tasks.iter().map(JoinHandle::abort_handle).collect();
+    match timeout(RUN_LIMIT, futures::future::join_all(tasks)).await {
+        Ok(joined) => {
+            for (task, joined) in joined.into_iter().enumerate() {
+                if let Err(err) = joined {
+                    if let Ok(panic) = err.try_into_panic() {
+                        let message = panic
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                            .unwrap_or_else(|| "panicked".into());
+                        failures.push(("panic", format!("task t{task} panicked: {message}")));
+                    }
+                }
+            }
+        }
+        Err(_) => {
+            for abort in aborts {
+                abort.abort();
+            }
+            failures.push((
+                "hung",
+                format!("the tasks were still running after {RUN_LIMIT:?}"),
+            ));
+        }
+    }
+    for side in side {
+        let _ = timeout(CALL_LIMIT, side).await;
+    }
+    prober.abort();
+    history.probe_all(RUN);
+    for (client, provider) in clients.iter().enumerate() {
+        history.record(
+            RUN,
+            What::Shutdown {
+                client,
+                done: false,
+            },
+        );
+        if let Err(err) = timeout(CALL_LIMIT, provider.shutdown()).await {
+            history.record(RUN, What::Note(format!("shutdown of c{client}: {err}")));
+        }
+        history.record(RUN, What::Shutdown { client, done: true });
+        history.probe_client(RUN, client);
+    }
+    // Released leases go at once; a lease whose release could not be sent (a cut-off
+    // client) runs out on the server within its length.
+    let deadline =
+        Instant::now() + Duration::from_millis(plan.longest_lease_ms()) + backend.slack() * 2;
+    let leftovers = loop {
+        let left = backend.leftovers(namespace).await?;
+        if left.is_empty() || Instant::now() >= deadline {
+            break left;
+        }
+        sleep(Duration::from_millis(100)).await;
+    };
+    for watcher in shared
+        .watchers
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .drain(..)
+    {
+        watcher.abort();
+    }
+    Ok(Ran {
+        rec: history.finish(),
+        leftovers,
+        failures,
+    })
+}

@@ -1,0 +1,344 @@
+//! The operations of one run, made from a seed.
+
+use lock_core::{Capabilities, LockKind};
+
+/// A small seeded generator (SplitMix64): the same seed gives the same plan, on every
+/// machine, with no dependency whose output could change between versions.
+#[derive(Clone, Debug)]
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Self {
+        Rng(seed ^ 0x5DEE_CE66_D1CE_4E5B)
+    }
+
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (`n > 0`).
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// A number in `lo..=hi`.
+    pub(crate) fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi - lo + 1)
+    }
+
+    /// True `percent` times in a hundred.
+    pub(crate) fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    /// One of `items` (not empty).
+    pub(crate) fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len() as u64) as usize]
+    }
+}
+
+/// Which lock a handle is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Family {
+    Exclusive,
+    Fair,
+    ReadWrite,
+}
+
+/// How long an acquire waits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum WaitPlan {
+    Try,
+    For(u64),
+    Forever,
+}
+
+/// Which lease an acquire asks for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum LeasePlan {
+    Watchdog,
+    Fixed(u64),
+}
+
+/// How an acquire is called: its options, and what may cut it short.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CallPlan {
+    pub(crate) wait: WaitPlan,
+    pub(crate) lease: LeasePlan,
+    /// The future is dropped after this many ms (a `select!` against a sleep).
+    pub(crate) cancel_ms: Option<u64>,
+    /// The call runs inside `tokio::time::timeout` of this many ms.
+    pub(crate) timeout_ms: Option<u64>,
+}
+
+/// One step of a task. `pick` chooses among the guards the task holds (modulo their
+/// number); a step with nothing to pick from does nothing.
+#[derive(Clone, Debug)]
+pub(crate) enum Op {
+    /// Acquire through a handle of the task's client.
+    Acquire {
+        handle: usize,
+        kind: LockKind,
+        call: CallPlan,
+    },
+    /// Acquire a MultiLock over some handles of the task's client, in the given order.
+    Multi {
+        members: Vec<(usize, LockKind)>,
+        call: CallPlan,
+    },
+    Reenter {
+        pick: usize,
+    },
+    Downgrade {
+        pick: usize,
+    },
+    Release {
+        pick: usize,
+    },
+    Drop {
+        pick: usize,
+    },
+    Extend {
+        pick: usize,
+        ms: u64,
+    },
+    /// Stay, checking every held lock on the way.
+    Hold {
+        ms: u64,
+    },
+    Sleep {
+        ms: u64,
+    },
+}
+
+/// A client: its own connection and watchdog.
+#[derive(Clone, Debug)]
+pub(crate) struct ClientPlan {
+    pub(crate) watchdog_ms: u64,
+}
+
+/// A lock handle of one client, shared by every task of that client that uses it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HandlePlan {
+    pub(crate) client: usize,
+    pub(crate) family: Family,
+    pub(crate) name: usize,
+}
+
+/// A task: one client's ops in order.
+#[derive(Clone, Debug)]
+pub(crate) struct TaskPlan {
+    pub(crate) client: usize,
+    pub(crate) ops: Vec<Op>,
+}
+
+/// Everything one run does.
+#[derive(Clone, Debug)]
+pub(crate) struct Plan {
+    pub(crate) seed: u64,
+    pub(crate) names: Vec<String>,
+    pub(crate) clients: Vec<ClientPlan>,
+    pub(crate) handles: Vec<HandlePlan>,
+    pub(crate) tasks: Vec<TaskPlan>,
+    /// A client shut down this many ms into the run.
+    pub(crate) shutdown: Option<(usize, u64)>,
+    /// Cut the faulty client off this many ms into the run (only with a fault hook).
+    pub(crate) cut_ms: Option<u64>,
+}
+
+impl Plan {
+    /// How many ops the tasks have in all.
+    pub(crate) fn op_count(&self) -> usize {
+        self.tasks.iter().map(|t| t.ops.len()).sum()
+    }
+
+    /// The longest fixed lease any op asks for, in ms.
+    pub(crate) fn longest_lease_ms(&self) -> u64 {
+        let mut longest = self
+            .clients
+            .iter()
+            .map(|c| c.watchdog_ms)
+            .max()
+            .unwrap_or(0);
+        for op in self.tasks.iter().flat_map(|t| &t.ops) {
+            let ms = match op {
+                Op::Acquire { call, .. } | Op::Multi { call, .. } => match call.lease {
+                    LeasePlan::Fixed(ms) => ms,
+                    LeasePlan::Watchdog => 0,
+                },
+                Op::Extend { ms, .. } => *ms,
+                _ => 0,
+            };
+            longest = longest.max(ms);
+        }
+        longest
+    }
+}
+
+/// What the generator may use: the backend's capabilities, and whether a client can
+/// be cut off.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    pub(crate) caps: Capabilities,
+    pub(crate) can_cut: bool,
+}
+
+/// The plan for `seed`.
+pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
+    let mut rng = Rng::new(seed);
+    let caps = limits.caps;
+    let names: Vec<String> = (0..rng.range(2, 3)).map(|i| format!("n{i}")).collect();
+    let mut families = vec![Family::Exclusive];
+    if caps.fair {
+        families.push(Family::Fair);
+    }
+    if caps.read_write {
+        families.push(Family::ReadWrite);
+        // Read-write locks have the most interleavings (downgrades, shared readers).
+        families.push(Family::ReadWrite);
+    }
+    let clients: Vec<ClientPlan> = (0..rng.range(3, 4))
+        .map(|_| ClientPlan {
+            watchdog_ms: rng.pick(&[600, 1_000, 1_500, 3_000]),
+        })
+        .collect();
+    let mut handles = Vec::new();
+    for client in 0..clients.len() {
+        for _ in 0..rng.range(2, 4) {
+            handles.push(HandlePlan {
+                client,
+                family: rng.pick(&families),
+                name: rng.below(names.len() as u64) as usize,
+            });
+        }
+    }
+    let mut tasks = Vec::new();
+    for client in 0..clients.len() {
+        let mine: Vec<usize> = (0..handles.len())
+            .filter(|&h| handles[h].client == client)
+            .collect();
+        for _ in 0..rng.range(1, 3) {
+            let ops = (0..rng.range(4, 12))
+                .map(|_| op(&mut rng, &handles, &mine, caps))
+                .collect();
+            tasks.push(TaskPlan { client, ops });
+        }
+    }
+    let shutdown = rng.chance(30).then(|| {
+        (
+            rng.below(clients.len() as u64) as usize,
+            rng.range(0, 3_000),
+        )
+    });
+    let cut_ms = (limits.can_cut && rng.chance(50)).then(|| rng.range(0, 3_000));
+    Plan {
+        seed,
+        names,
+        clients,
+        handles,
+        tasks,
+        shutdown,
+        cut_ms,
+    }
+}
+
+fn kind_for(rng: &mut Rng, family: Family) -> LockKind {
+    match family {
+        Family::Exclusive => LockKind::Exclusive,
+        Family::Fair => LockKind::Fair,
+        Family::ReadWrite if rng.chance(50) => LockKind::Read,
+        Family::ReadWrite => LockKind::Write,
+    }
+}
+
+fn call(rng: &mut Rng, caps: Capabilities) -> CallPlan {
+    let wait = match rng.below(10) {
+        0..=2 => WaitPlan::Try,
+        3..=7 => WaitPlan::For(rng.pick(&[0, 50, 300, 1_000, 2_500])),
+        _ => WaitPlan::Forever,
+    };
+    let lease = if caps.fixed_lease && rng.chance(40) {
+        LeasePlan::Fixed(rng.pick(&[150, 400, 1_000, 2_000]))
+    } else {
+        LeasePlan::Watchdog
+    };
+    let cancel_ms = rng.chance(15).then(|| rng.range(0, 800));
+    // A wait without limit always runs under a timeout: two tasks each holding what
+    // the other waits for would otherwise wait for ever, as they may.
+    let timeout_ms = (matches!(wait, WaitPlan::Forever) || rng.chance(15))
+        .then(|| rng.pick(&[1, 100, 700, 2_000, 4_000]));
+    CallPlan {
+        wait,
+        lease,
+        cancel_ms,
+        timeout_ms,
+    }
+}
+
+fn op(rng: &mut Rng, handles: &[HandlePlan], mine: &[usize], caps: Capabilities) -> Op {
+    let pick = rng.below(8) as usize;
+    match rng.below(100) {
+        0..=34 => {
+            let handle = rng.pick(mine);
+            Op::Acquire {
+                handle,
+                kind: kind_for(rng, handles[handle].family),
+                call: call(rng, caps),
+            }
+        }
+        35..=42 => {
+            // Distinct locks (a lock listed twice is refused), in random order.
+            let mut members: Vec<(usize, LockKind)> = Vec::new();
+            let mut pool = mine.to_vec();
+            let count = rng.range(2, 3);
+            while members.len() < count as usize && !pool.is_empty() {
+                let handle = pool.swap_remove(rng.below(pool.len() as u64) as usize);
+                let same = members.iter().any(|&(h, _)| {
+                    handles[h].name == handles[handle].name
+                        && handles[h].family == handles[handle].family
+                });
+                if !same {
+                    members.push((handle, kind_for(rng, handles[handle].family)));
+                }
+            }
+            Op::Multi {
+                members,
+                call: call(rng, caps),
+            }
+        }
+        43..=49 => Op::Reenter { pick },
+        50..=56 if caps.read_write => Op::Downgrade { pick },
+        57..=67 => Op::Release { pick },
+        68..=72 => Op::Drop { pick },
+        73..=78 if caps.fixed_lease => Op::Extend {
+            pick,
+            ms: rng.pick(&[100, 500, 1_500]),
+        },
+        79..=91 => Op::Hold {
+            ms: rng.pick(&[10, 100, 400, 1_200]),
+        },
+        _ => Op::Sleep {
+            ms: rng.pick(&[0, 5, 50, 300]),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seed_same_plan() {
+        let limits = Limits {
+            caps: Capabilities::ALL,
+            can_cut: false,
+        };
+        let a = format!("{:?}", generate(7, limits));
+        assert_eq!(a, format!("{:?}", generate(7, limits)));
+        assert_ne!(a, format!("{:?}", generate(8, limits)));
+    }
+}

@@ -1,0 +1,306 @@
+//! The checks over a whole history.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use lock_core::LockKind;
+
+use super::history::{HoldId, Recorded, What};
+
+/// A broken rule, with the part of the history that shows it.
+#[derive(Clone, Debug)]
+pub struct Violation {
+    /// Which check: `overlap`, `fencing`, `wait-limit`, `shutdown`, `error`,
+    /// `leftovers`, `panic` or `hung`.
+    pub check: &'static str,
+    /// What is wrong.
+    pub message: String,
+    /// The events around it, one per line.
+    pub excerpt: Vec<String>,
+}
+
+/// Whether holds of kinds `a` and `b` on one name exclude each other. Exclusive, fair
+/// and read-write locks of one name are separate locks (lock-core's `LockFamily`).
+fn conflict(a: LockKind, b: LockKind) -> bool {
+    a.family() == b.family() && !(a == LockKind::Read && b == LockKind::Read)
+}
+
+/// Runs every check on `rec`; `slack` is how late a wait may return past its limit.
+pub(crate) fn verify(rec: &Recorded, slack: Duration) -> Vec<Violation> {
+    let mut found = Vec::new();
+    overlaps(rec, &mut found);
+    fencing(rec, &mut found);
+    waits(rec, slack, &mut found);
+    after_shutdown(rec, &mut found);
+    errors(rec, &mut found);
+    found
+}
+
+/// (1) No two conflicting holds of different owners were both believed held at once.
+/// `is_held()` only goes from true to false, so a hold sampled true at two places was
+/// true everywhere between them: two such spans that meet had a moment in common.
+fn overlaps(rec: &Recorded, found: &mut Vec<Violation>) {
+    let mut span: HashMap<HoldId, (usize, usize)> = HashMap::new();
+    for event in &rec.events {
+        if let What::Sample { hold, held: true } = event.what {
+            span.entry(hold)
+                .and_modify(|s| s.1 = event.seq)
+                .or_insert((event.seq, event.seq));
+        }
+    }
+    let mut ids: Vec<HoldId> = span.keys().copied().collect();
+    ids.sort_unstable();
+    for (i, &a) in ids.iter().enumerate() {
+        for &b in &ids[i + 1..] {
+            let (ha, hb) = (rec.holds[a], rec.holds[b]);
+            if ha.name != hb.name || ha.owner == hb.owner || !conflict(ha.kind, hb.kind) {
+                continue;
+            }
+            let (sa, sb) = (span[&a], span[&b]);
+            let from = sa.0.max(sb.0);
+            let to = sa.1.min(sb.1);
+            if from <= to {
+                found.push(Violation {
+                    check: "overlap",
+                    message: format!(
+                        "{:?} h{a} (token {}) and {:?} h{b} (token {}) of `{}` both said is_held() at #{from}..=#{to}",
+                        ha.kind, ha.token, hb.kind, hb.token, rec.names[ha.name]
+                    ),
+                    excerpt: excerpt(rec, ha.name, &[a, b], &[from, to]),
+                });
+                return;
+            }
+        }
+    }
+}
+
+/// (2) Fencing tokens of one name (shared by its exclusive, fair and read-write locks)
+/// follow real-time order: a grant that returned before another acquire was called
+/// has the smaller token.
+fn fencing(rec: &Recorded, found: &mut Vec<Violation>) {
+    let mut call_start: HashMap<usize, usize> = HashMap::new();
+    // (name, hold, call, granted at)
+    let mut grants: Vec<(usize, HoldId, usize, usize)> = Vec::new();
+    for event in &rec.events {
+        match event.what {
+            What::Call { call, .. } => {
+                call_start.insert(call, event.seq);
+            }
+            What::Granted {
+                call, hold, name, ..
+            } => grants.push((name, hold, call, event.seq)),
+            _ => {}
+        }
+    }
+    for &(name, a, _, granted_a) in &grants {
+        for &(name_b, b, call_b, _) in &grants {
+            if name != name_b || a == b {
+                continue;
+            }
+            let called_b = call_start[&call_b];
+            let (ta, tb) = (rec.holds[a].token, rec.holds[b].token);
+            if granted_a < called_b && ta >= tb {
+                found.push(Violation {
+                    check: "fencing",
+                    message: format!(
+                        "h{b} of `{}` was asked for (#{called_b}) after h{a} was granted (#{granted_a}) but got token {tb} <= {ta}",
+                        rec.names[name]
+                    ),
+                    excerpt: excerpt(rec, name, &[a, b], &[called_b]),
+                });
+                return;
+            }
+        }
+    }
+}
+
+/// (3) Every wait the library ended (a grant or its timeout) ended within its limit
+/// plus `slack`.
+fn waits(rec: &Recorded, slack: Duration, found: &mut Vec<Violation>) {
+    let mut open: HashMap<usize, (Duration, Duration, Vec<usize>, usize)> = HashMap::new();
+    for event in &rec.events {
+        match &event.what {
+            What::Call {
+                call,
+                limit: Some(limit),
+                names,
+                ..
+            } => {
+                open.insert(*call, (event.at, *limit, names.clone(), event.seq));
+            }
+            What::Returned {
+                call,
+                timed: true,
+                outcome,
+            } => {
+                if let Some((started, limit, names, seq)) = open.remove(call) {
+                    let took = event.at.saturating_sub(started);
+                    if took > limit + slack {
+                        let name = names.first().copied().unwrap_or(0);
+                        found.push(Violation {
+                            check: "wait-limit",
+                            message: format!(
+                                "call {call} with a wait limit of {limit:?} returned ({outcome}) after {took:?}, more than the limit plus {slack:?}"
+                            ),
+                            excerpt: excerpt(rec, name, &[], &[seq]),
+                        });
+                        return;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A client's guards say not held once its `shutdown()` returned.
+fn after_shutdown(rec: &Recorded, found: &mut Vec<Violation>) {
+    let mut shut = BTreeSet::new();
+    for event in &rec.events {
+        match event.what {
+            What::Shutdown { client, done: true } => {
+                shut.insert(client);
+            }
+            What::Sample { hold, held: true } if shut.contains(&rec.holds[hold].client) => {
+                let h = rec.holds[hold];
+                found.push(Violation {
+                    check: "shutdown",
+                    message: format!(
+                        "h{hold} of `{}` still said is_held() after client c{} was shut down",
+                        rec.names[h.name], h.client
+                    ),
+                    excerpt: excerpt(rec, h.name, &[hold], &[event.seq]),
+                });
+                return;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Valid calls never fail as invalid or unsupported.
+fn errors(rec: &Recorded, found: &mut Vec<Violation>) {
+    for event in &rec.events {
+        if let What::Returned { outcome, call, .. } = &event.what {
+            if outcome.contains("invalid argument") || outcome.contains("does not support") {
+                found.push(Violation {
+                    check: "error",
+                    message: format!("call {call} failed: {outcome}"),
+                    excerpt: vec![rec.line(event)],
+                });
+                return;
+            }
+        }
+    }
+}
+
+/// The events of `name` up to a little past the last of `marks`: calls naming it, its
+/// grants, give-ups, losses, shutdowns and cuts, and the samples of `holds` where they
+/// change or are marked.
+pub(crate) fn excerpt(
+    rec: &Recorded,
+    name: usize,
+    holds: &[HoldId],
+    marks: &[usize],
+) -> Vec<String> {
+    let at = marks.iter().copied().max().unwrap_or(0);
+    const BEFORE: usize = 40;
+    const AFTER: usize = 6;
+    let mut calls = BTreeSet::new();
+    let mut last_sample: HashMap<HoldId, bool> = HashMap::new();
+    let mut lines = Vec::new();
+    let mut after = 0;
+    for event in &rec.events {
+        let keep = match &event.what {
+            What::Call { call, names, .. } if names.contains(&name) => {
+                calls.insert(*call);
+                true
+            }
+            What::Returned { call, .. } => calls.contains(call),
+            What::Granted { name: n, .. } => *n == name,
+            What::GaveUp { hold, .. } | What::Lost { hold, .. } => rec.holds[*hold].name == name,
+            What::Sample { hold, held } if holds.contains(hold) => {
+                // Each probe samples every live hold of the name in turn, so a mark's
+                // neighbours are the other holds of the same probe.
+                let near = marks.iter().any(|&m| event.seq <= m && m - event.seq <= 4);
+                last_sample.insert(*hold, *held) != Some(*held) || near
+            }
+            What::Shutdown { .. } | What::Cut { .. } | What::Note(_) => true,
+            _ => false,
+        };
+        if keep {
+            lines.push(rec.line(event));
+            if event.seq > at {
+                after += 1;
+                if after >= AFTER {
+                    break;
+                }
+            }
+        }
+    }
+    if lines.len() > BEFORE + AFTER {
+        let cut = lines.len() - BEFORE - AFTER;
+        lines.drain(..cut);
+        lines.insert(
+            0,
+            format!("... ({cut} earlier events of this name left out)"),
+        );
+    }
+    lines
+}
+
+/// For leftovers: the grants whose fencing token a leftover line names, what became of
+/// them, and the calls that ended without the library's answer (cancelled, timed out
+/// outside, a release that failed or got no answer).
+pub(crate) fn leftover_excerpt(rec: &Recorded, leftovers: &[String]) -> Vec<String> {
+    const MAX: usize = 40;
+    let tokens: BTreeSet<u64> = leftovers
+        .iter()
+        .filter_map(|line| line.rsplit(' ').next()?.trim_matches('"').parse().ok())
+        .collect();
+    let named: BTreeSet<HoldId> = (0..rec.holds.len())
+        .filter(|&h| tokens.contains(&rec.holds[h].token))
+        .collect();
+    let mut lines: Vec<String> = rec
+        .events
+        .iter()
+        .filter(|event| match &event.what {
+            What::Granted { hold, .. } | What::GaveUp { hold, .. } | What::Lost { hold, .. } => {
+                named.contains(hold)
+            }
+            What::Returned { outcome, .. } => {
+                outcome.starts_with("cancelled")
+                    || outcome.starts_with("outer")
+                    || outcome.starts_with("release failed")
+                    || outcome == "no answer"
+            }
+            What::Shutdown { .. } | What::Cut { .. } => true,
+            _ => false,
+        })
+        .map(|event| rec.line(event))
+        .collect();
+    if lines.len() > MAX {
+        let cut = lines.len() - MAX;
+        lines.drain(..cut);
+        lines.insert(0, format!("... ({cut} earlier events left out)"));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::conflict;
+    use lock_core::LockKind::*;
+
+    #[test]
+    fn families_do_not_conflict() {
+        assert!(conflict(Exclusive, Exclusive));
+        assert!(conflict(Fair, Fair));
+        assert!(conflict(Read, Write));
+        assert!(conflict(Write, Write));
+        assert!(!conflict(Read, Read));
+        assert!(!conflict(Exclusive, Fair));
+        assert!(!conflict(Exclusive, Write));
+        assert!(!conflict(Fair, Read));
+    }
+}
