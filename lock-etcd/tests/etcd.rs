@@ -119,7 +119,7 @@ async fn a_lease_revoked_behind_the_holders_back_is_reported() {
     let holder = client(backend(&server.url()).await, watchdog);
     let lock = holder.lock("revoked").unwrap();
     let guard = lock.acquire().await.unwrap();
-    let reentry = lock.acquire().await.unwrap();
+    let reentry = guard.reenter().unwrap();
     let other_lock = holder.lock("revoked-too").unwrap().acquire().await.unwrap();
     let lease = holder
         .backend()

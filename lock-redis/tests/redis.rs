@@ -306,7 +306,7 @@ async fn read_write_lock_shares_readers_excludes_writers_and_downgrades() {
 
     let write = a.write().await.unwrap();
     // Downgrade: the writer may read; others may not.
-    let read = a.read().await.unwrap();
+    let read = write.downgrade().await.unwrap();
     assert!(b.try_read().await.unwrap().is_none());
     assert!(b.try_write().await.unwrap().is_none());
     let waiter = tokio::spawn(async move {
