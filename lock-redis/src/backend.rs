@@ -525,7 +525,7 @@ impl LockBackend for RedisBackend {
     async fn release(&self, lease: &HeldLease<RedisLease>) -> Result<()> {
         let keys = self.keys(&lease.key);
         let value = lease_value(lease.owner.as_str(), &lease.data, lease.fence);
-        let call = calls::release(&keys, lease.kind, &[value]);
+        let call = calls::release_with_receipt(&keys, lease.kind, &lease.data, value);
         let released: i64 = self.node.call("release", &call).await?;
         if released == 1 {
             Ok(())

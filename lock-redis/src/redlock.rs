@@ -359,10 +359,20 @@ fn majority_of(masters: usize) -> usize {
 /// blocks nobody: a majority is free.
 const RELEASE_GRACE: Duration = Duration::from_millis(50);
 
-/// Releases `value` on every master; `(released, answered)`.
-async fn release_everywhere(nodes: &[Node], keys: &Keys, value: String) -> (usize, usize) {
+/// Releases `value` on every master; `(released, answered)`. With the `lease` that won
+/// it, each master that frees it leaves a receipt, so a release run again after its
+/// reply was lost still counts there (see [`calls::release_with_receipt`]).
+async fn release_everywhere(
+    nodes: &[Node],
+    keys: &Keys,
+    value: String,
+    lease: Option<&RedisLease>,
+) -> (usize, usize) {
     let quorum = majority_of(nodes.len());
-    let call = calls::release(keys, LockKind::Exclusive, &[value]);
+    let call = match lease {
+        Some(lease) => calls::release_with_receipt(keys, LockKind::Exclusive, lease, value),
+        None => calls::release(keys, LockKind::Exclusive, &[value]),
+    };
     let results = until(
         nodes.iter().map(|node| node.call::<i64>("release", &call)),
         RELEASE_GRACE,
@@ -457,7 +467,7 @@ impl LockBackend for RedLockBackend {
                 if let Err(Ok(Round::Granted(fence))) = tx.send(outcome) {
                     // The acquire future is gone: give the majority back.
                     let value = lease_value(&attempt_request.owner, &round_lease, fence);
-                    release_everywhere(&nodes, &attempt_request.keys, value).await;
+                    release_everywhere(&nodes, &attempt_request.keys, value, None).await;
                 }
             });
             let outcome = rx.await.map_err(|_| {
@@ -511,7 +521,8 @@ impl LockBackend for RedLockBackend {
     async fn release(&self, lease: &HeldLease<RedisLease>) -> Result<()> {
         let keys = Keys::new(&lease.key);
         let value = lease_value(lease.owner.as_str(), &lease.data, lease.fence);
-        let (released, answered) = release_everywhere(&self.nodes, &keys, value).await;
+        let (released, answered) =
+            release_everywhere(&self.nodes, &keys, value, Some(&lease.data)).await;
         let quorum = self.quorum();
         let silent = self.nodes.len() - answered;
         if released >= quorum {

@@ -1,28 +1,38 @@
 -- Releases one side of a read-write lock if this acquisition still holds it.
--- KEYS[1] writer, KEYS[2] readers
--- ARGV[1] channel, ARGV[2] 'r' or 'w', ARGV[3..] the values this acquisition may hold
+-- KEYS[1] writer, KEYS[2] readers, KEYS[3] (optional) this release's receipt
+-- ARGV[1] channel, ARGV[2] 'r' or 'w', ARGV[3] how long (ms) the receipt outlives the
+-- lease, ARGV[4..] the values this acquisition may hold
 -- Publishes 'w' when a writer leaves (readers and writers may go) and 'r' when the
 -- last reader leaves (writers may go).
--- Returns 1 when released, else 0.
+-- Returns 1 when released (or when the receipt shows that this release already ran),
+-- else 0.
+local margin = tonumber(ARGV[3])
 if ARGV[2] == 'w' then
   local value = redis.call('get', KEYS[1])
-  for i = 3, #ARGV do
+  for i = 4, #ARGV do
     if value == ARGV[i] then
+      if KEYS[3] then
+        local left = math.max(redis.call('pttl', KEYS[1]), 0)
+        redis.call('set', KEYS[3], value, 'PX', left + margin)
+      end
       redis.call('del', KEYS[1])
       redis.call('publish', ARGV[1], 'w')
       return 1
     end
   end
-  return 0
+  return released_before(KEYS[3], 4)
 end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   local expiry = redis.call('hget', KEYS[2], ARGV[i])
   if expiry then
     redis.call('hdel', KEYS[2], ARGV[i])
     if tonumber(expiry) <= now then
       return 0
+    end
+    if KEYS[3] then
+      redis.call('set', KEYS[3], ARGV[i], 'PX', tonumber(expiry) - now + margin)
     end
     local readers = redis.call('hgetall', KEYS[2])
     for j = 2, #readers, 2 do
@@ -34,4 +44,4 @@ for i = 3, #ARGV do
     return 1
   end
 end
-return 0
+return released_before(KEYS[3], 4)
