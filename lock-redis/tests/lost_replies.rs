@@ -5,12 +5,12 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::reply_cut::ReplyCut;
 use common::{client, keys, RedisServer};
 use lock_core::{prelude::*, AcquireOptions, Error, LockClient, LockGuard, LockKind};
-use lock_redis::{RedisBackend, RedisConfig};
+use lock_redis::{RedisBackend, RedisConfig, TooFewReplicas};
 
 const KINDS: [LockKind; 4] = [
     LockKind::Exclusive,
@@ -101,4 +101,84 @@ async fn a_release_whose_reply_was_lost_succeeds_when_it_runs_again() {
         );
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// Waits until `probe` can take the lock of `kind` (taking and releasing it; the write
+/// side for a read lock), for at most `within`; returns how long that took, or None.
+async fn free_within(
+    probe: &LockClient<RedisBackend>,
+    kind: LockKind,
+    name: &str,
+    within: Duration,
+) -> Option<Duration> {
+    let kind = match kind {
+        LockKind::Read => LockKind::Write,
+        other => other,
+    };
+    let started = Instant::now();
+    loop {
+        if let Ok(guard) = try_acquire(probe, kind, name, AcquireOptions::try_once()).await {
+            guard.release().await.unwrap();
+            return Some(started.elapsed());
+        }
+        if started.elapsed() > within {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// An acquire that ran on the server, whose reply was lost to a connection error and
+/// whose second run failed too (the network stayed down a moment), fails; the grant it
+/// may have brought must then be given back like one that arrives after a timeout,
+/// not block everyone for its ten-minute lease (issue 29). Also with replica
+/// acknowledgement, whose grants run on a connection of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_whose_reply_was_lost_and_whose_retry_failed_is_undone() {
+    let server = RedisServer::start();
+    let proxy = ReplyCut::to(server.port()).await;
+    let plain = client(RedisBackend::new(proxied(&proxy)).unwrap(), "acqcut");
+    let acked_config = RedisConfig::builder(&proxy.url())
+        .connect_timeout(Duration::from_millis(500))
+        .command_timeout(Duration::from_millis(500))
+        .replica_acks(1, Duration::from_millis(10), TooFewReplicas::KeepAndWarn)
+        .build()
+        .unwrap();
+    let acked = client(RedisBackend::new(acked_config).unwrap(), "acqcut");
+    let probe = client(server.backend(), "acqcut");
+    let long = AcquireOptions::try_once().lease(Duration::from_secs(600));
+    let cases = KINDS
+        .iter()
+        .map(|kind| (&plain, *kind, format!("{kind:?}")))
+        .chain([(&acked, LockKind::Exclusive, "acked".to_owned())]);
+    let mut held = Vec::new();
+    for (client, kind, name) in cases {
+        // Once through, so the server has every script and the connections exist.
+        let guard = try_acquire(client, kind, &name, long).await.unwrap();
+        guard.release().await.unwrap();
+
+        proxy.lose_next_reply_then_refuse_for(Duration::from_millis(1_500));
+        let result = try_acquire(client, kind, &name, long).await;
+        assert!(proxy.has_cut(), "{name}: the acquire's reply was lost");
+        let err = result.expect_err("the second run cannot get through");
+        assert!(err.is_retryable(), "{name}: {err}");
+        proxy.outage_over().await;
+        // The grant ran on the server; once the network is back, it must be undone.
+        match free_within(&probe, kind, &name, Duration::from_secs(8)).await {
+            Some(after) => println!("{name}: free again after {after:?}"),
+            None => held.push(format!(
+                "{name}: the grant whose reply was lost still holds the lock 8 s later"
+            )),
+        }
+    }
+    assert!(held.is_empty(), "{held:#?}");
+    // Nothing else of the locks stays behind.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut raw = server.raw().await;
+    let left: Vec<String> = keys(&mut raw)
+        .await
+        .into_iter()
+        .filter(|k| !k.ends_with(":fence") && !k.contains(":released:"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
