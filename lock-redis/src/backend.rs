@@ -144,7 +144,11 @@ impl RedisBackend {
 /// while the call is in flight, or the call outlasts the node's call timeout (the
 /// server busy or paused: the script may still run later), the call is finished in a
 /// spawned task and a grant it brings is released, rather than left held until its
-/// lease runs out. The common path spawns nothing.
+/// lease runs out. A call that fails after it may have reached the server (its
+/// connection dropped, and the call run again on a new one failed too) may have been
+/// granted without anyone hearing of it: `undo` (which frees whatever this call's
+/// request holds, whatever its fence) is then run in a spawned task, again until it
+/// gets through or that grant would have run out. The common path spawns nothing.
 ///
 /// `permit` is held until the call has finished, so a queue clean-up waiting for it
 /// never runs before a call that might queue the waiter again.
@@ -152,7 +156,7 @@ pub(crate) async fn attempt(
     node: &Node,
     call: Call,
     lease: Duration,
-    undo: impl Fn(u64) -> Call + Send + Sync + 'static,
+    undo: Call,
     permit: Option<OwnedMutexGuard<()>>,
 ) -> Result<Attempt> {
     let call_node = node.clone();
@@ -161,7 +165,7 @@ pub(crate) async fn attempt(
     let call_timeout = node.call_timeout() + acks_wait;
     // A grant that arrives after its lease would have run out needs no undo.
     let reply_limit = call_timeout + lease;
-    let undo: Undo = Arc::new(undo);
+    let undo = Arc::new(undo);
     let call_undo = undo.clone();
     let mut in_flight = InFlight {
         call: Some(Box::pin(async move {
@@ -170,11 +174,12 @@ pub(crate) async fn attempt(
                     .call_within::<Vec<i64>>("acquire", &call, reply_limit)
                     .await
                     .and_then(|reply| Attempt::from_reply(reply).map_err(Error::from)),
-                Some(acks) => acquire_acked(&call_node, &call, acks, reply_limit, call_undo).await,
+                Some(acks) => acquire_acked(&call_node, &call, acks, reply_limit, &call_undo).await,
             }
         })),
         node: node.clone(),
-        undo: Some(undo),
+        undo: Some(undo.clone()),
+        lease,
         permit,
     };
     let call = in_flight.call.as_mut().expect("set above");
@@ -187,12 +192,40 @@ pub(crate) async fn attempt(
             })
         })?;
     in_flight.call = None;
+    if let Err(error) = &result {
+        if err::may_have_run(error) {
+            tracing::debug!(%error, "acquire failed after it may have reached the server; undoing whatever it was granted");
+            let node = node.clone();
+            let give_up = Instant::now() + lease;
+            let runtime = tokio::runtime::Handle::current();
+            node.cleanups()
+                .clone()
+                .spawn_on(&runtime, async move { undo_until(&node, &undo, give_up).await });
+        }
+    }
     result
 }
 
-/// The release of the grant with a given fence, shared by the call (which gives back
-/// a grant too few replicas have) and its [`InFlight`] guard.
-type Undo = Arc<dyn Fn(u64) -> Call + Send + Sync>;
+/// Runs `undo` (the release of whatever one acquire call's request holds) until it
+/// gets through, with backoff, or until `give_up`, when the grant it would free has
+/// run out anyway.
+async fn undo_until(node: &Node, undo: &Call, give_up: Instant) {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match node.call::<i64>("undo", undo).await {
+            Ok(_) => return,
+            Err(error) if error.is_retryable() && Instant::now() + pause < give_up => {
+                tracing::debug!(%error, "could not undo a grant nobody heard of yet; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not undo a grant nobody heard of; its lease will run out");
+                return;
+            }
+        }
+    }
+}
 
 /// An acquire under replica acknowledgement: the script, then, after a grant,
 /// `WAIT n timeout`, both on one connection that nothing else uses meanwhile (`WAIT`
@@ -205,7 +238,7 @@ async fn acquire_acked(
     call: &Call,
     acks: ReplicaAcks,
     limit: Duration,
-    undo: Undo,
+    undo: &Call,
 ) -> Result<Attempt> {
     let mut conn = node.acks_conn().await?;
     let reply = err::within("acquire", limit, call.invocation().invoke_async(conn.get())).await;
@@ -243,7 +276,7 @@ async fn acquire_acked(
         return Ok(attempt);
     }
     // Inside the call: a dropped acquire finishes this release in its spawned task.
-    if let Err(error) = node.call::<i64>("release", &undo(fence)).await {
+    if let Err(error) = node.call::<i64>("release", undo).await {
         tracing::warn!(%error, "could not release a grant too few replicas have; its lease will run out");
     }
     Err(err::Error::TooFewReplicas(format!("{shortfall}; released it")).into())
@@ -255,7 +288,9 @@ type AttemptCall = Pin<Box<dyn Future<Output = Result<Attempt>> + Send>>;
 struct InFlight {
     call: Option<AttemptCall>,
     node: Node,
-    undo: Option<Undo>,
+    /// Frees whatever the call's request holds.
+    undo: Option<Arc<Call>>,
+    lease: Duration,
     permit: Option<OwnedMutexGuard<()>>,
 }
 
@@ -269,12 +304,19 @@ impl Drop for InFlight {
         };
         let node = self.node.clone();
         let permit = self.permit.take();
+        let lease = self.lease;
         self.node.cleanups().spawn_on(&runtime, async move {
             let _permit = permit;
-            if let Ok(Attempt::Granted(fence)) = call.await {
-                tracing::debug!(fence, "acquire abandoned after it was granted; releasing");
-                let _ = node.call::<i64>("release", &undo(fence)).await;
+            match call.await {
+                Ok(Attempt::Granted(fence)) => {
+                    tracing::debug!(fence, "acquire abandoned after it was granted; releasing");
+                }
+                Err(error) if err::may_have_run(&error) => {
+                    tracing::debug!(%error, "abandoned acquire failed after it may have reached the server; undoing whatever it was granted");
+                }
+                _ => return,
             }
+            undo_until(&node, &undo, Instant::now() + lease).await;
         });
     }
 }
@@ -472,14 +514,12 @@ impl LockBackend for RedisBackend {
             // A new id per call: a call abandoned at its timeout may still run later,
             // and must then neither take over nor undo what a later call is granted.
             let lease = RedisLease::fresh();
-            let undo = request.clone();
-            let undo_lease = lease.clone();
             let attempt_sent = Instant::now();
             let attempt = attempt(
                 &self.node,
                 request.acquire_with(&lease, registers),
                 request.ttl,
-                move |fence| undo.release(&undo_lease, fence),
+                request.undo(&lease),
                 permit,
             )
             .await;

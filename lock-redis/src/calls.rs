@@ -6,7 +6,7 @@ use std::time::Duration;
 use lock_core::{LockFamily, LockKind};
 use redis::{Script, ScriptInvocation};
 
-use crate::keys::{lease_value, Keys, RedisLease};
+use crate::keys::{Keys, RedisLease};
 use crate::pubsub::Interest;
 use crate::scripts;
 
@@ -140,12 +140,14 @@ impl Request {
         }
     }
 
-    /// The release of the lease the call of `lease` was granted with `fence`.
-    pub(crate) fn release(&self, lease: &RedisLease, fence: u64) -> Call {
+    /// The release of whatever the call of `lease` was granted, whatever its fence (a
+    /// call run again after a lost reply takes its grant over with a new one): every
+    /// value `owner:request:` starts. Only that call's request writes such values.
+    pub(crate) fn undo(&self, lease: &RedisLease) -> Call {
         release(
             &self.keys,
             self.kind,
-            &[lease_value(&self.owner, lease, fence)],
+            &[format!("{}:{}:", self.owner, lease.request())],
         )
     }
 }
@@ -166,7 +168,8 @@ pub(crate) const RECEIPT_MARGIN: Duration = Duration::from_secs(5);
 
 /// The release of a lease of `kind` holding any one of `values`, for callers that do
 /// not read its outcome (undoing a grant, giving back a RedLock round): it leaves no
-/// receipt.
+/// receipt. A value ending in `:` stands for every value it starts (see
+/// [`Request::undo`]).
 pub(crate) fn release(keys: &Keys, kind: LockKind, values: &[String]) -> Call {
     release_call(keys, kind, values, None)
 }

@@ -64,6 +64,17 @@ impl ConnectionLike for Conn {
     }
 }
 
+/// The error of a call run twice: the second's, unless its connection was refused
+/// while the first's may have reached the server (a refusal would say the call never
+/// ran: see [`error::may_have_run`]).
+fn first_unless_refused(first: redis::RedisError, again: redis::RedisError) -> redis::RedisError {
+    if again.is_connection_refusal() && !first.is_connection_refusal() {
+        first
+    } else {
+        again
+    }
+}
+
 /// A connection to one server. Cloning shares it.
 #[derive(Clone, Debug)]
 pub(crate) struct Node {
@@ -219,13 +230,18 @@ impl Node {
                 Err(err) if primary.follows_failover() && error::may_have_moved(&err) => {
                     tracing::debug!(what, error = %err, "the primary may have moved; calling again on the one Sentinel names");
                     primary.forget(generation);
-                    let (generation, conn) = self.conn().await?;
+                    let (generation, conn) = match self.conn().await {
+                        Ok(found) => found,
+                        Err(lookup) if err.is_connection_refusal() => return Err(lookup),
+                        // The first call may have run: say so, not that the lookup failed.
+                        Err(_) => return Err(error::map(err)),
+                    };
                     used = Some(generation);
-                    call(conn).await.map_err(error::map)
+                    call(conn).await.map_err(|again| error::map(first_unless_refused(err, again)))
                 }
                 Err(err) if err.is_connection_dropped() && !err.is_connection_refusal() => {
                     tracing::debug!(what, error = %err, "connection dropped; calling again on a new one");
-                    call(conn).await.map_err(error::map)
+                    call(conn).await.map_err(|again| error::map(first_unless_refused(err, again)))
                 }
                 other => other.map_err(error::map),
             }

@@ -202,19 +202,11 @@ async fn round(
     let quorum = majority_of(nodes.len());
     let started = Instant::now();
     let phase1 = nodes.iter().zip(&timeouts).map(|(node, timeout)| {
-        let undo = request.clone();
-        let undo_lease = lease.clone();
         let call = request.acquire_with(&lease, false);
         // A grant that arrives after the timeout is released by attempt()'s task.
         tokio::time::timeout(
             *timeout,
-            attempt(
-                node,
-                call,
-                request.ttl,
-                move |fence| undo.release(&undo_lease, fence),
-                None,
-            ),
+            attempt(node, call, request.ttl, request.undo(&lease), None),
         )
     });
     // Done shortly after the outcome is decided: masters still silent then (down, or

@@ -2,12 +2,13 @@
 -- waiter first in line.
 -- KEYS[1] holder, KEYS[2] queue, KEYS[3] (optional) this release's receipt
 -- ARGV[1] channel, ARGV[2] how long (ms) the receipt outlives the lease,
--- ARGV[3..] the values this acquisition may hold
+-- ARGV[3..] the values this acquisition may hold (one ending in `:` stands for every
+-- value it starts: the undo of one acquire call)
 -- Returns 1 when released (or when the receipt shows that this release already ran),
 -- else 0.
 local value = redis.call('get', KEYS[1])
 for i = 3, #ARGV do
-  if value == ARGV[i] then
+  if holds(value, ARGV[i]) then
     if KEYS[3] then
       local left = math.max(redis.call('pttl', KEYS[1]), 0)
       redis.call('set', KEYS[3], value, 'PX', left + tonumber(ARGV[2]))

@@ -1,4 +1,17 @@
 -- Prepended to the release scripts.
+
+-- Whether a stored lease `value` is `wanted`: the same value, or, when `wanted` ends
+-- with ':' (`owner:request:`, the undo of one acquire call), any value it starts.
+local function holds(value, wanted)
+  if not value then
+    return false
+  end
+  if value == wanted then
+    return true
+  end
+  return string.sub(wanted, -1) == ':' and string.sub(value, 1, #wanted) == wanted
+end
+
 -- Whether an earlier run of this very release freed the lease: its receipt (a key
 -- the release writes when it frees a lease, holding the freed value, with a lease a
 -- little longer than the freed one's) holds one of the values ARGV[first..]. A release
