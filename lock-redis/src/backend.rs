@@ -10,7 +10,7 @@ use std::time::Duration;
 use lock_core::{Capabilities, Error, LockFamily, LockKey, Result};
 
 use lock_core::backend::{AcquireRequest, Grant, HeldLease, LockBackend, Renewal};
-use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+use tokio::sync::{OwnedRwLockReadGuard, RwLock};
 use tokio::time::Instant;
 
 use crate::calls::{self, Call, Request};
@@ -151,13 +151,15 @@ impl RedisBackend {
 /// gets through or that grant would have run out. The common path spawns nothing.
 ///
 /// `permit` is held until the call has finished, so a queue clean-up waiting for it
-/// never runs before a call that might queue the waiter again.
+/// never runs before a call that might queue the waiter again. Calls never wait for
+/// each other: the next attempt of a waiter whose last one was abandoned at its
+/// timeout goes out at once (see [`Place`]).
 pub(crate) async fn attempt(
     node: &Node,
     call: Call,
     lease: Duration,
     undo: Call,
-    permit: Option<OwnedMutexGuard<()>>,
+    permit: Option<Permit>,
 ) -> Result<Attempt> {
     let call_node = node.clone();
     let acks = node.config().replica_acks();
@@ -291,7 +293,7 @@ struct InFlight {
     /// Frees whatever the call's request holds.
     undo: Option<Arc<Call>>,
     lease: Duration,
-    permit: Option<OwnedMutexGuard<()>>,
+    permit: Option<Permit>,
 }
 
 impl Drop for InFlight {
@@ -321,12 +323,24 @@ impl Drop for InFlight {
     }
 }
 
+/// What each acquire call of a waiter that registers holds until it has finished; see
+/// [`Place`].
+pub(crate) type Permit = OwnedRwLockReadGuard<()>;
+
 /// A fair waiter's queue place or a writer's waiting entry: removed however the
-/// acquire ends (in a spawned task if its future is dropped).
+/// acquire ends (in a spawned task if its future is dropped, or if a call is still in
+/// flight then).
+///
+/// Every acquire call holds a shared [`Permit`] until it has finished (an abandoned
+/// one, in its background task, until its late reply or its limit); the removal takes
+/// the lock exclusively, so it never runs before a call that might queue the waiter
+/// again. Calls share it: a waiter never waits for its own abandoned call (which may
+/// take a call timeout plus the lease) before its next attempt, and so never past its
+/// deadline.
 pub(crate) struct Place {
     node: Node,
     leave: Option<Call>,
-    in_flight: Arc<AsyncMutex<()>>,
+    in_flight: Arc<RwLock<()>>,
 }
 
 impl Place {
@@ -334,13 +348,14 @@ impl Place {
         Place {
             node: node.clone(),
             leave,
-            in_flight: Arc::new(AsyncMutex::new(())),
+            in_flight: Arc::new(RwLock::new(())),
         }
     }
 
-    /// Held by each acquire call, see [`attempt`].
-    pub(crate) async fn permit(&self) -> OwnedMutexGuard<()> {
-        self.in_flight.clone().lock_owned().await
+    /// Held by each acquire call, see [`attempt`]. Waits only while the place is
+    /// being removed, which happens once, after the last attempt.
+    pub(crate) async fn permit(&self) -> Permit {
+        self.in_flight.clone().read_owned().await
     }
 
     /// The place was consumed by a grant: nothing to remove.
@@ -348,10 +363,14 @@ impl Place {
         self.leave = None;
     }
 
-    /// Removes the place now.
+    /// Removes the place now, or, while an abandoned call is still in flight, in a
+    /// spawned task once it has finished (the caller does not wait for it).
     pub(crate) async fn leave(mut self) {
+        let Ok(_permit) = self.in_flight.clone().try_write_owned() else {
+            // Dropping the place hands the removal to a task.
+            return;
+        };
         if let Some(call) = self.leave.take() {
-            let _permit = self.in_flight.lock().await;
             if let Err(error) = self.node.call::<i64>("leave", &call).await {
                 tracing::debug!(%error, "could not leave the wait queue; the place expires on its own");
             }
@@ -370,7 +389,7 @@ impl Drop for Place {
         let node = self.node.clone();
         let in_flight = self.in_flight.clone();
         self.node.cleanups().spawn_on(&runtime, async move {
-            let _permit = in_flight.lock_owned().await;
+            let _permit = in_flight.write_owned().await;
             let _ = node.call::<i64>("leave", &call).await;
         });
     }
