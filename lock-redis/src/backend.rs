@@ -243,12 +243,36 @@ async fn acquire_acked(
     undo: &Call,
 ) -> Result<Attempt> {
     let mut conn = node.acks_conn().await?;
-    let reply = err::within("acquire", limit, call.invocation().invoke_async(conn.get())).await;
+    let invocation = call.invocation();
+    let mut reply: Result<redis::RedisResult<Vec<i64>>, _> =
+        tokio::time::timeout(limit, invocation.invoke_async(conn.get())).await;
+    let dead = matches!(&reply, Ok(Err(error))
+        if conn.pooled() && (error.is_connection_dropped() || error.is_io_error()));
+    if dead {
+        // An idle connection that died (the server restarted, or closed it): run again
+        // on a new one, as `Node::run` does. Safe: a run after a lost reply takes its
+        // own grant over. If no new one can be made, the first run's error stands (it
+        // may have reached the server).
+        tracing::debug!("pooled connection dropped; calling again on a new one");
+        conn.failed();
+        if let Ok(fresh) = node.acks_conn().await {
+            conn = fresh;
+            reply = tokio::time::timeout(limit, invocation.invoke_async(conn.get())).await;
+        }
+    }
     let attempt = match reply {
-        Ok(reply) => Attempt::from_reply(reply).map_err(Error::from)?,
-        Err(error) => {
+        Ok(Ok(reply)) => Attempt::from_reply(reply).map_err(Error::from)?,
+        Ok(Err(error)) => {
             conn.failed();
-            return Err(error);
+            return Err(err::map(error));
+        }
+        Err(_) => {
+            conn.failed();
+            return Err(err::Error::TimedOut {
+                what: "acquire",
+                after: limit,
+            }
+            .into());
         }
     };
     let Attempt::Granted(fence) = attempt else {

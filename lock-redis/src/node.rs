@@ -328,6 +328,7 @@ impl Node {
             pool.retain(|(made_for, _)| *made_for == generation);
             pool.pop()
         };
+        let pooled = idle.is_some();
         let conn = match idle {
             Some((_, conn)) => conn,
             None => {
@@ -341,6 +342,7 @@ impl Node {
         };
         Ok(AcksConn {
             conn: Some(conn),
+            pooled,
             generation,
             pool: self.inner.acks_pool.clone(),
             primary: self.inner.primary.clone(),
@@ -356,6 +358,8 @@ const ACKS_POOL: usize = 16;
 /// again: the failure may mean it moved).
 pub(crate) struct AcksConn {
     conn: Option<MultiplexedConnection>,
+    /// Taken from the pool rather than made for this grant.
+    pooled: bool,
     generation: u64,
     pool: Arc<Mutex<Vec<(u64, MultiplexedConnection)>>>,
     primary: Arc<Primary>,
@@ -366,9 +370,21 @@ impl AcksConn {
         self.conn.as_mut().expect("taken only on drop")
     }
 
-    /// The connection failed: drop it rather than pool it.
+    /// Whether the connection came from the pool (it may have died while idle).
+    pub(crate) fn pooled(&self) -> bool {
+        self.pooled
+    }
+
+    /// The connection failed: drop it rather than pool it, and every idle one with it.
+    /// What broke this one (the server restarted, or closed its connections, or the
+    /// primary moved) most likely broke them all; kept, each would fail one more
+    /// grant. Under Sentinel, the primary is looked up again.
     pub(crate) fn failed(&mut self) {
         self.conn = None;
+        self.pool
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clear();
         self.primary.forget(self.generation);
     }
 }
