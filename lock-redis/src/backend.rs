@@ -429,7 +429,7 @@ const MAX_OUTAGE_PAUSE: Duration = Duration::from_millis(500);
 /// [failover grace](crate::RedisConfigBuilder::failover_grace), within its own wait
 /// limit; then, and at once for a one-shot try or on a single server, the error is
 /// the caller's.
-struct Outage {
+pub(crate) struct Outage {
     since: Option<Instant>,
     pause: Duration,
     grace: Option<Duration>,
@@ -437,17 +437,23 @@ struct Outage {
 
 impl Outage {
     fn new(node: &Node) -> Self {
+        Outage::with_grace(
+            node.follows_failover()
+                .then(|| node.config().failover_grace()),
+        )
+    }
+
+    /// Rides out failures for up to `grace` (none: never).
+    pub(crate) fn with_grace(grace: Option<Duration>) -> Self {
         Outage {
             since: None,
             pause: FIRST_OUTAGE_PAUSE,
-            grace: node
-                .follows_failover()
-                .then(|| node.config().failover_grace()),
+            grace,
         }
     }
 
     /// Returns `error` if it is not to be ridden out; else sleeps before the next try.
-    async fn ride_out(&mut self, error: Error, req: &AcquireRequest<'_>) -> Result<()> {
+    pub(crate) async fn ride_out(&mut self, error: Error, req: &AcquireRequest<'_>) -> Result<()> {
         let since = *self.since.get_or_insert_with(Instant::now);
         let ride = self.grace.is_some_and(|grace| since.elapsed() < grace)
             && error.is_retryable()
@@ -463,7 +469,7 @@ impl Outage {
     }
 
     /// A call went through: the next failure starts a new outage.
-    fn over(&mut self) {
+    pub(crate) fn over(&mut self) {
         self.since = None;
         self.pause = FIRST_OUTAGE_PAUSE;
     }

@@ -13,7 +13,7 @@ use rand::Rng;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::backend::{attempt, renew_on, sleep_for, SilentPoll};
+use crate::backend::{attempt, renew_on, sleep_for, Outage, SilentPoll};
 use crate::calls::{self, Call, Request};
 use crate::config::RedisConfig;
 use crate::error::{self as err, BACKEND};
@@ -64,7 +64,14 @@ fn min_validity(ttl: Duration) -> Duration {
 ///   those masters at once). A master that restarts empty forgets its counter but not
 ///   its clock; RedLock still assumes masters that persist (or wait a lease before
 ///   rejoining), since it also forgets the locks.
-/// * **Renewal** counts as renewed on a majority; **release** runs on all masters and
+/// * **Masters down:** a round that fewer than a majority of masters answer is tried
+///   again after a pause that doubles from 50 ms to 500 ms, for up to the
+///   [failover grace](crate::RedisConfigBuilder::failover_grace) of the first master's
+///   settings (within the wait limit); then the acquire fails with a retryable
+///   [`Error::Unavailable`].
+/// * **Renewal** counts as renewed on a majority, and is decided as soon as every
+///   lease is renewed on a majority or can no longer be (a master that does not answer
+///   is waited for a fiftieth of the lease more, never longer than the lease); **release** runs on all masters and
 ///   succeeds only if a majority still had the lock (else the lease is reported lost).
 /// * Fair and read-write locks are not offered
 ///   ([`Capabilities::fair`] and [`Capabilities::read_write`] are false).
@@ -424,6 +431,10 @@ impl LockBackend for RedLockBackend {
         let cap = self.nodes[0].config().waiter_lease() / 3;
         let mut poll = SilentPoll::new(self.nodes[0].config().silent_holder_poll());
         let mut registrations = Vec::new();
+        // Rounds that too few masters answer (most of them down or restarting) are
+        // tried again with a growing pause, for up to the failover grace within the
+        // wait limit; then the error is the caller's.
+        let mut outage = Outage::with_grace(Some(self.nodes[0].config().failover_grace()));
         loop {
             if !registrations.is_empty() {
                 // A master that is down or silent cannot publish either: wait for a
@@ -475,10 +486,12 @@ impl LockBackend for RedLockBackend {
                 }
                 Round::Failed { holder, answered } => (holder, answered),
             };
+            if answered < self.quorum() {
+                outage.ride_out(self.no_quorum(answered), &req).await?;
+                continue;
+            }
+            outage.over();
             if req.deadline.has_passed() {
-                if answered < self.quorum() {
-                    return Err(self.no_quorum(answered));
-                }
                 return Ok(None);
             }
             if registrations.is_empty() {
@@ -541,21 +554,36 @@ impl LockBackend for RedLockBackend {
         ttl: Duration,
     ) -> Result<Vec<Renewal>> {
         let quorum = self.quorum();
-        // Done shortly after a majority renewed every lease: a silent master must not
-        // hold the renewal past the lease it renews.
+        let masters = self.nodes.len();
+        // Done shortly after every lease is decided: renewed on a majority, or refused
+        // (or not answered) by so many masters that no majority can renew it. A silent
+        // master must not hold the renewal past the lease it renews, also when some
+        // lease was lost; nor is it waited for longer than the lease.
         let results = until(
-            self.nodes.iter().map(|node| renew_on(node, leases, ttl)),
+            self.nodes.iter().map(|node| {
+                let limit = self.per_node_timeout(node, ttl);
+                async move {
+                    match tokio::time::timeout(limit, renew_on(node, leases, ttl)).await {
+                        Ok(renewed) => renewed,
+                        Err(_) => Err(err::Error::TimedOut {
+                            what: "renew",
+                            after: limit,
+                        }
+                        .into()),
+                    }
+                }
+            }),
             straggler_grace(ttl),
             |answers| {
                 (0..leases.len()).all(|i| {
-                    answers
+                    let renewed = answers
                         .iter()
                         .filter(|(_, a)| {
                             a.as_ref()
                                 .is_ok_and(|a| a.get(i) == Some(&Renewal::Renewed))
                         })
-                        .count()
-                        >= quorum
+                        .count();
+                    renewed >= quorum || answers.len() - renewed > masters - quorum
                 })
             },
         )
