@@ -70,9 +70,10 @@ fn min_validity(ttl: Duration) -> Duration {
 ///   settings (within the wait limit); then the acquire fails with a retryable
 ///   [`Error::Unavailable`].
 /// * **Renewal** counts as renewed on a majority, and is decided as soon as every
-///   lease is renewed on a majority or can no longer be (a master that does not answer
-///   is waited for a fiftieth of the lease more, never longer than the lease); **release** runs on all masters and
-///   succeeds only if a majority still had the lock (else the lease is reported lost).
+///   lease is renewed on a majority or can no longer be (a master that does not
+///   answer is waited for a fiftieth of the lease more, never longer than the lease).
+/// * **Release** runs on all masters and succeeds only if a majority still had the
+///   lock (else the lease is reported lost).
 /// * Fair and read-write locks are not offered
 ///   ([`Capabilities::fair`] and [`Capabilities::read_write`] are false).
 ///
