@@ -264,9 +264,21 @@ async fn a_waiter_whose_attempt_timed_out_still_ends_at_its_wait_limit() {
     let writer = client(fast(), &ns);
     // Connected (and the scripts loaded) before the primary freezes.
     let fair = fair_waiter.fair_lock("job").unwrap();
-    fair.try_acquire().await.unwrap().unwrap().release().await.unwrap();
+    fair.try_acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let rw = writer.rw_lock("job").unwrap();
-    rw.try_write().await.unwrap().unwrap().release().await.unwrap();
+    rw.try_write()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 
     let primary = deployment.primary_port().await.expect("a primary");
     deployment.pause(primary);

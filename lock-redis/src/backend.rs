@@ -200,9 +200,9 @@ pub(crate) async fn attempt(
             let node = node.clone();
             let give_up = Instant::now() + lease;
             let runtime = tokio::runtime::Handle::current();
-            node.cleanups()
-                .clone()
-                .spawn_on(&runtime, async move { undo_until(&node, &undo, give_up).await });
+            node.cleanups().clone().spawn_on(&runtime, async move {
+                undo_until(&node, &undo, give_up).await
+            });
         }
     }
     result

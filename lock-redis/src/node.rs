@@ -237,11 +237,15 @@ impl Node {
                         Err(_) => return Err(error::map(err)),
                     };
                     used = Some(generation);
-                    call(conn).await.map_err(|again| error::map(first_unless_refused(err, again)))
+                    call(conn)
+                        .await
+                        .map_err(|again| error::map(first_unless_refused(err, again)))
                 }
                 Err(err) if err.is_connection_dropped() && !err.is_connection_refusal() => {
                     tracing::debug!(what, error = %err, "connection dropped; calling again on a new one");
-                    call(conn).await.map_err(|again| error::map(first_unless_refused(err, again)))
+                    call(conn)
+                        .await
+                        .map_err(|again| error::map(first_unless_refused(err, again)))
                 }
                 other => other.map_err(error::map),
             }

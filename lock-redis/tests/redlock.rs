@@ -392,7 +392,14 @@ async fn script_calls(server: &RedisServer) -> u64 {
     stats
         .lines()
         .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .sum()
 }
 
@@ -461,7 +468,13 @@ async fn with_most_masters_down_a_wait_without_limit_backs_off_and_ends_in_the_e
         .unwrap();
     // Once through, so the scripts are loaded and the counts below are rounds.
     let lock = client.lock("k").unwrap();
-    lock.try_acquire().await.unwrap().unwrap().release().await.unwrap();
+    lock.try_acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     for i in [1, 2, 4] {
         servers[i].stop();
     }
@@ -478,7 +491,9 @@ async fn with_most_masters_down_a_wait_without_limit_backs_off_and_ends_in_the_e
     let err = match result {
         Ok(Err(err)) => err,
         Ok(Ok(_)) => panic!("granted without a majority"),
-        Err(_) => panic!("still retrying {took:?} later ({rounds} rounds), the error never returned"),
+        Err(_) => {
+            panic!("still retrying {took:?} later ({rounds} rounds), the error never returned")
+        }
     };
     assert!(matches!(err, Error::Unavailable { .. }), "{err}");
     assert!(rounds <= 30, "{rounds} rounds in {took:?}: no backoff");
