@@ -100,8 +100,20 @@ async fn reset_stats(port: u16) {
 /// The scripts are flushed from every node first, so the calls also load them again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchdog_renews_locks_on_every_node() {
+    renews_on_every_node(false).await;
+}
+
+/// The same with read locks, whose leases are entries of a hash (issue 29).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_renews_read_locks_on_every_node() {
+    renews_on_every_node(true).await;
+}
+
+async fn renews_on_every_node(read: bool) {
+    use lock_core::prelude::*;
+
     let cluster = ClusterDeployment::start().await.expect("the cluster forms");
-    let ns = format!("renew-{}", std::process::id());
+    let ns = format!("renew-{}-{read}", std::process::id());
     let backend = lock_redis::RedisBackend::new(config(&cluster.url()).build().unwrap()).unwrap();
     let holder = lock_core::LockClient::builder(backend)
         .namespace(&ns)
@@ -114,7 +126,12 @@ async fn watchdog_renews_locks_on_every_node() {
         let name = format!("lock-{i}");
         let owner = cluster.owner_of(&format!("{ns}:{name}")).await.unwrap();
         *owners.entry(owner).or_default() += 1;
-        guards.push(holder.lock(&name).unwrap().acquire().await.unwrap());
+        let guard = if read {
+            holder.rw_lock(&name).unwrap().read().await
+        } else {
+            holder.lock(&name).unwrap().acquire().await
+        };
+        guards.push(guard.unwrap());
     }
     assert_eq!(
         owners.len(),
@@ -136,7 +153,8 @@ async fn watchdog_renews_locks_on_every_node() {
     tokio::time::sleep(Duration::from_millis(3600)).await;
     for (&primary, &locks) in &owners {
         let calls = script_calls(primary).await;
-        println!("primary {primary}: {calls} script calls over about 12 renewal ticks of its {locks} locks");
+        let what = if read { "read" } else { "exclusive" };
+        println!("primary {primary}: {calls} script calls over about 12 renewal ticks of its {locks} {what} locks");
         // One call per lock per tick would be about 12 times the locks.
         assert!(
             calls <= 40,
@@ -148,8 +166,13 @@ async fn watchdog_renews_locks_on_every_node() {
     }
     let other = client(config(&cluster.url()), &ns);
     for i in 0..60 {
-        let lock = other.lock(&format!("lock-{i}")).unwrap();
-        assert!(lock.try_acquire().await.unwrap().is_none());
+        let name = format!("lock-{i}");
+        let taken = if read {
+            other.rw_lock(&name).unwrap().try_write().await
+        } else {
+            other.lock(&name).unwrap().try_acquire().await
+        };
+        assert!(taken.unwrap().is_none(), "{name} taken");
     }
     for guard in guards {
         guard.release().await.unwrap();

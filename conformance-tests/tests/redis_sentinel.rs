@@ -247,3 +247,70 @@ async fn a_lease_the_failover_loses_is_reported_to_its_holder() {
     );
     guard.release().await.expect("release");
 }
+
+/// Fair and write waiters ride out a failover, but never past their wait limit (issue
+/// 29): once an attempt timed out on a frozen primary, the next one must not wait for
+/// the abandoned call to finish (it holds on for up to a call timeout plus the lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_attempt_timed_out_still_ends_at_its_wait_limit() {
+    use lock_core::prelude::*;
+
+    let deployment = SentinelDeployment::start(1)
+        .await
+        .expect("the Sentinel deployment starts");
+    let url = deployment.url();
+    let ns = format!("limit-{}", std::process::id());
+    let fast = || {
+        config(&url)
+            .connect_timeout(Duration::from_millis(500))
+            .command_timeout(Duration::from_millis(500))
+    };
+    let fair_waiter = client(fast(), &ns);
+    let writer = client(fast(), &ns);
+    // Connected (and the scripts loaded) before the primary freezes.
+    let fair = fair_waiter.fair_lock("job").unwrap();
+    fair.try_acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let rw = writer.rw_lock("job").unwrap();
+    rw.try_write()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    let primary = deployment.primary_port().await.expect("a primary");
+    deployment.pause(primary);
+    let wait = Duration::from_secs(3);
+    let options = lock_core::AcquireOptions::wait_for(wait).lease(Duration::from_secs(20));
+    let started = Instant::now();
+    let (fair_result, write_result) = tokio::join!(
+        async {
+            let result = fair.acquire_with(options).await;
+            (result, started.elapsed())
+        },
+        async {
+            let result = rw.write_with(options).await;
+            (result, started.elapsed())
+        },
+    );
+    deployment.resume(primary);
+    let (fair_result, fair_took) = fair_result;
+    let (write_result, write_took) = write_result;
+    println!(
+        "primary frozen: the fair waiter ended after {fair_took:?} ({:?}), the writer after \
+         {write_took:?} ({:?}); wait limit {wait:?}",
+        fair_result.as_ref().map(|_| "granted"),
+        write_result.as_ref().map(|_| "granted"),
+    );
+    // The limit, plus one call in flight at it and a lookup of the primary.
+    let bound = wait + Duration::from_secs(3);
+    assert!(fair_took < bound, "the fair waiter took {fair_took:?}");
+    assert!(write_took < bound, "the writer took {write_took:?}");
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 use lock_core::{Capabilities, Error, LockFamily, LockKey, Result};
 
 use lock_core::backend::{AcquireRequest, Grant, HeldLease, LockBackend, Renewal};
-use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+use tokio::sync::{OwnedRwLockReadGuard, RwLock};
 use tokio::time::Instant;
 
 use crate::calls::{self, Call, Request};
@@ -144,16 +144,22 @@ impl RedisBackend {
 /// while the call is in flight, or the call outlasts the node's call timeout (the
 /// server busy or paused: the script may still run later), the call is finished in a
 /// spawned task and a grant it brings is released, rather than left held until its
-/// lease runs out. The common path spawns nothing.
+/// lease runs out. A call that fails after it may have reached the server (its
+/// connection dropped, and the call run again on a new one failed too) may have been
+/// granted without anyone hearing of it: `undo` (which frees whatever this call's
+/// request holds, whatever its fence) is then run in a spawned task, again until it
+/// gets through or that grant would have run out. The common path spawns nothing.
 ///
 /// `permit` is held until the call has finished, so a queue clean-up waiting for it
-/// never runs before a call that might queue the waiter again.
+/// never runs before a call that might queue the waiter again. Calls never wait for
+/// each other: the next attempt of a waiter whose last one was abandoned at its
+/// timeout goes out at once (see [`Place`]).
 pub(crate) async fn attempt(
     node: &Node,
     call: Call,
     lease: Duration,
-    undo: impl Fn(u64) -> Call + Send + Sync + 'static,
-    permit: Option<OwnedMutexGuard<()>>,
+    undo: Call,
+    permit: Option<Permit>,
 ) -> Result<Attempt> {
     let call_node = node.clone();
     let acks = node.config().replica_acks();
@@ -161,7 +167,7 @@ pub(crate) async fn attempt(
     let call_timeout = node.call_timeout() + acks_wait;
     // A grant that arrives after its lease would have run out needs no undo.
     let reply_limit = call_timeout + lease;
-    let undo: Undo = Arc::new(undo);
+    let undo = Arc::new(undo);
     let call_undo = undo.clone();
     let mut in_flight = InFlight {
         call: Some(Box::pin(async move {
@@ -170,11 +176,12 @@ pub(crate) async fn attempt(
                     .call_within::<Vec<i64>>("acquire", &call, reply_limit)
                     .await
                     .and_then(|reply| Attempt::from_reply(reply).map_err(Error::from)),
-                Some(acks) => acquire_acked(&call_node, &call, acks, reply_limit, call_undo).await,
+                Some(acks) => acquire_acked(&call_node, &call, acks, reply_limit, &call_undo).await,
             }
         })),
         node: node.clone(),
-        undo: Some(undo),
+        undo: Some(undo.clone()),
+        lease,
         permit,
     };
     let call = in_flight.call.as_mut().expect("set above");
@@ -187,12 +194,40 @@ pub(crate) async fn attempt(
             })
         })?;
     in_flight.call = None;
+    if let Err(error) = &result {
+        if err::may_have_run(error) {
+            tracing::debug!(%error, "acquire failed after it may have reached the server; undoing whatever it was granted");
+            let node = node.clone();
+            let give_up = Instant::now() + lease;
+            let runtime = tokio::runtime::Handle::current();
+            node.cleanups().clone().spawn_on(&runtime, async move {
+                undo_until(&node, &undo, give_up).await
+            });
+        }
+    }
     result
 }
 
-/// The release of the grant with a given fence, shared by the call (which gives back
-/// a grant too few replicas have) and its [`InFlight`] guard.
-type Undo = Arc<dyn Fn(u64) -> Call + Send + Sync>;
+/// Runs `undo` (the release of whatever one acquire call's request holds) until it
+/// gets through, with backoff, or until `give_up`, when the grant it would free has
+/// run out anyway.
+async fn undo_until(node: &Node, undo: &Call, give_up: Instant) {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match node.call::<i64>("undo", undo).await {
+            Ok(_) => return,
+            Err(error) if error.is_retryable() && Instant::now() + pause < give_up => {
+                tracing::debug!(%error, "could not undo a grant nobody heard of yet; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not undo a grant nobody heard of; its lease will run out");
+                return;
+            }
+        }
+    }
+}
 
 /// An acquire under replica acknowledgement: the script, then, after a grant,
 /// `WAIT n timeout`, both on one connection that nothing else uses meanwhile (`WAIT`
@@ -205,15 +240,39 @@ async fn acquire_acked(
     call: &Call,
     acks: ReplicaAcks,
     limit: Duration,
-    undo: Undo,
+    undo: &Call,
 ) -> Result<Attempt> {
     let mut conn = node.acks_conn().await?;
-    let reply = err::within("acquire", limit, call.invocation().invoke_async(conn.get())).await;
+    let invocation = call.invocation();
+    let mut reply: Result<redis::RedisResult<Vec<i64>>, _> =
+        tokio::time::timeout(limit, invocation.invoke_async(conn.get())).await;
+    let dead = matches!(&reply, Ok(Err(error))
+        if conn.pooled() && (error.is_connection_dropped() || error.is_io_error()));
+    if dead {
+        // An idle connection that died (the server restarted, or closed it): run again
+        // on a new one, as `Node::run` does. Safe: a run after a lost reply takes its
+        // own grant over. If no new one can be made, the first run's error stands (it
+        // may have reached the server).
+        tracing::debug!("pooled connection dropped; calling again on a new one");
+        conn.failed();
+        if let Ok(fresh) = node.acks_conn().await {
+            conn = fresh;
+            reply = tokio::time::timeout(limit, invocation.invoke_async(conn.get())).await;
+        }
+    }
     let attempt = match reply {
-        Ok(reply) => Attempt::from_reply(reply).map_err(Error::from)?,
-        Err(error) => {
+        Ok(Ok(reply)) => Attempt::from_reply(reply).map_err(Error::from)?,
+        Ok(Err(error)) => {
             conn.failed();
-            return Err(error);
+            return Err(err::map(error));
+        }
+        Err(_) => {
+            conn.failed();
+            return Err(err::Error::TimedOut {
+                what: "acquire",
+                after: limit,
+            }
+            .into());
         }
     };
     let Attempt::Granted(fence) = attempt else {
@@ -243,7 +302,7 @@ async fn acquire_acked(
         return Ok(attempt);
     }
     // Inside the call: a dropped acquire finishes this release in its spawned task.
-    if let Err(error) = node.call::<i64>("release", &undo(fence)).await {
+    if let Err(error) = node.call::<i64>("release", undo).await {
         tracing::warn!(%error, "could not release a grant too few replicas have; its lease will run out");
     }
     Err(err::Error::TooFewReplicas(format!("{shortfall}; released it")).into())
@@ -255,8 +314,10 @@ type AttemptCall = Pin<Box<dyn Future<Output = Result<Attempt>> + Send>>;
 struct InFlight {
     call: Option<AttemptCall>,
     node: Node,
-    undo: Option<Undo>,
-    permit: Option<OwnedMutexGuard<()>>,
+    /// Frees whatever the call's request holds.
+    undo: Option<Arc<Call>>,
+    lease: Duration,
+    permit: Option<Permit>,
 }
 
 impl Drop for InFlight {
@@ -269,22 +330,41 @@ impl Drop for InFlight {
         };
         let node = self.node.clone();
         let permit = self.permit.take();
+        let lease = self.lease;
         self.node.cleanups().spawn_on(&runtime, async move {
             let _permit = permit;
-            if let Ok(Attempt::Granted(fence)) = call.await {
-                tracing::debug!(fence, "acquire abandoned after it was granted; releasing");
-                let _ = node.call::<i64>("release", &undo(fence)).await;
+            match call.await {
+                Ok(Attempt::Granted(fence)) => {
+                    tracing::debug!(fence, "acquire abandoned after it was granted; releasing");
+                }
+                Err(error) if err::may_have_run(&error) => {
+                    tracing::debug!(%error, "abandoned acquire failed after it may have reached the server; undoing whatever it was granted");
+                }
+                _ => return,
             }
+            undo_until(&node, &undo, Instant::now() + lease).await;
         });
     }
 }
 
+/// What each acquire call of a waiter that registers holds until it has finished; see
+/// [`Place`].
+pub(crate) type Permit = OwnedRwLockReadGuard<()>;
+
 /// A fair waiter's queue place or a writer's waiting entry: removed however the
-/// acquire ends (in a spawned task if its future is dropped).
+/// acquire ends (in a spawned task if its future is dropped, or if a call is still in
+/// flight then).
+///
+/// Every acquire call holds a shared [`Permit`] until it has finished (an abandoned
+/// one, in its background task, until its late reply or its limit); the removal takes
+/// the lock exclusively, so it never runs before a call that might queue the waiter
+/// again. Calls share it: a waiter never waits for its own abandoned call (which may
+/// take a call timeout plus the lease) before its next attempt, and so never past its
+/// deadline.
 pub(crate) struct Place {
     node: Node,
     leave: Option<Call>,
-    in_flight: Arc<AsyncMutex<()>>,
+    in_flight: Arc<RwLock<()>>,
 }
 
 impl Place {
@@ -292,13 +372,14 @@ impl Place {
         Place {
             node: node.clone(),
             leave,
-            in_flight: Arc::new(AsyncMutex::new(())),
+            in_flight: Arc::new(RwLock::new(())),
         }
     }
 
-    /// Held by each acquire call, see [`attempt`].
-    pub(crate) async fn permit(&self) -> OwnedMutexGuard<()> {
-        self.in_flight.clone().lock_owned().await
+    /// Held by each acquire call, see [`attempt`]. Waits only while the place is
+    /// being removed, which happens once, after the last attempt.
+    pub(crate) async fn permit(&self) -> Permit {
+        self.in_flight.clone().read_owned().await
     }
 
     /// The place was consumed by a grant: nothing to remove.
@@ -306,10 +387,14 @@ impl Place {
         self.leave = None;
     }
 
-    /// Removes the place now.
+    /// Removes the place now, or, while an abandoned call is still in flight, in a
+    /// spawned task once it has finished (the caller does not wait for it).
     pub(crate) async fn leave(mut self) {
+        let Ok(_permit) = self.in_flight.clone().try_write_owned() else {
+            // Dropping the place hands the removal to a task.
+            return;
+        };
         if let Some(call) = self.leave.take() {
-            let _permit = self.in_flight.lock().await;
             if let Err(error) = self.node.call::<i64>("leave", &call).await {
                 tracing::debug!(%error, "could not leave the wait queue; the place expires on its own");
             }
@@ -328,7 +413,7 @@ impl Drop for Place {
         let node = self.node.clone();
         let in_flight = self.in_flight.clone();
         self.node.cleanups().spawn_on(&runtime, async move {
-            let _permit = in_flight.lock_owned().await;
+            let _permit = in_flight.write_owned().await;
             let _ = node.call::<i64>("leave", &call).await;
         });
     }
@@ -344,7 +429,7 @@ const MAX_OUTAGE_PAUSE: Duration = Duration::from_millis(500);
 /// [failover grace](crate::RedisConfigBuilder::failover_grace), within its own wait
 /// limit; then, and at once for a one-shot try or on a single server, the error is
 /// the caller's.
-struct Outage {
+pub(crate) struct Outage {
     since: Option<Instant>,
     pause: Duration,
     grace: Option<Duration>,
@@ -352,17 +437,23 @@ struct Outage {
 
 impl Outage {
     fn new(node: &Node) -> Self {
+        Outage::with_grace(
+            node.follows_failover()
+                .then(|| node.config().failover_grace()),
+        )
+    }
+
+    /// Rides out failures for up to `grace` (none: never).
+    pub(crate) fn with_grace(grace: Option<Duration>) -> Self {
         Outage {
             since: None,
             pause: FIRST_OUTAGE_PAUSE,
-            grace: node
-                .follows_failover()
-                .then(|| node.config().failover_grace()),
+            grace,
         }
     }
 
     /// Returns `error` if it is not to be ridden out; else sleeps before the next try.
-    async fn ride_out(&mut self, error: Error, req: &AcquireRequest<'_>) -> Result<()> {
+    pub(crate) async fn ride_out(&mut self, error: Error, req: &AcquireRequest<'_>) -> Result<()> {
         let since = *self.since.get_or_insert_with(Instant::now);
         let ride = self.grace.is_some_and(|grace| since.elapsed() < grace)
             && error.is_retryable()
@@ -378,7 +469,7 @@ impl Outage {
     }
 
     /// A call went through: the next failure starts a new outage.
-    fn over(&mut self) {
+    pub(crate) fn over(&mut self) {
         self.since = None;
         self.pause = FIRST_OUTAGE_PAUSE;
     }
@@ -472,14 +563,12 @@ impl LockBackend for RedisBackend {
             // A new id per call: a call abandoned at its timeout may still run later,
             // and must then neither take over nor undo what a later call is granted.
             let lease = RedisLease::fresh();
-            let undo = request.clone();
-            let undo_lease = lease.clone();
             let attempt_sent = Instant::now();
             let attempt = attempt(
                 &self.node,
                 request.acquire_with(&lease, registers),
                 request.ttl,
-                move |fence| undo.release(&undo_lease, fence),
+                request.undo(&lease),
                 permit,
             )
             .await;
@@ -525,7 +614,7 @@ impl LockBackend for RedisBackend {
     async fn release(&self, lease: &HeldLease<RedisLease>) -> Result<()> {
         let keys = self.keys(&lease.key);
         let value = lease_value(lease.owner.as_str(), &lease.data, lease.fence);
-        let call = calls::release(&keys, lease.kind, &[value]);
+        let call = calls::release_with_receipt(&keys, lease.kind, &lease.data, value);
         let released: i64 = self.node.call("release", &call).await?;
         if released == 1 {
             Ok(())

@@ -6,7 +6,7 @@ use std::time::Duration;
 use lock_core::{LockFamily, LockKind};
 use redis::{Script, ScriptInvocation};
 
-use crate::keys::{lease_value, Keys, RedisLease};
+use crate::keys::{Keys, RedisLease};
 use crate::pubsub::Interest;
 use crate::scripts;
 
@@ -140,12 +140,14 @@ impl Request {
         }
     }
 
-    /// The release of the lease the call of `lease` was granted with `fence`.
-    pub(crate) fn release(&self, lease: &RedisLease, fence: u64) -> Call {
+    /// The release of whatever the call of `lease` was granted, whatever its fence (a
+    /// call run again after a lost reply takes its grant over with a new one): every
+    /// value `owner:request:` starts. Only that call's request writes such values.
+    pub(crate) fn undo(&self, lease: &RedisLease) -> Call {
         release(
             &self.keys,
             self.kind,
-            &[lease_value(&self.owner, lease, fence)],
+            &[format!("{}:{}:", self.owner, lease.request())],
         )
     }
 }
@@ -158,25 +160,58 @@ fn side(kind: LockKind) -> &'static str {
     }
 }
 
-/// The release of a lease of `kind` holding any one of `values`.
+/// How long a release receipt outlives the lease it freed (see
+/// [`release_with_receipt`]): longer than lock-core keeps retrying a failed release,
+/// which it gives up on a second after the lease would have run out (plus the drift
+/// margin).
+pub(crate) const RECEIPT_MARGIN: Duration = Duration::from_secs(5);
+
+/// The release of a lease of `kind` holding any one of `values`, for callers that do
+/// not read its outcome (undoing a grant, giving back a RedLock round): it leaves no
+/// receipt. A value ending in `:` stands for every value it starts (see
+/// [`Request::undo`]).
 pub(crate) fn release(keys: &Keys, kind: LockKind, values: &[String]) -> Call {
-    let (script, key_list, mut args): (&'static Script, _, _) = match kind {
+    release_call(keys, kind, values, None)
+}
+
+/// The release of the lease `value` of `kind` won by the request of `lease`, whose
+/// outcome is the caller's: when it frees the lease it writes a receipt
+/// (`{namespace:name}:released:<request>`, holding `value`) that lives until the lease
+/// would have run out and [`RECEIPT_MARGIN`] more. A release whose reply was lost
+/// with its connection runs again (at once, on a new connection, or later from
+/// lock-core's retries) and finds the lease gone; the receipt tells it that this
+/// release freed it, so it succeeds rather than report the lease lost. A lease that
+/// was already gone (run out, taken over, force-unlocked) when the release first ran
+/// leaves no receipt and is still reported lost.
+pub(crate) fn release_with_receipt(
+    keys: &Keys,
+    kind: LockKind,
+    lease: &RedisLease,
+    value: String,
+) -> Call {
+    release_call(keys, kind, &[value], Some(keys.receipt(lease)))
+}
+
+fn release_call(keys: &Keys, kind: LockKind, values: &[String], receipt: Option<String>) -> Call {
+    let margin = millis(RECEIPT_MARGIN);
+    let (script, mut key_list, mut args): (&'static Script, _, _) = match kind {
         LockKind::Exclusive => (
             scripts::EXCLUSIVE_RELEASE.get(keys.sharded),
             vec![keys.lock.clone()],
-            vec![keys.exclusive_channel()],
+            vec![keys.exclusive_channel(), margin],
         ),
         LockKind::Fair => (
             scripts::FAIR_RELEASE.get(keys.sharded),
             vec![keys.fair_holder(), keys.fair_queue()],
-            vec![keys.fair_channel()],
+            vec![keys.fair_channel(), margin],
         ),
         LockKind::Read | LockKind::Write => (
             scripts::RW_RELEASE.get(keys.sharded),
             vec![keys.rw_writer(), keys.rw_readers()],
-            vec![keys.rw_channel(), side(kind).to_owned()],
+            vec![keys.rw_channel(), side(kind).to_owned(), margin],
         ),
     };
+    key_list.extend(receipt);
     args.extend(values.iter().cloned());
     Call {
         script,

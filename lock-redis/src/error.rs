@@ -149,6 +149,24 @@ pub(crate) fn is_replica_shortfall(err: &lock_core::Error) -> bool {
     }
 }
 
+/// Whether a failed acquire call may still have run on the server (and been granted
+/// without anyone hearing of it): every retryable failure but a refused connection, a
+/// time limit that ran out before the call was sent (connecting, asking Sentinel), and
+/// a grant too few replicas had (which the call gave back itself). A refused reconnection after a dropped connection is
+/// reported as the drop (see `Node::run`), so it counts.
+pub(crate) fn may_have_run(err: &lock_core::Error) -> bool {
+    let lock_core::Error::Unavailable { source, .. } = err else {
+        return false;
+    };
+    match source.downcast_ref::<Error>() {
+        Some(Error::Redis(err)) => !err.is_connection_refusal(),
+        // Only the call's own time limit: the others ran out before it was sent.
+        Some(Error::TimedOut { what, .. }) => *what == "acquire",
+        Some(Error::TooFewReplicas(_)) => false,
+        Some(_) | None => true,
+    }
+}
+
 /// Maps a client error straight to the lock-core error.
 pub(crate) fn map(err: RedisError) -> lock_core::Error {
     Error::Redis(err).into()

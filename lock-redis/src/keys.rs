@@ -78,6 +78,13 @@ impl Keys {
         self.aux("fence")
     }
 
+    /// The receipt a release of the lease won by the request of `lease` leaves when it
+    /// frees it (see [`crate::calls::release_with_receipt`]); it expires on its own
+    /// a few seconds after the lease would have.
+    pub(crate) fn receipt(&self, lease: &RedisLease) -> String {
+        self.aux(&format!("released:{}", lease.request))
+    }
+
     /// Where the exclusive lock's releases are published.
     pub(crate) fn exclusive_channel(&self) -> String {
         self.aux("channel")

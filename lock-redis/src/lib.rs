@@ -50,7 +50,17 @@
 //! written by another request blocks like anyone's: a call abandoned at its timeout
 //! still runs on the server when it gets there, and gives back whatever it is granted,
 //! so it must never take over (and then remove) a grant a later call of that owner
-//! holds. Releases and renewals match the whole stored value.
+//! holds. A call that fails after it may have reached the server (its connection
+//! dropped, and its second run on a new connection failed too) gives back whatever its
+//! request was granted in the background, retrying until that grant would have run
+//! out. Releases and renewals match the whole stored value.
+//!
+//! A release that frees its lease leaves a receipt, `{namespace:name}:released:<request
+//! id>`, holding the freed value, which expires on its own 5 s after the lease would
+//! have. A release whose reply was lost with its connection runs again (on a new
+//! connection, or from lock-core's retries) and finds the lease gone: the receipt
+//! tells it that this very release freed it, so it succeeds. A lease that was already
+//! gone when the release first ran leaves no receipt, and is reported lost.
 //!
 //! # Waiting
 //!

@@ -64,6 +64,17 @@ impl ConnectionLike for Conn {
     }
 }
 
+/// The error of a call run twice: the second's, unless its connection was refused
+/// while the first's may have reached the server (a refusal would say the call never
+/// ran: see [`error::may_have_run`]).
+fn first_unless_refused(first: redis::RedisError, again: redis::RedisError) -> redis::RedisError {
+    if again.is_connection_refusal() && !first.is_connection_refusal() {
+        first
+    } else {
+        again
+    }
+}
+
 /// A connection to one server. Cloning shares it.
 #[derive(Clone, Debug)]
 pub(crate) struct Node {
@@ -219,13 +230,22 @@ impl Node {
                 Err(err) if primary.follows_failover() && error::may_have_moved(&err) => {
                     tracing::debug!(what, error = %err, "the primary may have moved; calling again on the one Sentinel names");
                     primary.forget(generation);
-                    let (generation, conn) = self.conn().await?;
+                    let (generation, conn) = match self.conn().await {
+                        Ok(found) => found,
+                        Err(lookup) if err.is_connection_refusal() => return Err(lookup),
+                        // The first call may have run: say so, not that the lookup failed.
+                        Err(_) => return Err(error::map(err)),
+                    };
                     used = Some(generation);
-                    call(conn).await.map_err(error::map)
+                    call(conn)
+                        .await
+                        .map_err(|again| error::map(first_unless_refused(err, again)))
                 }
                 Err(err) if err.is_connection_dropped() && !err.is_connection_refusal() => {
                     tracing::debug!(what, error = %err, "connection dropped; calling again on a new one");
-                    call(conn).await.map_err(error::map)
+                    call(conn)
+                        .await
+                        .map_err(|again| error::map(first_unless_refused(err, again)))
                 }
                 other => other.map_err(error::map),
             }
@@ -312,6 +332,7 @@ impl Node {
             pool.retain(|(made_for, _)| *made_for == generation);
             pool.pop()
         };
+        let pooled = idle.is_some();
         let conn = match idle {
             Some((_, conn)) => conn,
             None => {
@@ -325,6 +346,7 @@ impl Node {
         };
         Ok(AcksConn {
             conn: Some(conn),
+            pooled,
             generation,
             pool: self.inner.acks_pool.clone(),
             primary: self.inner.primary.clone(),
@@ -340,6 +362,8 @@ const ACKS_POOL: usize = 16;
 /// again: the failure may mean it moved).
 pub(crate) struct AcksConn {
     conn: Option<MultiplexedConnection>,
+    /// Taken from the pool rather than made for this grant.
+    pooled: bool,
     generation: u64,
     pool: Arc<Mutex<Vec<(u64, MultiplexedConnection)>>>,
     primary: Arc<Primary>,
@@ -350,9 +374,21 @@ impl AcksConn {
         self.conn.as_mut().expect("taken only on drop")
     }
 
-    /// The connection failed: drop it rather than pool it.
+    /// Whether the connection came from the pool (it may have died while idle).
+    pub(crate) fn pooled(&self) -> bool {
+        self.pooled
+    }
+
+    /// The connection failed: drop it rather than pool it, and every idle one with it.
+    /// What broke this one (the server restarted, or closed its connections, or the
+    /// primary moved) most likely broke them all; kept, each would fail one more
+    /// grant. Under Sentinel, the primary is looked up again.
     pub(crate) fn failed(&mut self) {
         self.conn = None;
+        self.pool
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clear();
         self.primary.forget(self.generation);
     }
 }

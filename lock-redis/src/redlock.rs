@@ -13,7 +13,7 @@ use rand::Rng;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::backend::{attempt, renew_on, sleep_for, SilentPoll};
+use crate::backend::{attempt, renew_on, sleep_for, Outage, SilentPoll};
 use crate::calls::{self, Call, Request};
 use crate::config::RedisConfig;
 use crate::error::{self as err, BACKEND};
@@ -64,8 +64,16 @@ fn min_validity(ttl: Duration) -> Duration {
 ///   those masters at once). A master that restarts empty forgets its counter but not
 ///   its clock; RedLock still assumes masters that persist (or wait a lease before
 ///   rejoining), since it also forgets the locks.
-/// * **Renewal** counts as renewed on a majority; **release** runs on all masters and
-///   succeeds only if a majority still had the lock (else the lease is reported lost).
+/// * **Masters down:** a round that fewer than a majority of masters answer is tried
+///   again after a pause that doubles from 50 ms to 500 ms, for up to the
+///   [failover grace](crate::RedisConfigBuilder::failover_grace) of the first master's
+///   settings (within the wait limit); then the acquire fails with a retryable
+///   [`Error::Unavailable`].
+/// * **Renewal** counts as renewed on a majority, and is decided as soon as every
+///   lease is renewed on a majority or can no longer be (a master that does not
+///   answer is waited for a fiftieth of the lease more, never longer than the lease).
+/// * **Release** runs on all masters and succeeds only if a majority still had the
+///   lock (else the lease is reported lost).
 /// * Fair and read-write locks are not offered
 ///   ([`Capabilities::fair`] and [`Capabilities::read_write`] are false).
 ///
@@ -202,19 +210,11 @@ async fn round(
     let quorum = majority_of(nodes.len());
     let started = Instant::now();
     let phase1 = nodes.iter().zip(&timeouts).map(|(node, timeout)| {
-        let undo = request.clone();
-        let undo_lease = lease.clone();
         let call = request.acquire_with(&lease, false);
         // A grant that arrives after the timeout is released by attempt()'s task.
         tokio::time::timeout(
             *timeout,
-            attempt(
-                node,
-                call,
-                request.ttl,
-                move |fence| undo.release(&undo_lease, fence),
-                None,
-            ),
+            attempt(node, call, request.ttl, request.undo(&lease), None),
         )
     });
     // Done shortly after the outcome is decided: masters still silent then (down, or
@@ -359,10 +359,20 @@ fn majority_of(masters: usize) -> usize {
 /// blocks nobody: a majority is free.
 const RELEASE_GRACE: Duration = Duration::from_millis(50);
 
-/// Releases `value` on every master; `(released, answered)`.
-async fn release_everywhere(nodes: &[Node], keys: &Keys, value: String) -> (usize, usize) {
+/// Releases `value` on every master; `(released, answered)`. With the `lease` that won
+/// it, each master that frees it leaves a receipt, so a release run again after its
+/// reply was lost still counts there (see [`calls::release_with_receipt`]).
+async fn release_everywhere(
+    nodes: &[Node],
+    keys: &Keys,
+    value: String,
+    lease: Option<&RedisLease>,
+) -> (usize, usize) {
     let quorum = majority_of(nodes.len());
-    let call = calls::release(keys, LockKind::Exclusive, &[value]);
+    let call = match lease {
+        Some(lease) => calls::release_with_receipt(keys, LockKind::Exclusive, lease, value),
+        None => calls::release(keys, LockKind::Exclusive, &[value]),
+    };
     let results = until(
         nodes.iter().map(|node| node.call::<i64>("release", &call)),
         RELEASE_GRACE,
@@ -422,6 +432,10 @@ impl LockBackend for RedLockBackend {
         let cap = self.nodes[0].config().waiter_lease() / 3;
         let mut poll = SilentPoll::new(self.nodes[0].config().silent_holder_poll());
         let mut registrations = Vec::new();
+        // Rounds that too few masters answer (most of them down or restarting) are
+        // tried again with a growing pause, for up to the failover grace within the
+        // wait limit; then the error is the caller's.
+        let mut outage = Outage::with_grace(Some(self.nodes[0].config().failover_grace()));
         loop {
             if !registrations.is_empty() {
                 // A master that is down or silent cannot publish either: wait for a
@@ -457,7 +471,7 @@ impl LockBackend for RedLockBackend {
                 if let Err(Ok(Round::Granted(fence))) = tx.send(outcome) {
                     // The acquire future is gone: give the majority back.
                     let value = lease_value(&attempt_request.owner, &round_lease, fence);
-                    release_everywhere(&nodes, &attempt_request.keys, value).await;
+                    release_everywhere(&nodes, &attempt_request.keys, value, None).await;
                 }
             });
             let outcome = rx.await.map_err(|_| {
@@ -473,10 +487,12 @@ impl LockBackend for RedLockBackend {
                 }
                 Round::Failed { holder, answered } => (holder, answered),
             };
+            if answered < self.quorum() {
+                outage.ride_out(self.no_quorum(answered), &req).await?;
+                continue;
+            }
+            outage.over();
             if req.deadline.has_passed() {
-                if answered < self.quorum() {
-                    return Err(self.no_quorum(answered));
-                }
                 return Ok(None);
             }
             if registrations.is_empty() {
@@ -511,7 +527,8 @@ impl LockBackend for RedLockBackend {
     async fn release(&self, lease: &HeldLease<RedisLease>) -> Result<()> {
         let keys = Keys::new(&lease.key);
         let value = lease_value(lease.owner.as_str(), &lease.data, lease.fence);
-        let (released, answered) = release_everywhere(&self.nodes, &keys, value).await;
+        let (released, answered) =
+            release_everywhere(&self.nodes, &keys, value, Some(&lease.data)).await;
         let quorum = self.quorum();
         let silent = self.nodes.len() - answered;
         if released >= quorum {
@@ -538,21 +555,36 @@ impl LockBackend for RedLockBackend {
         ttl: Duration,
     ) -> Result<Vec<Renewal>> {
         let quorum = self.quorum();
-        // Done shortly after a majority renewed every lease: a silent master must not
-        // hold the renewal past the lease it renews.
+        let masters = self.nodes.len();
+        // Done shortly after every lease is decided: renewed on a majority, or refused
+        // (or not answered) by so many masters that no majority can renew it. A silent
+        // master must not hold the renewal past the lease it renews, also when some
+        // lease was lost; nor is it waited for longer than the lease.
         let results = until(
-            self.nodes.iter().map(|node| renew_on(node, leases, ttl)),
+            self.nodes.iter().map(|node| {
+                let limit = self.per_node_timeout(node, ttl);
+                async move {
+                    match tokio::time::timeout(limit, renew_on(node, leases, ttl)).await {
+                        Ok(renewed) => renewed,
+                        Err(_) => Err(err::Error::TimedOut {
+                            what: "renew",
+                            after: limit,
+                        }
+                        .into()),
+                    }
+                }
+            }),
             straggler_grace(ttl),
             |answers| {
                 (0..leases.len()).all(|i| {
-                    answers
+                    let renewed = answers
                         .iter()
                         .filter(|(_, a)| {
                             a.as_ref()
                                 .is_ok_and(|a| a.get(i) == Some(&Renewal::Renewed))
                         })
-                        .count()
-                        >= quorum
+                        .count();
+                    renewed >= quorum || answers.len() - renewed > masters - quorum
                 })
             },
         )

@@ -58,14 +58,16 @@ macro_rules! script {
 const NO_PRELUDE: &str = "";
 /// `next_fence(key)`, for the scripts that grant leases (see the file).
 const NEXT_FENCE: &str = include_str!("lua/next_fence.lua");
+/// What the release scripts share: `released_before(receipt, first)` (see the file).
+const RELEASE_COMMON: &str = include_str!("lua/release_common.lua");
 
 script!(EXCLUSIVE_ACQUIRE, NEXT_FENCE, "exclusive_acquire.lua");
-script!(EXCLUSIVE_RELEASE, "exclusive_release.lua");
+script!(EXCLUSIVE_RELEASE, RELEASE_COMMON, "exclusive_release.lua");
 script!(FAIR_ACQUIRE, NEXT_FENCE, "fair_acquire.lua");
-script!(FAIR_RELEASE, "fair_release.lua");
+script!(FAIR_RELEASE, RELEASE_COMMON, "fair_release.lua");
 script!(FAIR_LEAVE, "fair_leave.lua");
 script!(RW_ACQUIRE, NEXT_FENCE, "rw_acquire.lua");
-script!(RW_RELEASE, "rw_release.lua");
+script!(RW_RELEASE, RELEASE_COMMON, "rw_release.lua");
 script!(RW_LEAVE, "rw_leave.lua");
 script!(RENEW, "renew.lua");
 /// Renews leases of many slots on one cluster node in one call.

@@ -260,7 +260,10 @@ async fn fair_lock_grants_in_request_order() {
         task.await.unwrap();
     }
     assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3]);
-    assert!(keys(&mut raw).await.iter().all(|k| k.ends_with(":fence")));
+    assert!(keys(&mut raw)
+        .await
+        .iter()
+        .all(|k| k.ends_with(":fence") || k.contains("}:released:")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -543,6 +546,51 @@ async fn a_restarted_server_serves_the_next_call_of_an_old_client() {
     assert!(fair.is_locked().await.is_ok_and(|held| !held));
 }
 
+/// The same under replica acknowledgement, whose grants run on pooled connections of
+/// their own (issue 29): after a restart every pooled connection is dead, and the
+/// acquires after it must not fail one by one on them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_serves_the_next_acknowledged_grant_of_an_old_client() {
+    let mut server = RedisServer::start();
+    let config = RedisConfig::builder(&server.url())
+        .connect_timeout(Duration::from_millis(500))
+        .command_timeout(Duration::from_millis(500))
+        // No replica here: keep the grant whatever WAIT answers.
+        .replica_acks(
+            1,
+            Duration::from_millis(10),
+            lock_redis::TooFewReplicas::KeepAndWarn,
+        )
+        .build()
+        .unwrap();
+    let client = client(RedisBackend::new(config).unwrap(), "ackrestart");
+    // Several grants at once fill the pool with as many connections.
+    let guards = futures::future::join_all((0..8).map(|i| {
+        let lock = client.lock(&format!("k{i}")).unwrap();
+        async move { lock.acquire().await.unwrap() }
+    }))
+    .await;
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    server.restart();
+    let mut failed = Vec::new();
+    for i in 0..20 {
+        match client.lock("after").unwrap().try_acquire().await {
+            Ok(guard) => {
+                guard.unwrap().release().await.unwrap();
+                break;
+            }
+            Err(err) => failed.push(format!("#{i}: {err}")),
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} acquires in a row failed after the restart: {failed:#?}",
+        failed.len()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_whose_reply_was_lost_is_granted_when_it_runs_again() {
     let server = RedisServer::start();
@@ -597,7 +645,7 @@ async fn an_acquire_whose_reply_was_lost_is_granted_when_it_runs_again() {
         let left: Vec<String> = keys(&mut raw)
             .await
             .into_iter()
-            .filter(|k| !k.ends_with(":fence"))
+            .filter(|k| !k.ends_with(":fence") && !k.contains("}:released:"))
             .collect();
         assert!(left.is_empty(), "{kind:?}: left behind {left:?}");
     }

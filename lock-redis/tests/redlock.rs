@@ -380,3 +380,121 @@ async fn a_redlock_release_with_the_majority_lost_reports_the_lease_lost() {
         }
     }
 }
+
+/// Script calls a server has run since it started.
+async fn script_calls(server: &RedisServer) -> u64 {
+    let mut raw = server.raw().await;
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// One lease lost on a majority must not make the renewal of the others wait for
+/// masters that do not answer (issue 29): the renewal is decided once every lease is
+/// renewed on a majority or can no longer be. Here two of five masters are frozen
+/// (their calls wait the default 4 s call timeout) and one of two leases is deleted
+/// on the other three; the other lease, with a 2 s watchdog lease, must stay held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_lost_lease_does_not_hold_back_the_renewal_of_the_others() {
+    let servers = cluster(5);
+    let backend = RedLockBackend::new(servers.iter().map(|server| {
+        lock_redis::RedisConfig::builder(&server.url())
+            .build()
+            .unwrap()
+    }))
+    .unwrap();
+    let client = LockClient::builder(backend)
+        .namespace("renew-lost")
+        .watchdog_lease(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let kept = client.lock("kept").unwrap().acquire().await.unwrap();
+    let doomed = client.lock("doomed").unwrap().acquire().await.unwrap();
+    for server in &servers[..3] {
+        let mut raw = server.raw().await;
+        let _: i64 = raw.del("renew-lost:doomed").await.unwrap();
+    }
+    servers[3].pause();
+    servers[4].pause();
+    let lost = tokio::time::timeout(Duration::from_secs(6), doomed.lost()).await;
+    // Several more ticks.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let kept_held = kept.is_held();
+    servers[3].resume();
+    servers[4].resume();
+    assert!(lost.is_ok(), "the deleted lease is reported lost");
+    assert!(
+        kept_held,
+        "the lease held on a majority was reported lost ({:?}): its renewal waited for \
+         the frozen masters",
+        kept.lost().await
+    );
+    kept.release().await.unwrap();
+}
+
+/// With most masters down, an acquire without a wait limit rides the outage out for
+/// the failover grace, with rounds spaced by a growing pause, and then fails with the
+/// error (issue 29): rounds every 10-50 ms for ever would hide it from the caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_most_masters_down_a_wait_without_limit_backs_off_and_ends_in_the_error() {
+    let mut servers = cluster(5);
+    let grace = Duration::from_secs(3);
+    let backend = RedLockBackend::new(servers.iter().map(|server| {
+        lock_redis::RedisConfig::builder(&server.url())
+            .connect_timeout(Duration::from_millis(500))
+            .command_timeout(Duration::from_millis(500))
+            .failover_grace(grace)
+            .build()
+            .unwrap()
+    }))
+    .unwrap();
+    let client = LockClient::builder(backend)
+        .namespace("most-down")
+        .build()
+        .unwrap();
+    // Once through, so the scripts are loaded and the counts below are rounds.
+    let lock = client.lock("k").unwrap();
+    lock.try_acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    for i in [1, 2, 4] {
+        servers[i].stop();
+    }
+    let before = script_calls(&servers[0]).await;
+    let started = Instant::now();
+    let result = tokio::time::timeout(
+        grace + Duration::from_secs(10),
+        lock.acquire_with(AcquireOptions::wait_forever()),
+    )
+    .await;
+    let took = started.elapsed();
+    let rounds = script_calls(&servers[0]).await - before;
+    println!("with 3 of 5 masters down: {rounds} rounds in {took:?}; {result:?}");
+    let err = match result {
+        Ok(Err(err)) => err,
+        Ok(Ok(_)) => panic!("granted without a majority"),
+        Err(_) => {
+            panic!("still retrying {took:?} later ({rounds} rounds), the error never returned")
+        }
+    };
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    assert!(rounds <= 30, "{rounds} rounds in {took:?}: no backoff");
+}

@@ -114,6 +114,16 @@ impl Proc {
         }
     }
 
+    /// Sends `signal` (`STOP`, `CONT`) to the process, by PID.
+    pub(crate) fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .arg(format!("-{signal}"))
+                .arg(child.id().to_string())
+                .status();
+        }
+    }
+
     pub(crate) fn exited(&mut self) -> bool {
         self.child
             .as_mut()

@@ -241,6 +241,22 @@ impl SentinelDeployment {
         }
     }
 
+    /// Freezes the data node on `port` (SIGSTOP): its connections stay open and nothing
+    /// answers, as behind a partition that drops packets. The sentinels call it down
+    /// after [`DOWN_AFTER`] and fail over if it was the primary.
+    pub fn pause(&self, port: u16) {
+        if let Some(proc) = self.data.iter().find(|p| p.port == port) {
+            proc.signal("STOP");
+        }
+    }
+
+    /// Thaws it after [`pause`](Self::pause).
+    pub fn resume(&self, port: u16) {
+        if let Some(proc) = self.data.iter().find(|p| p.port == port) {
+            proc.signal("CONT");
+        }
+    }
+
     /// Waits until the sentinels name a primary other than `old` and it serves as one.
     ///
     /// # Errors

@@ -15,7 +15,9 @@ use lock_redis::{redis, RedisBackend, RedisConfig, RedisConfigBuilder};
 use tokio::time::Instant;
 
 /// Every key of `namespace` on the server at `url` but the fencing counters, which stay
-/// by design: the exclusive lock's bare key `ns:name` and the `{ns:name}:...` keys.
+/// by design, and the release receipts, which expire on their own a few seconds after
+/// the lease they freed would have: the exclusive lock's bare key `ns:name` and the
+/// `{ns:name}:...` keys.
 pub async fn leftovers(url: &str, namespace: &str) -> Result<Vec<String>, String> {
     let client = redis::Client::open(url).map_err(|e| e.to_string())?;
     let mut conn = client
@@ -29,7 +31,10 @@ pub async fn leftovers(url: &str, namespace: &str) -> Result<Vec<String>, String
             .query_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
-        left.extend(keys.into_iter().filter(|k| !k.ends_with("}:fence")));
+        left.extend(
+            keys.into_iter()
+                .filter(|k| !k.ends_with("}:fence") && !k.contains("}:released:")),
+        );
     }
     Ok(left)
 }

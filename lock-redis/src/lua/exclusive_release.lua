@@ -1,14 +1,21 @@
 -- Releases an exclusive lock if it still holds the value of this acquisition, and
 -- wakes the waiters.
--- KEYS[1] lock key
--- ARGV[1] channel to publish on, ARGV[2..] the values this acquisition may hold
--- Returns 1 when released, 0 when the key holds anything else (or nothing).
+-- KEYS[1] lock key, KEYS[2] (optional) this release's receipt
+-- ARGV[1] channel to publish on, ARGV[2] how long (ms) the receipt outlives the lease,
+-- ARGV[3..] the values this acquisition may hold (one ending in `:` stands for every
+-- value it starts: the undo of one acquire call)
+-- Returns 1 when released (or when the receipt shows that this release already ran),
+-- 0 when the key holds anything else (or nothing).
 local value = redis.call('get', KEYS[1])
-for i = 2, #ARGV do
-  if value == ARGV[i] then
+for i = 3, #ARGV do
+  if holds(value, ARGV[i]) then
+    if KEYS[2] then
+      local left = math.max(redis.call('pttl', KEYS[1]), 0)
+      redis.call('set', KEYS[2], value, 'PX', left + tonumber(ARGV[2]))
+    end
     redis.call('del', KEYS[1])
     redis.call('publish', ARGV[1], 'released')
     return 1
   end
 end
-return 0
+return released_before(KEYS[2], 3)

@@ -1,11 +1,18 @@
 -- Releases the fair lock if it holds this acquisition's value, and wakes only the
 -- waiter first in line.
--- KEYS[1] holder, KEYS[2] queue
--- ARGV[1] channel, ARGV[2..] the values this acquisition may hold
--- Returns 1 when released, else 0.
+-- KEYS[1] holder, KEYS[2] queue, KEYS[3] (optional) this release's receipt
+-- ARGV[1] channel, ARGV[2] how long (ms) the receipt outlives the lease,
+-- ARGV[3..] the values this acquisition may hold (one ending in `:` stands for every
+-- value it starts: the undo of one acquire call)
+-- Returns 1 when released (or when the receipt shows that this release already ran),
+-- else 0.
 local value = redis.call('get', KEYS[1])
-for i = 2, #ARGV do
-  if value == ARGV[i] then
+for i = 3, #ARGV do
+  if holds(value, ARGV[i]) then
+    if KEYS[3] then
+      local left = math.max(redis.call('pttl', KEYS[1]), 0)
+      redis.call('set', KEYS[3], value, 'PX', left + tonumber(ARGV[2]))
+    end
     redis.call('del', KEYS[1])
     local head = redis.call('lindex', KEYS[2], 0)
     if head then
@@ -14,4 +21,4 @@ for i = 2, #ARGV do
     return 1
   end
 end
-return 0
+return released_before(KEYS[3], 3)

@@ -11,16 +11,24 @@
 local ttl = tonumber(ARGV[1])
 local now = nil
 local out = {}
+-- What a read that failed means: a key of another type is "not ours" (0), anything
+-- else (a slot this node does not serve) is for the caller to renew alone (-1).
+local function failed(reply)
+  if string.find(reply.err, 'WRONGTYPE', 1, true) then
+    return 0
+  end
+  return -1
+end
 for i = 1, (#ARGV - 1) / 3 do
   local key = ARGV[3 * i - 1]
   local kind = ARGV[3 * i]
   local value = ARGV[3 * i + 1]
   local renewed = 0
-  local held = redis.pcall('get', key)
-  if type(held) == 'table' and held.err then
-    renewed = -1
-  elseif kind == 's' then
-    if held == value then
+  if kind == 's' then
+    local held = redis.pcall('get', key)
+    if type(held) == 'table' and held.err then
+      renewed = failed(held)
+    elseif held == value then
       redis.call('pexpire', key, ttl)
       renewed = 1
     end
@@ -30,7 +38,9 @@ for i = 1, (#ARGV - 1) / 3 do
       now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     end
     local expiry = redis.pcall('hget', key, value)
-    if type(expiry) == 'string' and tonumber(expiry) > now then
+    if type(expiry) == 'table' and expiry.err then
+      renewed = failed(expiry)
+    elseif type(expiry) == 'string' and tonumber(expiry) > now then
       redis.call('hset', key, value, string.format('%d', now + ttl))
       if redis.call('pttl', key) < ttl then
         redis.call('pexpire', key, ttl)

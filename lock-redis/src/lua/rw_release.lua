@@ -1,37 +1,72 @@
 -- Releases one side of a read-write lock if this acquisition still holds it.
--- KEYS[1] writer, KEYS[2] readers
--- ARGV[1] channel, ARGV[2] 'r' or 'w', ARGV[3..] the values this acquisition may hold
+-- KEYS[1] writer, KEYS[2] readers, KEYS[3] (optional) this release's receipt
+-- ARGV[1] channel, ARGV[2] 'r' or 'w', ARGV[3] how long (ms) the receipt outlives the
+-- lease, ARGV[4..] the values this acquisition may hold (one ending in `:` stands for
+-- every value it starts: the undo of one acquire call)
 -- Publishes 'w' when a writer leaves (readers and writers may go) and 'r' when the
 -- last reader leaves (writers may go).
--- Returns 1 when released, else 0.
+-- Returns 1 when released (or when the receipt shows that this release already ran),
+-- else 0.
+local margin = tonumber(ARGV[3])
 if ARGV[2] == 'w' then
   local value = redis.call('get', KEYS[1])
-  for i = 3, #ARGV do
-    if value == ARGV[i] then
+  for i = 4, #ARGV do
+    if holds(value, ARGV[i]) then
+      if KEYS[3] then
+        local left = math.max(redis.call('pttl', KEYS[1]), 0)
+        redis.call('set', KEYS[3], value, 'PX', left + margin)
+      end
       redis.call('del', KEYS[1])
       redis.call('publish', ARGV[1], 'w')
       return 1
     end
   end
-  return 0
+  return released_before(KEYS[3], 4)
 end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for i = 3, #ARGV do
-  local expiry = redis.call('hget', KEYS[2], ARGV[i])
-  if expiry then
-    redis.call('hdel', KEYS[2], ARGV[i])
-    if tonumber(expiry) <= now then
-      return 0
-    end
-    local readers = redis.call('hgetall', KEYS[2])
-    for j = 2, #readers, 2 do
-      if tonumber(readers[j]) > now then
-        return 1
+-- The reader entries this release names (a prefix names every entry it starts).
+local entries = {}
+for i = 4, #ARGV do
+  local wanted = ARGV[i]
+  if string.sub(wanted, -1) == ':' then
+    local all = redis.call('hkeys', KEYS[2])
+    for _, entry in ipairs(all) do
+      if holds(entry, wanted) then
+        table.insert(entries, entry)
       end
     end
-    redis.call('publish', ARGV[1], 'r')
+  else
+    table.insert(entries, wanted)
+  end
+end
+local found = false
+local freed = false
+for _, entry in ipairs(entries) do
+  local expiry = redis.call('hget', KEYS[2], entry)
+  if expiry then
+    found = true
+    redis.call('hdel', KEYS[2], entry)
+    if tonumber(expiry) > now then
+      freed = true
+      if KEYS[3] then
+        redis.call('set', KEYS[3], entry, 'PX', tonumber(expiry) - now + margin)
+      end
+    end
+  end
+end
+if not freed then
+  if found then
+    -- Its entry had run out: the lease was lost before the release.
+    return 0
+  end
+  return released_before(KEYS[3], 4)
+end
+local readers = redis.call('hgetall', KEYS[2])
+for j = 2, #readers, 2 do
+  if tonumber(readers[j]) > now then
     return 1
   end
 end
-return 0
+redis.call('publish', ARGV[1], 'r')
+return 1
