@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use conformance_tests::Backend as _;
 
+use crate::faults::{op, Fault, ZkFaults};
 use crate::{Zk, SESSION_TIMEOUT};
 
 type Check = fn(Arc<Zk>) -> BoxFuture<'static, ()>;
@@ -62,6 +63,9 @@ pub fn all() -> Vec<(&'static str, Check)> {
         }),
         ("empty_lock_paths_are_reaped", |zk| {
             empty_lock_paths_are_reaped(zk).boxed()
+        }),
+        ("release_met_by_a_connection_reset_is_retried", |zk| {
+            release_met_by_a_connection_reset_is_retried(zk).boxed()
         }),
     ]
 }
@@ -935,4 +939,46 @@ async fn blackholed_holder_reports_loss_before_the_server_frees_it(zk: Arc<Zk>) 
         lost_at - heard
     );
     taken.release().await.unwrap();
+}
+
+/// The port of the suite's server, on 127.0.0.1.
+fn server_port(zk: &Zk) -> u16 {
+    zk.url.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// The URL of a client that goes through `proxy`.
+fn through(proxy: &ZkFaults, session: Duration) -> String {
+    format!(
+        "zk://127.0.0.1:{}?session_timeout_ms={}&connect_timeout_ms=10000",
+        proxy.port(),
+        session.as_millis()
+    )
+}
+
+/// A release whose delete meets a connection reset (an I/O error, which the client
+/// library reports as a custom error, as it does an idle connection it gave up on):
+/// the session lives on (the client reconnects at once), so the lock would stay held
+/// as long as the process unless the release is retried.
+async fn release_met_by_a_connection_reset_is_retried(zk: Arc<Zk>) {
+    let ns = namespace("reset");
+    let proxy = ZkFaults::to(server_port(&zk)).await.expect("proxy");
+    let backend = ZkBackend::connect_url(&through(&proxy, SESSION_TIMEOUT))
+        .await
+        .expect("connect");
+    let guard = client(&backend, &ns)
+        .lock("r")
+        .unwrap()
+        .acquire()
+        .await
+        .expect("acquire");
+    let raw = raw(&zk).await;
+    let dir = ZkBackend::lock_path(&key(&ns, "r"), LockFamily::Exclusive);
+    children_until(&raw, &dir, zk.slack(), |c| c.len() == 1).await;
+    proxy.then(&[op::DELETE], Fault::Reset);
+    let released = within("release", SESSION_TIMEOUT + zk.slack(), guard.release()).await;
+    assert_eq!(proxy.fired(), [(op::DELETE, Fault::Reset)]);
+    println!("zookeeper: a release whose delete met a connection reset answered {released:?}");
+    children_until(&raw, &dir, zk.slack() * 3, <[String]>::is_empty).await;
+    assert_eq!(backend.connection_state(), ConnectionState::Connected);
+    released.expect("release retried");
 }
