@@ -67,6 +67,9 @@ pub fn all() -> Vec<(&'static str, Check)> {
         ("release_met_by_a_connection_reset_is_retried", |zk| {
             release_met_by_a_connection_reset_is_retried(zk).boxed()
         }),
+        ("requests_cut_off_end_within_the_request_timeout", |zk| {
+            requests_cut_off_end_within_the_request_timeout(zk).boxed()
+        }),
     ]
 }
 
@@ -981,4 +984,72 @@ async fn release_met_by_a_connection_reset_is_retried(zk: Arc<Zk>) {
     children_until(&raw, &dir, zk.slack() * 3, <[String]>::is_empty).await;
     assert_eq!(backend.connection_state(), ConnectionState::Connected);
     released.expect("release retried");
+}
+
+/// Runs `op` to its end (at most `cap`), and says how long it took.
+async fn timed<T>(
+    cap: Duration,
+    op: impl std::future::Future<Output = T>,
+) -> (Option<T>, Duration) {
+    let started = Instant::now();
+    let out = tokio::time::timeout(cap, op).await.ok();
+    (out, started.elapsed())
+}
+
+/// A client cut off from the server (a proxy drops every byte), first before it has
+/// noticed, then once it has (`Suspended`), while its session still lives: a try-lock,
+/// an acquire with a 100 ms limit and a release each end with a retryable error
+/// within the default request timeout (5 s) and slack, rather than waiting for the
+/// client to give up on the connection (2/5 of the session timeout) or the session
+/// (7/5 of it).
+async fn requests_cut_off_end_within_the_request_timeout(zk: Arc<Zk>) {
+    let ns = namespace("stall");
+    let session = Duration::from_secs(30);
+    let limit = Duration::from_secs(5) + zk.slack();
+    let proxy = ZkFaults::to(server_port(&zk)).await.expect("proxy");
+    let backend = ZkBackend::connect_url(&through(&proxy, session))
+        .await
+        .expect("connect");
+    let client = client(&backend, &ns);
+    let mut held = Vec::new();
+    for name in ["held-1", "held-2"] {
+        held.push(client.lock(name).unwrap().acquire().await.expect("acquire"));
+    }
+    proxy.cut();
+    for phase in ["just cut off", "suspended"] {
+        if phase == "suspended" {
+            until("suspended", session, || {
+                backend.connection_state() == ConnectionState::Suspended
+            })
+            .await;
+        }
+        let guard = held.remove(0);
+        let try_lock = client.lock("t").unwrap();
+        let wait_lock = client.lock("w").unwrap();
+        let ((tried, tried_in), (waited, waited_in), (released, released_in)) = tokio::join!(
+            timed(session * 2, try_lock.try_acquire()),
+            timed(
+                session * 2,
+                wait_lock.acquire_timeout(Duration::from_millis(100))
+            ),
+            timed(session * 2, guard.release()),
+        );
+        let line = format!(
+            "{phase}: try-lock {tried_in:.2?} {:?}, 100 ms acquire {waited_in:.2?} {:?}, release {released_in:.2?} {:?}",
+            tried.as_ref().map(|r| r.as_ref().map(Option::is_some)),
+            waited.as_ref().map(|r| r.as_ref().map(drop)),
+            released,
+        );
+        println!("zookeeper: cut-off client, {line}");
+        assert!(
+            [tried_in, waited_in, released_in].iter().all(|t| *t <= limit),
+            "not all within {limit:?}: {line}"
+        );
+        let retryable = [
+            tried.is_some_and(|r| r.is_err_and(|e| e.is_retryable())),
+            waited.is_some_and(|r| r.is_err_and(|e| e.is_retryable())),
+            released.is_some_and(|r| r.is_err_and(|e| e.is_retryable())),
+        ];
+        assert!(retryable.iter().all(|r| *r), "not all retryable errors: {line}");
+    }
 }
