@@ -25,8 +25,9 @@ pub(crate) fn is_connection_loss(err: &ZkError) -> bool {
 /// invalid argument, everything else is a backend error that retrying will not fix.
 pub(crate) fn map(err: ZkError) -> Error {
     match err {
+        // Our own bound on a request (see `recipe::bounded`), or the client's.
+        ZkError::Timeout => unavailable("zookeeper did not answer within the request timeout"),
         ZkError::ConnectionLoss
-        | ZkError::Timeout
         | ZkError::NoHosts
         | ZkError::SessionExpired
         | ZkError::SessionMoved

@@ -1005,7 +1005,7 @@ async fn timed<T>(
 async fn requests_cut_off_end_within_the_request_timeout(zk: Arc<Zk>) {
     let ns = namespace("stall");
     let session = Duration::from_secs(30);
-    let limit = Duration::from_secs(5) + zk.slack();
+    let limit = lock_zookeeper::DEFAULT_REQUEST_TIMEOUT + zk.slack();
     let proxy = ZkFaults::to(server_port(&zk)).await.expect("proxy");
     let backend = ZkBackend::connect_url(&through(&proxy, session))
         .await
