@@ -70,6 +70,9 @@ pub fn all() -> Vec<(&'static str, Check)> {
         ("requests_cut_off_end_within_the_request_timeout", |zk| {
             requests_cut_off_end_within_the_request_timeout(zk).boxed()
         }),
+        ("lost_create_reply_and_failed_lookup_leave_one_node", |zk| {
+            lost_create_reply_and_failed_lookup_leave_one_node(zk).boxed()
+        }),
     ]
 }
 
@@ -1052,4 +1055,47 @@ async fn requests_cut_off_end_within_the_request_timeout(zk: Arc<Zk>) {
         ];
         assert!(retryable.iter().all(|r| *r), "not all retryable errors: {line}");
     }
+}
+
+/// A create that took effect but whose reply was lost (the connection closed), then a
+/// lookup for it that failed too (the connection closed again): the acquire must not
+/// create a second node, or its first one (same session, ahead in the queue) blocks
+/// its owner and everyone else until the session ends. The acquire of a free lock
+/// succeeds, with one node.
+async fn lost_create_reply_and_failed_lookup_leave_one_node(zk: Arc<Zk>) {
+    let ns = namespace("lost-create");
+    let proxy = ZkFaults::to(server_port(&zk)).await.expect("proxy");
+    let backend = ZkBackend::connect_url(&through(&proxy, SESSION_TIMEOUT))
+        .await
+        .expect("connect");
+    let raw = raw(&zk).await;
+    let dir = ZkBackend::lock_path(&key(&ns, "c"), LockFamily::Exclusive);
+    proxy.then(&[op::CREATE2], Fault::LoseReply);
+    proxy.then(&[op::GET_CHILDREN, op::GET_CHILDREN2], Fault::Close);
+    let lock = client(&backend, &ns).lock("c").unwrap();
+    let acquired = within(
+        "acquire",
+        Duration::from_secs(10) + zk.slack() * 2,
+        lock.acquire_timeout(Duration::from_secs(10)),
+    )
+    .await;
+    let fired = proxy.fired();
+    let children = raw.list_children(&dir).await.unwrap_or_default();
+    println!(
+        "zookeeper: acquire after a lost create reply and a failed lookup ({fired:?}): {:?}; nodes {children:?}",
+        acquired.as_ref().map(drop)
+    );
+    assert_eq!(
+        fired,
+        [
+            (op::CREATE2, Fault::LoseReply),
+            (op::GET_CHILDREN, Fault::Close)
+        ]
+    );
+    let guard = acquired.unwrap_or_else(|err| {
+        panic!("acquire of a free lock after a lost create reply: {err}; nodes {children:?}")
+    });
+    assert_eq!(children.len(), 1, "nodes {children:?}");
+    guard.release().await.expect("release");
+    children_until(&raw, &dir, zk.slack(), <[String]>::is_empty).await;
 }

@@ -95,16 +95,10 @@ impl ZkFaults {
         self.shared.fired.lock().unwrap().clone()
     }
 
-    /// From now on every byte is dropped, both ways (connections stay open, new ones
-    /// are accepted and blackholed too), until [`heal`](Self::heal).
+    /// From now on every frame is dropped, both ways (connections stay open, new ones
+    /// are accepted and blackholed too).
     pub fn cut(&self) {
         self.shared.cut.store(true, Ordering::SeqCst);
-    }
-
-    /// Ends [`cut`](Self::cut): frames flow again (whole frames were dropped, so the
-    /// framing of a connection that lived through the cut is intact).
-    pub fn heal(&self) {
-        self.shared.cut.store(false, Ordering::SeqCst);
     }
 }
 
