@@ -423,7 +423,7 @@ async fn create(
                 }
             }
             err if is_connection_loss(&err) || err == ZkError::Timeout => {
-                if let Some(found) = find_own(client, dir, prefix, give_up).await {
+                if let Some(found) = find_own(client, dir, prefix, give_up).await? {
                     return Ok(found);
                 }
                 if Instant::now() >= give_up {
@@ -480,7 +480,7 @@ async fn create_downgrade(
         if !is_connection_loss(&err) && err != ZkError::Timeout {
             return Err(error::map(err));
         }
-        if let Some(found) = find_own(client, dir, prefix, give_up).await {
+        if let Some(found) = find_own(client, dir, prefix, give_up).await? {
             return Ok(Some(found));
         }
         if Instant::now() >= give_up {
@@ -490,19 +490,57 @@ async fn create_downgrade(
     }
 }
 
-/// Our node under `dir`, found by the uuid in `prefix`, if it exists.
+/// Our node under `dir`, found by the uuid in `prefix`, if it exists, after a create
+/// whose answer did not come. Only a lookup that answered may say it does not: a failed
+/// one is tried again until `until`, then the acquire fails (and its clean-up removes
+/// whatever the create left). Creating again on a failed lookup would queue a second
+/// node of ours behind the first, which then blocks us and everyone else until the
+/// session ends.
 async fn find_own(
     client: &Client,
     dir: &str,
     prefix: &str,
     until: Instant,
-) -> Option<(String, Stat)> {
+) -> Result<Option<(String, Stat)>> {
+    loop {
+        let err = match look_up(client, dir, prefix, until).await {
+            Ok(found) => return Ok(found),
+            Err(err) => err,
+        };
+        if Instant::now() >= until || !(is_connection_loss(&err) || err == ZkError::Timeout) {
+            return Err(error::map(err));
+        }
+        tracing::debug!(%dir, error = %err, "could not look for our node after a lost create answer; looking again");
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+}
+
+/// One lookup for [`find_own`]. The create may have been served by a server other than
+/// the one this session is connected to now (it reconnected), which may not have
+/// applied it yet: `sync` first has that server catch up with the leader.
+async fn look_up(
+    client: &Client,
+    dir: &str,
+    prefix: &str,
+    until: Instant,
+) -> Result<Option<(String, Stat)>, ZkError> {
+    match bounded(until, client.sync(dir)).await {
+        Ok(()) | Err(ZkError::NoNode) => {}
+        Err(err) => return Err(err),
+    }
     let head = &prefix[dir.len() + 1..];
-    let children = bounded(until, client.list_children(dir)).await.ok()?;
-    let name = children.into_iter().find(|c| c.starts_with(head))?;
+    let children = match bounded(until, client.list_children(dir)).await {
+        Ok(children) => children,
+        Err(ZkError::NoNode) => return Ok(None),
+        Err(err) => return Err(err),
+    };
+    let Some(name) = children.into_iter().find(|c| c.starts_with(head)) else {
+        return Ok(None);
+    };
     let path = format!("{dir}/{name}");
-    let stat = bounded(until, client.check_stat(&path)).await.ok()??;
-    Some((path, stat))
+    Ok(bounded(until, client.check_stat(&path))
+        .await?
+        .map(|stat| (path, stat)))
 }
 
 /// Deletes a contender node when its acquire ends without a grant, including when the
@@ -566,24 +604,37 @@ impl Pending {
     }
 }
 
-/// Deletes our contender node (found by its tag if its path is unknown); returns
-/// whether it is gone.
+/// Deletes our contender node, and every other node with its tag (a create whose
+/// answer was lost may have made one); returns whether none is left.
 async fn delete_node(client: &Client, dir: &str, tag: &str, node: Option<String>) -> bool {
     // Requests of one session are served in order, so a create still in flight is
     // visible to the listing sent after it.
-    let node = match node {
-        Some(node) => node,
-        None => match client.list_children(dir).await {
-            Ok(children) => match children.into_iter().find(|c| c.starts_with(tag)) {
-                Some(name) => format!("{dir}/{name}"),
-                None => return true,
-            },
-            Err(ZkError::NoNode) => return true,
-            Err(_) => return false,
-        },
+    let mut nodes: Vec<String> = node.into_iter().collect();
+    let listed = match client.list_children(dir).await {
+        Ok(children) => {
+            for name in children.into_iter().filter(|c| c.starts_with(tag)) {
+                let path = format!("{dir}/{name}");
+                if !nodes.contains(&path) {
+                    nodes.push(path);
+                }
+            }
+            true
+        }
+        // No lock path: no node of ours either.
+        Err(ZkError::NoNode) => return true,
+        Err(_) => false,
     };
+    let mut gone = listed;
+    for node in nodes {
+        gone &= delete_one(client, &node).await;
+    }
+    gone
+}
+
+/// Deletes one node; whether it is gone.
+async fn delete_one(client: &Client, node: &str) -> bool {
     for _ in 0..3 {
-        match client.delete(&node, None).await {
+        match client.delete(node, None).await {
             Ok(()) | Err(ZkError::NoNode) => return true,
             Err(err) if is_connection_loss(&err) => tokio::time::sleep(RETRY_PAUSE).await,
             Err(_) => return false,
