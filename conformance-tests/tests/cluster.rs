@@ -556,7 +556,10 @@ async fn etcd_waiter_on_a_member_cut_off_from_the_leader_hears_the_release() {
             .await
             .expect("add an endpoint");
     }
-    guard.release().await.expect("release on the majority's side");
+    guard
+        .release()
+        .await
+        .expect("release on the majority's side");
     let released_at = Instant::now();
     let got = tokio::time::timeout(Duration::from_secs(30), waiting).await;
     let waited = released_at.elapsed();

@@ -416,7 +416,11 @@ async fn fair_keys(admin: &EtcdBackend, name: &str) -> Vec<String> {
     let found = kv
         .get(
             format!("{NS}/{name}\u{1f}fair/"),
-            Some(etcd_client::GetOptions::new().with_prefix().with_keys_only()),
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only(),
+            ),
         )
         .await
         .unwrap();

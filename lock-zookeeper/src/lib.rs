@@ -96,7 +96,8 @@ mod stats;
 
 pub use backend::ZkBackend;
 pub use config::{
-    ZkConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TIMEOUT,
+    ZkConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_SESSION_TIMEOUT,
 };
 pub use lease::ZkLease;
 pub use session::ConnectionState;

@@ -62,13 +62,15 @@ impl Limits {
     /// When a request sent now must have been answered.
     fn next(&self) -> Instant {
         let timeout = Instant::now() + self.request_timeout;
-        self.deadline.map_or(timeout, |deadline| deadline.min(timeout))
+        self.deadline
+            .map_or(timeout, |deadline| deadline.min(timeout))
     }
 
     /// Whether the acquire's wait ran out: a request that failed for want of an answer
     /// then means "not acquired within the limit".
     fn ran_out(&self) -> bool {
-        self.deadline.is_some_and(|deadline| Instant::now() >= deadline)
+        self.deadline
+            .is_some_and(|deadline| Instant::now() >= deadline)
     }
 }
 
@@ -247,16 +249,16 @@ async fn queue(
     };
     let owner = req.owner.as_str().as_bytes();
     let (node, created) = match downgrade_from {
-        Some(write) => match create_downgrade(inner, client, dir, &prefix, owner, write, limits)
-            .await?
-        {
-            Some(made) => made,
-            None => {
-                // The multi-op failed as a whole: there is no node to delete.
-                pending.disarm();
-                return Ok(Attempt::WriteGone);
+        Some(write) => {
+            match create_downgrade(inner, client, dir, &prefix, owner, write, limits).await? {
+                Some(made) => made,
+                None => {
+                    // The multi-op failed as a whole: there is no node to delete.
+                    pending.disarm();
+                    return Ok(Attempt::WriteGone);
+                }
             }
-        },
+        }
         None => create(inner, client, dir, &prefix, owner, limits).await?,
     };
     pending.node = Some(node.clone());
@@ -383,7 +385,9 @@ async fn fence(
     } else {
         inner.counters.bump(Count::FenceWrite);
         // The same data again: only the write's zxid matters.
-        bounded(until, client.set_data(node, data, None)).await?.mzxid
+        bounded(until, client.set_data(node, data, None))
+            .await?
+            .mzxid
     };
     // Zxids are positive; a negative one would be a server bug, not a reason to panic.
     u64::try_from(zxid).map_err(|_| ZkError::UnexpectedError(format!("negative zxid {zxid}")))

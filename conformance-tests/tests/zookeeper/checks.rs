@@ -1045,7 +1045,9 @@ async fn requests_cut_off_end_within_the_request_timeout(zk: Arc<Zk>) {
         );
         println!("zookeeper: cut-off client, {line}");
         assert!(
-            [tried_in, waited_in, released_in].iter().all(|t| *t <= limit),
+            [tried_in, waited_in, released_in]
+                .iter()
+                .all(|t| *t <= limit),
             "not all within {limit:?}: {line}"
         );
         let retryable = [
@@ -1053,7 +1055,10 @@ async fn requests_cut_off_end_within_the_request_timeout(zk: Arc<Zk>) {
             waited.is_some_and(|r| r.is_err_and(|e| e.is_retryable())),
             released.is_some_and(|r| r.is_err_and(|e| e.is_retryable())),
         ];
-        assert!(retryable.iter().all(|r| *r), "not all retryable errors: {line}");
+        assert!(
+            retryable.iter().all(|r| *r),
+            "not all retryable errors: {line}"
+        );
     }
 }
 

@@ -83,11 +83,7 @@ impl ZkFaults {
     /// Arms `fault` for the next request of one of the types `ops`, after every rule
     /// armed before it has fired.
     pub fn then(&self, ops: &'static [i32], fault: Fault) {
-        self.shared
-            .rules
-            .lock()
-            .unwrap()
-            .push(Rule { ops, fault });
+        self.shared.rules.lock().unwrap().push(Rule { ops, fault });
     }
 
     /// The rules that fired so far, as (request type, fault).
