@@ -1,8 +1,9 @@
 //! A TCP proxy on loopback between clients and a server, for tests that cut a client off
 //! the way a network does: [`Blackhole::cut`] stops every byte both ways while the
-//! connections stay open (no reset, no FIN), as when packets are silently dropped.
+//! connections stay open (no reset, no FIN), as when packets are silently dropped;
+//! [`Blackhole::heal`] lets new connections through again.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -16,6 +17,9 @@ use tokio::time::Instant;
 pub struct Blackhole {
     port: u16,
     open: Arc<AtomicBool>,
+    /// Counts heals: a connection made before the last heal may have lost bytes, so it
+    /// is closed when it next carries any.
+    heals: Arc<AtomicU64>,
     /// When bytes from a client last reached the server: the server's "last heard".
     last_to_server: Arc<Mutex<Option<Instant>>>,
     task: JoinHandle<()>,
@@ -30,10 +34,15 @@ impl Blackhole {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();
         let open = Arc::new(AtomicBool::new(true));
+        let heals = Arc::new(AtomicU64::new(0));
         let last_to_server = Arc::new(Mutex::new(None));
-        let (flag, heard) = (open.clone(), last_to_server.clone());
+        let (flag, heard, healed) = (open.clone(), last_to_server.clone(), heals.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                let epoch = Epoch {
+                    heals: healed.clone(),
+                    at: healed.load(Ordering::SeqCst),
+                };
                 let Ok(server) = TcpStream::connect(("127.0.0.1", server_port)).await else {
                     continue;
                 };
@@ -43,12 +52,14 @@ impl Blackhole {
                     Box::new(client_read),
                     Box::new(server_write),
                     flag.clone(),
+                    epoch.clone(),
                     Some(heard.clone()),
                 ));
                 tokio::spawn(pump(
                     Box::new(server_read),
                     Box::new(client_write),
                     flag.clone(),
+                    epoch,
                     None,
                 ));
             }
@@ -56,6 +67,7 @@ impl Blackhole {
         Ok(Blackhole {
             port,
             open,
+            heals,
             last_to_server,
             task,
         })
@@ -79,6 +91,27 @@ impl Blackhole {
     pub fn cut(&self) {
         self.open.store(false, Ordering::SeqCst);
     }
+
+    /// Ends [`cut`](Self::cut): bytes flow again on connections made from now on.
+    /// Connections made before may have lost bytes (their streams are broken), so each
+    /// is closed the next time either side sends on it, and the client reconnects.
+    pub fn heal(&self) {
+        self.heals.fetch_add(1, Ordering::SeqCst);
+        self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The heal count when a connection was made.
+#[derive(Clone, Debug)]
+struct Epoch {
+    heals: Arc<AtomicU64>,
+    at: u64,
+}
+
+impl Epoch {
+    fn is_stale(&self) -> bool {
+        self.heals.load(Ordering::SeqCst) != self.at
+    }
 }
 
 impl Drop for Blackhole {
@@ -92,12 +125,16 @@ async fn pump(
     mut from: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
     mut to: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
     open: Arc<AtomicBool>,
+    epoch: Epoch,
     heard: Option<Arc<Mutex<Option<Instant>>>>,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         match from.read(&mut buf).await {
             Ok(0) | Err(_) => return,
+            // Made before a heal: closed (both directions, as each side sees the other
+            // side's end).
+            Ok(_) if epoch.is_stale() => return,
             Ok(n) if open.load(Ordering::SeqCst) => {
                 if to.write_all(&buf[..n]).await.is_err() {
                     return;

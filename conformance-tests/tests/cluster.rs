@@ -476,3 +476,104 @@ async fn mariadb_restarted_under_load() {
     )
     .await;
 }
+
+/// A waiter whose watch is served by a member cut off from the leader (its peer traffic
+/// dropped; its clients still reach it) must hear of the release made on the
+/// majority's side. The member's watches see nothing while it has no leader: unless
+/// they were opened requiring one, which makes the member end them, the waiter waits
+/// on a silent watch until the partition heals. The waiter knows only that member at
+/// first, so its watch is surely there; the other members are added to its client
+/// once the member is cut off, for its next requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_waiter_on_a_member_cut_off_from_the_leader_hears_the_release() {
+    use lock_core::{DistributedLockExt as _, LockClient};
+    use lock_etcd::{EtcdBackend, EtcdConfig};
+    use tokio::time::Instant;
+
+    if !containers_or_skip("etcd waiter on a member cut off from the leader") {
+        return;
+    }
+    let cluster = Cluster::etcd(3).await.expect("an etcd cluster");
+    let leader = leader(&cluster, Kind::Etcd).await;
+    let follower = (0..3).find(|&i| i != leader).unwrap();
+    let third = (0..3).find(|&i| i != leader && i != follower).unwrap();
+    let endpoint = |i: usize| format!("127.0.0.1:{}", cluster.nodes[i].port());
+    let backend = |i: usize| {
+        let config = EtcdConfig::builder(&format!("etcd://{}", endpoint(i)))
+            .build()
+            .expect("valid URL");
+        EtcdBackend::connect(config)
+    };
+    let ns = "require-leader";
+    let client = |backend: EtcdBackend| {
+        LockClient::builder(backend)
+            .namespace(ns)
+            .watchdog_lease(Duration::from_secs(30))
+            .build()
+            .expect("client")
+    };
+    let holder_backend = backend(leader).await.expect("holder connects");
+    let holder = client(holder_backend.clone());
+    let waiter_backend = backend(follower).await.expect("waiter connects");
+    let waiter = client(waiter_backend.clone());
+    let guard = holder.lock("x").unwrap().acquire().await.expect("acquire");
+    let lock = waiter.lock("x").unwrap();
+    let waiting = tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(90)).await });
+    let started = Instant::now();
+    loop {
+        let mut kv = holder_backend.client().kv_client();
+        let options = lock_etcd::etcd_client::GetOptions::new()
+            .with_prefix()
+            .with_count_only();
+        let queued = kv.get(format!("{ns}/x/"), Some(options)).await;
+        if queued.is_ok_and(|r| r.count() == 2) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the waiter did not queue"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The waiter's watch follows its key within milliseconds.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!waiting.is_finished(), "the waiter got in while held");
+
+    let node = &cluster.nodes[follower];
+    node.isolate_port(2380).await.expect("cut the member off");
+    let cut_at = Instant::now();
+    while !cluster.etcd_leaderless(follower).await {
+        assert!(
+            cut_at.elapsed() < Duration::from_secs(30),
+            "the cut-off member still knows a leader"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for i in [leader, third] {
+        waiter_backend
+            .client()
+            .add_endpoint(format!("http://{}", endpoint(i)))
+            .await
+            .expect("add an endpoint");
+    }
+    guard
+        .release()
+        .await
+        .expect("release on the majority's side");
+    let released_at = Instant::now();
+    let got = tokio::time::timeout(Duration::from_secs(30), waiting).await;
+    let waited = released_at.elapsed();
+    node.heal().await.expect("heal");
+    let got = match got {
+        Err(_) => panic!(
+            "the waiter did not hear of the release within {waited:.1?} while its member was cut off from the leader"
+        ),
+        Ok(task) => task.expect("the waiting task").unwrap_or_else(|err| {
+            panic!("the waiter's acquire failed {waited:.1?} after the release, never having heard of it: {err}")
+        }),
+    };
+    println!(
+        "etcd: a waiter whose member was cut off from the leader got the lock {waited:.1?} after the release"
+    );
+    got.release().await.expect("release");
+}

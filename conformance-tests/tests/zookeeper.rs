@@ -4,6 +4,8 @@
 
 #[path = "zookeeper/checks.rs"]
 mod checks;
+#[path = "zookeeper/faults.rs"]
+mod faults;
 #[path = "zookeeper/server.rs"]
 mod server;
 

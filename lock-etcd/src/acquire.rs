@@ -558,19 +558,28 @@ impl Job {
 
     /// Removes what an acquisition wrote: revokes a fixed lease (etcd deletes its one
     /// key), or deletes the key from the session lease, guarded by its revision when
-    /// known. Retried for a while: a key left on the session lease would block others
-    /// for as long as this client lives.
+    /// known. Retried, with backoff, for as long as etcd may still keep the lease the
+    /// key hangs on: a key left on the session lease would block others for as long as
+    /// this client keeps that lease alive, which it does while it holds any lock.
     async fn clean_up(&self, contender: &Contender) {
-        for attempt in 0..8u32 {
-            match self.remove(contender).await {
+        let mut attempt = 0u32;
+        loop {
+            let err = match self.remove(contender).await {
                 Ok(()) => return,
-                Err(err) => {
-                    tracing::debug!(key = %contender.key, error = %err, attempt, "could not remove an abandoned key; retrying");
-                    tokio::time::sleep(Duration::from_millis(100) * 2u32.pow(attempt.min(5))).await;
-                }
+                Err(err) => err,
+            };
+            let lease = &contender.lease;
+            // A session lease found gone took the key with it. (A fixed lease is marked
+            // dead by the revoke being tried: it goes when it runs out.)
+            let gone = lease.is_session() && lease.is_dead();
+            if gone || Instant::now() >= lease.may_live_until() {
+                tracing::debug!(key = %contender.key, error = %err, "could not remove an abandoned key; it went with its lease");
+                return;
             }
+            tracing::debug!(key = %contender.key, error = %err, attempt, "could not remove an abandoned key; retrying");
+            tokio::time::sleep(Duration::from_millis(100) * 2u32.pow(attempt.min(5))).await;
+            attempt = attempt.saturating_add(1);
         }
-        tracing::warn!(key = %contender.key, "gave up removing an abandoned key; it goes with its lease");
     }
 
     /// One try at removing what an acquisition wrote (see [`Job::clean_up`]), bounded

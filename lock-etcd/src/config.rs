@@ -100,7 +100,13 @@ impl EtcdConfig {
             .with_connect_timeout(self.connect_timeout)
             // Dead connections are noticed by HTTP/2 pings even while only a watch waits.
             .with_keep_alive(Duration::from_secs(5), self.request_timeout)
-            .with_keep_alive_while_idle(true);
+            .with_keep_alive_while_idle(true)
+            // Every request, watches and keep-alive streams included, carries
+            // `hasleader: true`: a member cut off from the leader refuses new ones at
+            // once and ends the open ones (after three election timeouts without a
+            // leader). Without it, a watch served by such a member stays silent for as
+            // long as the partition lasts, and a waiter never hears of the release.
+            .with_require_leader(true);
         if let Some((name, password)) = &self.user {
             options = options.with_user(name.clone(), password.clone());
         }

@@ -43,6 +43,9 @@ pub(crate) struct Lease {
     /// When the last successful keep-alive (or the grant) was sent: etcd keeps the
     /// lease at least until this plus `granted`.
     refreshed_at: StdMutex<Instant>,
+    /// When the last keep-alive was sent, answered or not: etcd may keep the lease
+    /// until this plus `granted`.
+    attempted_at: StdMutex<Instant>,
     /// The keep-alive stream, opened on first use and reopened after a failure.
     keeper: AsyncMutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
     dead: AtomicBool,
@@ -98,6 +101,7 @@ impl Lease {
             granted,
             session_for,
             refreshed_at: StdMutex::new(sent),
+            attempted_at: StdMutex::new(sent),
             keeper: AsyncMutex::new(None),
             dead: AtomicBool::new(false),
             notifiers: StdMutex::new(Vec::new()),
@@ -125,6 +129,13 @@ impl Lease {
     /// The earliest moment etcd may drop this lease, as far as the client knows.
     pub(crate) fn kept_until(&self) -> Instant {
         *lock(&self.refreshed_at) + self.granted
+    }
+
+    /// The latest moment etcd may still keep this lease, as far as the client knows:
+    /// a keep-alive whose answer never came may have renewed it.
+    pub(crate) fn may_live_until(&self) -> Instant {
+        let attempted = *lock(&self.attempted_at) + self.granted;
+        attempted.max(self.kept_until())
     }
 
     /// How often a waiter refreshes the lease its key hangs on.
@@ -183,6 +194,7 @@ impl Lease {
         // dropped, so a late answer is never read as the answer to a later keep-alive.
         let stream = slot.take();
         let sent = Instant::now();
+        *lock(&self.attempted_at) = sent;
         let outcome = within("lease keep-alive", timeout, async {
             match stream {
                 Some((mut keeper, mut stream)) => {

@@ -96,7 +96,10 @@
 //!
 //! Every request has the [request timeout](EtcdConfig::request_timeout); etcd down or
 //! without a leader is [`Error::Unavailable`](lock_core::Error::Unavailable), which is
-//! retryable. An acquisition runs in a task of its own: dropping its future deletes the
+//! retryable. Every request requires a leader (`hasleader`): a member cut off from the
+//! leader refuses new requests and ends the watches it serves, so a waiter whose watch
+//! was there looks again through another member rather than waiting on a watch that
+//! can no longer fire. An acquisition runs in a task of its own: dropping its future deletes the
 //! key it wrote (or revokes its fixed lease), also when the grant was already on its
 //! way.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]

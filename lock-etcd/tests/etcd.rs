@@ -409,3 +409,90 @@ async fn two_owners_of_one_client_take_turns_on_one_key() {
     assert!(keys.kvs()[0].value().is_empty());
     second.release().await.unwrap();
 }
+
+/// The keys of the fair lock `name` now (`{NS}/{name}<US>fair/...`).
+async fn fair_keys(admin: &EtcdBackend, name: &str) -> Vec<String> {
+    let mut kv = admin.client().kv_client();
+    let found = kv
+        .get(
+            format!("{NS}/{name}\u{1f}fair/"),
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only(),
+            ),
+        )
+        .await
+        .unwrap();
+    found
+        .kvs()
+        .iter()
+        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+        .collect()
+}
+
+/// A fair waiter dropped while its client cannot reach etcd, for longer than the
+/// clean-up of its key used to keep trying (eight tries, about 17 s with a 500 ms
+/// request timeout), while the client keeps its session lease alive through another
+/// lock: once etcd is reachable again the key must still go. Left on the session
+/// lease, it would block the fair lock for as long as the client holds anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_key_is_removed_after_a_long_outage() {
+    let (server, admin) = start().await;
+    let url = server.url();
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let proxy = conformance_tests::proxy::Blackhole::to(port)
+        .await
+        .expect("proxy");
+    // Long enough that the session lease outlives the outage without a keep-alive.
+    let watchdog = Duration::from_secs(60);
+    let config = EtcdConfig::builder(&format!("etcd://127.0.0.1:{}", proxy.port()))
+        .connect_timeout(Duration::from_millis(500))
+        .request_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let cut_off = client(EtcdBackend::connect(config).await.unwrap(), watchdog);
+    // Held throughout: the client keeps its session lease alive.
+    let kept = cut_off.lock("kept").unwrap().acquire().await.unwrap();
+    let other = client(backend(&url).await, watchdog);
+    let holder = other.fair_lock("fair").unwrap().acquire().await.unwrap();
+    let lock = cut_off.fair_lock("fair").unwrap();
+    let waiter = tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(120)).await });
+    let started = Instant::now();
+    while fair_keys(&admin, "fair").await.len() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the waiter did not queue"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    proxy.cut();
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    // The clean-up runs as the backend's pending work: wait for it to end, or for
+    // longer than the old retries lasted.
+    let cut_off_backend = cut_off.backend().clone();
+    let outage = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(25), cut_off_backend.settle())
+        .await
+        .is_ok();
+    println!(
+        "clean-up of the abandoned key {} during the outage ({:.1?})",
+        if ended { "gave up" } else { "still trying" },
+        outage.elapsed()
+    );
+    proxy.heal();
+    holder.release().await.unwrap();
+    let third = client(common::backend(&url).await, watchdog);
+    let got = third
+        .fair_lock("fair")
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(15))
+        .await;
+    let keys = fair_keys(&admin, "fair").await;
+    let guard = got.unwrap_or_else(|err| {
+        panic!("the fair lock stayed blocked after the outage ({err}); keys: {keys:?}")
+    });
+    guard.release().await.unwrap();
+    kept.release().await.unwrap();
+}

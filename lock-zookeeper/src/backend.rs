@@ -217,7 +217,8 @@ impl ZkBackend {
     ) -> Result<(Client, String, Vec<path::Contender>)> {
         let session = self.inner.sessions.get().await?;
         let dir = path::lock_path(key, family);
-        let children = match session.client.list_children(&dir).await {
+        let until = tokio::time::Instant::now() + self.config().request_timeout();
+        let children = match recipe::bounded(until, session.client.list_children(&dir)).await {
             Ok(children) => children,
             Err(ZkError::NoNode) => Vec::new(),
             Err(err) => return Err(error::map(err)),
@@ -286,23 +287,36 @@ impl LockBackend for ZkBackend {
             .sessions
             .peek()
             .filter(|s| s.generation == lease.data.generation);
+        if lease.data.is_lost() && flags.deleted_by_release() {
+            // An earlier release's delete landed after its caller stopped waiting.
+            flags.stop.notify_one();
+            self.inner.unregister_writer(lease);
+            return Ok(());
+        }
         let Some(session) = session.filter(|_| !lease.data.is_lost()) else {
             // Its session is gone, and its ephemeral node with it.
             flags.lost.store(true, Ordering::Release);
             self.inner.unregister_writer(lease);
             return Err(not_owner());
         };
+        // From the first delete sent on, the node's deletion is ours, not a loss: a
+        // delete whose answer did not come may still land.
         flags.releasing.store(true, Ordering::Release);
-        let give_up = tokio::time::Instant::now() + self.config().connect_timeout();
-        let mut retried = false;
+        let timeout = self.config().request_timeout();
+        let give_up = tokio::time::Instant::now() + timeout;
         let outcome = loop {
-            match session.client.delete(&lease.data.path, None).await {
-                Err(err) if is_connection_loss(&err) && tokio::time::Instant::now() < give_up => {
-                    retried = true;
+            let sent_before = flags.delete_sent.swap(true, Ordering::AcqRel);
+            let delete = session.client.delete(&lease.data.path, None);
+            match recipe::bounded(give_up, delete).await {
+                Err(err)
+                    if (is_connection_loss(&err) || err == ZkError::Timeout)
+                        && tokio::time::Instant::now() < give_up =>
+                {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                // After a lost reply, "no node" may be our own delete having gone through.
-                Err(ZkError::NoNode) if retried => break Ok(()),
+                // After a lost answer, "no node" may be an earlier delete of ours
+                // having gone through (in this call or an earlier one).
+                Err(ZkError::NoNode) if sent_before => break Ok(()),
                 other => break other,
             }
         };
@@ -318,10 +332,10 @@ impl LockBackend for ZkBackend {
                 self.inner.unregister_writer(lease);
                 Err(not_owner())
             }
-            Err(err) => {
-                flags.releasing.store(false, Ordering::Release);
-                Err(error::map(err))
-            }
+            Err(ZkError::Timeout) => Err(error::unavailable(format!(
+                "zookeeper did not answer a release within the request timeout {timeout:?}"
+            ))),
+            Err(err) => Err(error::map(err)),
         }
     }
 
@@ -366,7 +380,9 @@ impl LockBackend for ZkBackend {
         let (client, dir, queue) = self.queue(key, family).await?;
         let mut removed = false;
         for holder in holders(&queue, family) {
-            match client.delete(&format!("{dir}/{}", holder.name), None).await {
+            let until = tokio::time::Instant::now() + self.config().request_timeout();
+            let delete = client.delete(&format!("{dir}/{}", holder.name), None);
+            match recipe::bounded(until, delete).await {
                 Ok(()) => removed = true,
                 Err(ZkError::NoNode) => {}
                 Err(err) => return Err(error::map(err)),

@@ -11,6 +11,8 @@ use lock_core::{Error, Result};
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long connecting may take unless configured.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one request may wait for its answer unless configured.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// The port used when a host names none.
 pub const DEFAULT_PORT: u16 = 2181;
 /// The longest session or connect timeout accepted.
@@ -40,6 +42,7 @@ pub struct ZkConfig {
     chroot: Option<String>,
     session_timeout: Duration,
     connect_timeout: Duration,
+    request_timeout: Duration,
     digest: Option<(String, String)>,
 }
 
@@ -50,6 +53,7 @@ impl fmt::Debug for ZkConfig {
             .field("chroot", &self.chroot)
             .field("session_timeout", &self.session_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
             // Never print the password.
             .field("digest_user", &self.digest.as_ref().map(|(user, _)| user))
             .finish()
@@ -71,13 +75,15 @@ impl ZkConfig {
             chroot: None,
             session_timeout: DEFAULT_SESSION_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
             digest: None,
         })
     }
 
     /// Parses `zk://[user:password@]host:port[,host:port...][/chroot][?options]`.
     ///
-    /// Options: `session_timeout_ms`, `connect_timeout_ms`. `user:password` turns on
+    /// Options: `session_timeout_ms`, `connect_timeout_ms`, `request_timeout_ms`.
+    /// `user:password` turns on
     /// digest authentication and a creator-only ACL (see [`with_digest`](Self::with_digest)).
     ///
     /// # Errors
@@ -133,9 +139,10 @@ impl ZkConfig {
             config = match name {
                 "session_timeout_ms" => config.with_session_timeout(millis()?)?,
                 "connect_timeout_ms" => config.with_connect_timeout(millis()?)?,
+                "request_timeout_ms" => config.with_request_timeout(millis()?)?,
                 other => {
                     return Err(Error::invalid_argument(format!(
-                        "unknown zookeeper URL option {other:?} (known: session_timeout_ms, connect_timeout_ms)"
+                        "unknown zookeeper URL option {other:?} (known: session_timeout_ms, connect_timeout_ms, request_timeout_ms)"
                     )))
                 }
             };
@@ -183,6 +190,21 @@ impl ZkConfig {
         Ok(self)
     }
 
+    /// How long one request may wait for its answer before the call fails with a
+    /// retryable [`Error::Unavailable`] (default [`DEFAULT_REQUEST_TIMEOUT`]). Without
+    /// it, a request sent while the connection is lost waits until the client
+    /// reconnects or gives the session up, up to 7/5 of the session timeout. An
+    /// acquire's requests end at its wait limit too, while it may still wait; a
+    /// release retries within this timeout, and lock-core retries it in the
+    /// background after it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] unless between 1 ms and one hour.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Result<Self> {
+        self.request_timeout = check_timeout("request timeout", timeout)?;
+        Ok(self)
+    }
+
     /// Authenticates with ZooKeeper's `digest` scheme and creates every node (lock path
     /// containers and lock nodes) with a creator-only ACL, so clients without these
     /// credentials can neither create contenders nor delete this client's nodes
@@ -211,6 +233,11 @@ impl ZkConfig {
     /// The connect timeout.
     pub fn connect_timeout(&self) -> Duration {
         self.connect_timeout
+    }
+
+    /// The request timeout.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
     }
 
     pub(crate) fn digest(&self) -> Option<(&str, &str)> {
@@ -267,12 +294,13 @@ mod tests {
     #[test]
     fn urls_parse() {
         let c =
-            ZkConfig::from_url("zk://u:p@a:1,b/r/s?session_timeout_ms=2000&connect_timeout_ms=300")
+            ZkConfig::from_url("zk://u:p@a:1,b/r/s?session_timeout_ms=2000&connect_timeout_ms=300&request_timeout_ms=700")
                 .unwrap();
         assert_eq!(c.hosts(), ["a:1", "b:2181"]);
         assert_eq!(c.chroot(), Some("/r/s"));
         assert_eq!(c.session_timeout(), Duration::from_secs(2));
         assert_eq!(c.connect_timeout(), Duration::from_millis(300));
+        assert_eq!(c.request_timeout(), Duration::from_millis(700));
         assert_eq!(c.digest(), Some(("u", "p")));
         assert!(!format!("{c:?}").contains("\"p\""), "password printed");
         assert_eq!(ZkConfig::from_url("zk://h:5/").unwrap().chroot(), None);
@@ -292,6 +320,7 @@ mod tests {
             "zk://h/a/../b",
             "zk://h?session_timeout_ms=0",
             "zk://h?session_timeout_ms=abc",
+            "zk://h?request_timeout_ms=0",
             "zk://h?nope=1",
             "zk://:p@h",
             "zk://nopass@h",

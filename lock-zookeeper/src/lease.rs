@@ -39,8 +39,19 @@ pub(crate) struct LeaseFlags {
     pub(crate) lost: AtomicBool,
     /// The owner is releasing: the node's deletion is ours, not a loss.
     pub(crate) releasing: AtomicBool,
+    /// A release sent a delete (its answer may not have come).
+    pub(crate) delete_sent: AtomicBool,
+    /// The node was deleted (not lost with its session) while a release was under way.
+    pub(crate) deleted: AtomicBool,
     /// Ends the watch task after a release.
     pub(crate) stop: Notify,
+}
+
+impl LeaseFlags {
+    /// Whether the node went by a delete that a release sent.
+    pub(crate) fn deleted_by_release(&self) -> bool {
+        self.delete_sent.load(Ordering::Acquire) && self.deleted.load(Ordering::Acquire)
+    }
 }
 
 /// Watches a held node until it is released, deleted by someone else, or its session
@@ -62,6 +73,9 @@ pub(crate) fn watch(
             () = session::ended(session_ended) => LeaseLoss::SessionLost,
             () = flags.stop.notified() => return,
         };
+        if reason == LeaseLoss::Revoked {
+            flags.deleted.store(true, Ordering::Release);
+        }
         flags.lost.store(true, Ordering::Release);
         if !flags.releasing.load(Ordering::Acquire) {
             tracing::warn!(%reason, "zookeeper lock lost");

@@ -95,7 +95,10 @@ mod session;
 mod stats;
 
 pub use backend::ZkBackend;
-pub use config::{ZkConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_SESSION_TIMEOUT};
+pub use config::{
+    ZkConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_SESSION_TIMEOUT,
+};
 pub use lease::ZkLease;
 pub use session::ConnectionState;
 pub use stats::ZkStats;

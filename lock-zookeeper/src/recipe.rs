@@ -11,7 +11,8 @@ use lock_core::backend::{AcquireRequest, Grant};
 use lock_core::{LockKind, Result};
 use tokio::time::Instant;
 use zookeeper_client::{
-    Client, Error as ZkError, EventType, MultiWriteError, MultiWriteResult, Stat, WatchedEvent,
+    Client, Error as ZkError, EventType, MultiWriteError, MultiWriteResult, SessionState, Stat,
+    WatchedEvent,
 };
 
 use crate::backend::Inner;
@@ -37,10 +38,74 @@ enum Attempt {
     WriteGone,
 }
 
+/// How long each request of an acquire may wait for its answer: the request timeout,
+/// and no later than the acquire's deadline while it may still wait (a single try is
+/// bounded by the request timeout alone).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    request_timeout: Duration,
+    deadline: Option<Instant>,
+}
+
+impl Limits {
+    fn of(inner: &Inner, req: &AcquireRequest<'_>) -> Self {
+        Limits {
+            request_timeout: inner.sessions.config().request_timeout(),
+            deadline: if req.deadline.has_passed() {
+                None
+            } else {
+                req.deadline.instant()
+            },
+        }
+    }
+
+    /// When a request sent now must have been answered.
+    fn next(&self) -> Instant {
+        let timeout = Instant::now() + self.request_timeout;
+        self.deadline
+            .map_or(timeout, |deadline| deadline.min(timeout))
+    }
+
+    /// Whether the acquire's wait ran out: a request that failed for want of an answer
+    /// then means "not acquired within the limit".
+    fn ran_out(&self) -> bool {
+        self.deadline
+            .is_some_and(|deadline| Instant::now() >= deadline)
+    }
+}
+
+/// Runs one request, failing it with `Timeout` if it is not answered by `until`. The
+/// request may still reach the server later: callers treat a timeout as a lost
+/// connection (the request may or may not have happened).
+pub(crate) async fn bounded<T>(
+    until: Instant,
+    request: impl std::future::Future<Output = Result<T, ZkError>>,
+) -> Result<T, ZkError> {
+    tokio::time::timeout_at(until, request)
+        .await
+        .unwrap_or(Err(ZkError::Timeout))
+}
+
 /// Takes the lock `req` asks for, waiting until its deadline.
 pub(crate) async fn acquire(
     inner: &Inner,
     req: &AcquireRequest<'_>,
+) -> Result<Option<Grant<ZkLease>>> {
+    let limits = Limits::of(inner, req);
+    match acquire_within(inner, req, limits).await {
+        // A request cut short by the deadline (or failed after it): the wait ran out.
+        Err(err) if err.is_retryable() && limits.ran_out() => {
+            tracing::debug!(error = %err, "zookeeper acquire ran out of time in a request");
+            Ok(None)
+        }
+        other => other,
+    }
+}
+
+async fn acquire_within(
+    inner: &Inner,
+    req: &AcquireRequest<'_>,
+    limits: Limits,
 ) -> Result<Option<Grant<ZkLease>>> {
     let dir = path::lock_path(req.key, req.kind.family());
     let mut may_downgrade = req.kind == LockKind::Read;
@@ -54,12 +119,12 @@ pub(crate) async fn acquire(
         };
         if req.deadline.has_passed()
             && downgrade.is_none()
-            && blocked_now(inner, &session, req, &dir).await?
+            && blocked_now(inner, &session, req, &dir, limits).await?
         {
             // A single try on a held lock: no node needed to say no.
             return Ok(None);
         }
-        match attempt(inner, &session, req, &dir, downgrade.as_deref()).await? {
+        match attempt(inner, &session, req, &dir, downgrade.as_deref(), limits).await? {
             Attempt::Granted(grant) => return Ok(Some(grant)),
             Attempt::TimedOut => return Ok(None),
             Attempt::NodeVanished if req.deadline.has_passed() => return Ok(None),
@@ -80,8 +145,9 @@ async fn blocked_now(
     session: &Session,
     req: &AcquireRequest<'_>,
     dir: &str,
+    limits: Limits,
 ) -> Result<bool> {
-    let children = match read_children(inner, &session.client, dir).await {
+    let children = match read_children(inner, &session.client, dir, limits.next()).await {
         Ok((children, _)) => children,
         Err(ZkError::NoNode) => return Ok(false),
         Err(err) => return Err(error::map(err)),
@@ -116,9 +182,10 @@ async fn read_children(
     inner: &Inner,
     client: &Client,
     dir: &str,
+    until: Instant,
 ) -> Result<(Vec<String>, Stat), ZkError> {
     inner.counters.bump(Count::ChildrenRead);
-    client.get_children(dir).await
+    bounded(until, client.get_children(dir)).await
 }
 
 /// One node's life in the queue: create it, wait for its turn, hand it over.
@@ -129,35 +196,79 @@ async fn attempt(
     req: &AcquireRequest<'_>,
     dir: &str,
     downgrade_from: Option<&str>,
+    limits: Limits,
 ) -> Result<Attempt> {
-    let client = &session.client;
     let protect = uuid::Uuid::new_v4();
-    let prefix = match downgrade_from {
-        Some(_) => format!("{dir}/{}", path::downgrade_prefix(&protect)),
-        None => format!("{dir}/{}", path::node_prefix(&protect, req.kind)),
-    };
-    let owner = req.owner.as_str().as_bytes();
     // Armed before the create is sent: if this future is dropped from here on, the node
     // is deleted (found by its uuid if the create's reply never came).
-    let mut pending = Pending::new(client.clone(), inner.cleanups.clone(), dir, &protect);
+    let mut pending = Pending::new(
+        session.client.clone(),
+        inner.cleanups.clone(),
+        dir,
+        &protect,
+        inner.sessions.config().request_timeout(),
+    );
+    let outcome = queue(
+        inner,
+        session,
+        req,
+        dir,
+        downgrade_from,
+        limits,
+        &protect,
+        &mut pending,
+    )
+    .await;
+    match outcome {
+        Err(err) if err.is_retryable() && limits.ran_out() => {
+            // A request cut short by the deadline: leave the queue before saying so.
+            tracing::debug!(error = %err, "zookeeper acquire ran out of time in a request");
+            pending.remove().await;
+            Ok(Attempt::TimedOut)
+        }
+        other => other,
+    }
+}
+
+/// The body of [`attempt`], with its node's clean-up in `pending`.
+#[allow(clippy::too_many_arguments)]
+async fn queue(
+    inner: &Inner,
+    session: &Session,
+    req: &AcquireRequest<'_>,
+    dir: &str,
+    downgrade_from: Option<&str>,
+    limits: Limits,
+    protect: &uuid::Uuid,
+    pending: &mut Pending,
+) -> Result<Attempt> {
+    let client = &session.client;
+    let prefix = match downgrade_from {
+        Some(_) => format!("{dir}/{}", path::downgrade_prefix(protect)),
+        None => format!("{dir}/{}", path::node_prefix(protect, req.kind)),
+    };
+    let owner = req.owner.as_str().as_bytes();
     let (node, created) = match downgrade_from {
-        Some(write) => match create_downgrade(inner, client, dir, &prefix, owner, write).await? {
-            Some(made) => made,
-            None => {
-                // The multi-op failed as a whole: there is no node to delete.
-                pending.disarm();
-                return Ok(Attempt::WriteGone);
+        Some(write) => {
+            match create_downgrade(inner, client, dir, &prefix, owner, write, limits).await? {
+                Some(made) => made,
+                None => {
+                    // The multi-op failed as a whole: there is no node to delete.
+                    pending.disarm();
+                    return Ok(Attempt::WriteGone);
+                }
             }
-        },
-        None => create(inner, client, dir, &prefix, owner).await?,
+        }
+        None => create(inner, client, dir, &prefix, owner, limits).await?,
     };
     pending.node = Some(node.clone());
     let name = node[dir.len() + 1..].to_owned();
 
     // The watch on our own node goes out first, the first look at the queue right
     // behind it: both are answered in one round trip.
-    let own = client.list_and_watch_children(&node);
-    let first = read_children(inner, client, dir);
+    let until = limits.next();
+    let own = bounded(until, client.list_and_watch_children(&node));
+    let first = read_children(inner, client, dir, until);
     let (own, mut listing) = futures::join!(own, first);
     let mut own_deleted: BoxFuture<'static, WatchedEvent> = match own {
         Ok((_, watcher)) => watcher.changed().boxed(),
@@ -178,7 +289,9 @@ async fn attempt(
         let downgrade = downgrade_from.is_some();
         let Some(ahead) = blocker(req.kind, &queue, pos, downgrade) else {
             let fresh = first_check && (downgrade || parent.pzxid == created.czxid);
-            let fence = match fence(inner, client, &node, owner, &created, fresh).await {
+            // Granted: finish within the request timeout, whatever the deadline.
+            let until = Instant::now() + limits.request_timeout;
+            let fence = match fence(inner, client, &node, owner, &created, fresh, until).await {
                 Ok(fence) => fence,
                 Err(ZkError::NoNode) => return Ok(Attempt::NodeVanished),
                 Err(err) => return Err(error::map(err)),
@@ -206,15 +319,13 @@ async fn attempt(
             }));
         };
         if req.deadline.has_passed() {
-            pending
-                .remove(inner.sessions.config().connect_timeout())
-                .await;
+            pending.remove().await;
             return Ok(Attempt::TimedOut);
         }
         // A child watch on the node ahead: it fires only when that node is deleted
         // (ephemeral nodes have no children), not when its holder writes its data.
         let ahead_path = format!("{dir}/{}", ahead.name);
-        match client.list_and_watch_children(&ahead_path).await {
+        match bounded(limits.next(), client.list_and_watch_children(&ahead_path)).await {
             Err(ZkError::NoNode) => {} // Already gone: look again.
             Err(err) => return Err(error::map(err)),
             Ok((_, watcher)) => {
@@ -240,14 +351,14 @@ async fn attempt(
                     }
                     () = session::ended(session.dead_signal()) => return Err(session::ended_error()),
                     () = deadline => {
-                        pending.remove(inner.sessions.config().connect_timeout()).await;
+                        pending.remove().await;
                         return Ok(Attempt::TimedOut);
                     }
                 }
             }
         }
         first_check = false;
-        listing = read_children(inner, client, dir).await;
+        listing = read_children(inner, client, dir, limits.next()).await;
     }
 }
 
@@ -267,13 +378,16 @@ async fn fence(
     data: &[u8],
     created: &Stat,
     fresh: bool,
+    until: Instant,
 ) -> Result<u64, ZkError> {
     let zxid = if fresh && !created.is_invalid() {
         created.czxid
     } else {
         inner.counters.bump(Count::FenceWrite);
         // The same data again: only the write's zxid matters.
-        client.set_data(node, data, None).await?.mzxid
+        bounded(until, client.set_data(node, data, None))
+            .await?
+            .mzxid
     };
     // Zxids are positive; a negative one would be a server bug, not a reason to panic.
     u64::try_from(zxid).map_err(|_| ZkError::UnexpectedError(format!("negative zxid {zxid}")))
@@ -281,22 +395,23 @@ async fn fence(
 
 /// Creates our contender node, with the parents it needs. A create whose connection
 /// dropped may still have happened: the node is then found by its uuid rather than
-/// created twice (Curator's protected mode).
+/// created twice (Curator's protected mode). Bounded by one request timeout (or the
+/// deadline) in all.
 async fn create(
     inner: &Inner,
     client: &Client,
     dir: &str,
     prefix: &str,
     data: &[u8],
+    limits: Limits,
 ) -> Result<(String, Stat)> {
     let secured = inner.secured();
     let options = crate::acl::contender_options(secured);
-    let started = Instant::now();
-    let give_up = inner.sessions.config().connect_timeout();
+    let give_up = limits.next();
     let mut parents_made = 0;
     loop {
         inner.counters.bump(Count::Create);
-        let err = match client.create(prefix, data, &options).await {
+        let err = match bounded(give_up, client.create(prefix, data, &options)).await {
             Ok((stat, seq)) => return Ok((format!("{prefix}{seq}"), stat)),
             Err(err) => err,
         };
@@ -304,17 +419,18 @@ async fn create(
             ZkError::NoNode if parents_made < CREATE_ATTEMPTS => {
                 parents_made += 1;
                 let dir_options = crate::acl::directory_options(secured, true);
-                match client.mkdir(dir, &dir_options).await {
+                match bounded(give_up, client.mkdir(dir, &dir_options)).await {
                     Ok(()) => {}
+                    Err(ZkError::Timeout) => return Err(error::map(ZkError::Timeout)),
                     Err(err) if is_connection_loss(&err) => tokio::time::sleep(RETRY_PAUSE).await,
                     Err(err) => return Err(error::map(err)),
                 }
             }
-            err if is_connection_loss(&err) => {
-                if let Some(found) = find_own(client, dir, prefix).await {
+            err if is_connection_loss(&err) || err == ZkError::Timeout => {
+                if let Some(found) = find_own(client, dir, prefix, give_up).await? {
                     return Ok(found);
                 }
-                if started.elapsed() >= give_up {
+                if Instant::now() >= give_up {
                     return Err(error::map(err));
                 }
                 tokio::time::sleep(RETRY_PAUSE).await;
@@ -335,10 +451,10 @@ async fn create_downgrade(
     prefix: &str,
     data: &[u8],
     write: &str,
+    limits: Limits,
 ) -> Result<Option<(String, Stat)>> {
     let options = crate::acl::contender_options(inner.secured());
-    let started = Instant::now();
-    let give_up = inner.sessions.config().connect_timeout();
+    let give_up = limits.next();
     loop {
         inner.counters.bump(Count::Create);
         let mut multi = client.new_multi_writer();
@@ -346,8 +462,10 @@ async fn create_downgrade(
         multi
             .add_create(prefix, data, &options)
             .map_err(error::map)?;
-        let err = match multi.commit().await {
-            Ok(results) => {
+        let committed = tokio::time::timeout_at(give_up, multi.commit()).await;
+        let err = match committed {
+            Err(_) => ZkError::Timeout,
+            Ok(Ok(results)) => {
                 return match results.into_iter().nth(1) {
                     Some(MultiWriteResult::Create { path, stat }) => Ok(Some((path, stat))),
                     other => Err(lock_core::Error::backend(
@@ -357,33 +475,76 @@ async fn create_downgrade(
                 };
             }
             // The check (the first operation) failed: the write node is gone.
-            Err(MultiWriteError::OperationFailed { index: 0, .. }) => return Ok(None),
-            Err(
+            Ok(Err(MultiWriteError::OperationFailed { index: 0, .. })) => return Ok(None),
+            Ok(Err(
                 MultiWriteError::OperationFailed { source, .. }
                 | MultiWriteError::RequestFailed { source },
-            ) => source,
+            )) => source,
         };
-        if !is_connection_loss(&err) {
+        if !is_connection_loss(&err) && err != ZkError::Timeout {
             return Err(error::map(err));
         }
-        if let Some(found) = find_own(client, dir, prefix).await {
+        if let Some(found) = find_own(client, dir, prefix, give_up).await? {
             return Ok(Some(found));
         }
-        if started.elapsed() >= give_up {
+        if Instant::now() >= give_up {
             return Err(error::map(err));
         }
         tokio::time::sleep(RETRY_PAUSE).await;
     }
 }
 
-/// Our node under `dir`, found by the uuid in `prefix`, if it exists.
-async fn find_own(client: &Client, dir: &str, prefix: &str) -> Option<(String, Stat)> {
+/// Our node under `dir`, found by the uuid in `prefix`, if it exists, after a create
+/// whose answer did not come. Only a lookup that answered may say it does not: a failed
+/// one is tried again until `until`, then the acquire fails (and its clean-up removes
+/// whatever the create left). Creating again on a failed lookup would queue a second
+/// node of ours behind the first, which then blocks us and everyone else until the
+/// session ends.
+async fn find_own(
+    client: &Client,
+    dir: &str,
+    prefix: &str,
+    until: Instant,
+) -> Result<Option<(String, Stat)>> {
+    loop {
+        let err = match look_up(client, dir, prefix, until).await {
+            Ok(found) => return Ok(found),
+            Err(err) => err,
+        };
+        if Instant::now() >= until || !(is_connection_loss(&err) || err == ZkError::Timeout) {
+            return Err(error::map(err));
+        }
+        tracing::debug!(%dir, error = %err, "could not look for our node after a lost create answer; looking again");
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+}
+
+/// One lookup for [`find_own`]. The create may have been served by a server other than
+/// the one this session is connected to now (it reconnected), which may not have
+/// applied it yet: `sync` first has that server catch up with the leader.
+async fn look_up(
+    client: &Client,
+    dir: &str,
+    prefix: &str,
+    until: Instant,
+) -> Result<Option<(String, Stat)>, ZkError> {
+    match bounded(until, client.sync(dir)).await {
+        Ok(()) | Err(ZkError::NoNode) => {}
+        Err(err) => return Err(err),
+    }
     let head = &prefix[dir.len() + 1..];
-    let children = client.list_children(dir).await.ok()?;
-    let name = children.into_iter().find(|c| c.starts_with(head))?;
+    let children = match bounded(until, client.list_children(dir)).await {
+        Ok(children) => children,
+        Err(ZkError::NoNode) => return Ok(None),
+        Err(err) => return Err(err),
+    };
+    let Some(name) = children.into_iter().find(|c| c.starts_with(head)) else {
+        return Ok(None);
+    };
     let path = format!("{dir}/{name}");
-    let stat = client.check_stat(&path).await.ok()??;
-    Some((path, stat))
+    Ok(bounded(until, client.check_stat(&path))
+        .await?
+        .map(|stat| (path, stat)))
 }
 
 /// Deletes a contender node when its acquire ends without a grant, including when the
@@ -396,6 +557,8 @@ struct Pending {
     tag: String,
     node: Option<String>,
     armed: bool,
+    /// How long [`remove`](Self::remove) waits.
+    request_timeout: Duration,
 }
 
 impl Pending {
@@ -404,6 +567,7 @@ impl Pending {
         cleanups: lock_core::backend::Cleanups,
         dir: &str,
         protect: &uuid::Uuid,
+        request_timeout: Duration,
     ) -> Self {
         Pending {
             client,
@@ -412,6 +576,7 @@ impl Pending {
             tag: format!("_c_{}", protect.hyphenated()),
             node: None,
             armed: true,
+            request_timeout,
         }
     }
 
@@ -422,11 +587,18 @@ impl Pending {
 
 impl Pending {
     /// Deletes the node now, before the acquire answers, so that a program that ends
-    /// right after a timeout leaves no node queued ahead of others. Bounded by `limit`
-    /// (the server may be unreachable); what is not done by then is left to `drop`.
-    async fn remove(&mut self, limit: Duration) {
+    /// right after a timeout leaves no node queued ahead of others. Bounded by the
+    /// request timeout, and not tried while the connection is lost (the acquire would
+    /// only wait for it to come back); what is not done is left to `drop`.
+    async fn remove(&mut self) {
+        if !matches!(
+            self.client.state(),
+            SessionState::SyncConnected | SessionState::ConnectedReadOnly
+        ) {
+            return;
+        }
         let removed = tokio::time::timeout(
-            limit,
+            self.request_timeout,
             delete_node(&self.client, &self.dir, &self.tag, self.node.clone()),
         )
         .await;
@@ -436,24 +608,37 @@ impl Pending {
     }
 }
 
-/// Deletes our contender node (found by its tag if its path is unknown); returns
-/// whether it is gone.
+/// Deletes our contender node, and every other node with its tag (a create whose
+/// answer was lost may have made one); returns whether none is left.
 async fn delete_node(client: &Client, dir: &str, tag: &str, node: Option<String>) -> bool {
     // Requests of one session are served in order, so a create still in flight is
     // visible to the listing sent after it.
-    let node = match node {
-        Some(node) => node,
-        None => match client.list_children(dir).await {
-            Ok(children) => match children.into_iter().find(|c| c.starts_with(tag)) {
-                Some(name) => format!("{dir}/{name}"),
-                None => return true,
-            },
-            Err(ZkError::NoNode) => return true,
-            Err(_) => return false,
-        },
+    let mut nodes: Vec<String> = node.into_iter().collect();
+    let listed = match client.list_children(dir).await {
+        Ok(children) => {
+            for name in children.into_iter().filter(|c| c.starts_with(tag)) {
+                let path = format!("{dir}/{name}");
+                if !nodes.contains(&path) {
+                    nodes.push(path);
+                }
+            }
+            true
+        }
+        // No lock path: no node of ours either.
+        Err(ZkError::NoNode) => return true,
+        Err(_) => false,
     };
+    let mut gone = listed;
+    for node in nodes {
+        gone &= delete_one(client, &node).await;
+    }
+    gone
+}
+
+/// Deletes one node; whether it is gone.
+async fn delete_one(client: &Client, node: &str) -> bool {
     for _ in 0..3 {
-        match client.delete(&node, None).await {
+        match client.delete(node, None).await {
             Ok(()) | Err(ZkError::NoNode) => return true,
             Err(err) if is_connection_loss(&err) => tokio::time::sleep(RETRY_PAUSE).await,
             Err(_) => return false,

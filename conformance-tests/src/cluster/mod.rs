@@ -92,7 +92,26 @@ impl Node {
         .await
     }
 
-    /// Ends [`isolate`](Self::isolate).
+    /// Cuts its traffic on one of its container's ports, both ways, and nothing else:
+    /// for an etcd member, its peer port (2380) cuts it off from the other members
+    /// while its clients still reach it.
+    ///
+    /// # Errors
+    /// What iptables or docker said.
+    pub async fn isolate_port(&self, port: u16) -> Result<(), String> {
+        let rules = ["INPUT -i eth0", "OUTPUT -o eth0"]
+            .iter()
+            .flat_map(|chain| {
+                ["--dport", "--sport"]
+                    .map(|side| format!("iptables -I {chain} -p tcp {side} {port} -j DROP"))
+            })
+            .collect::<Vec<_>>()
+            .join(" && ");
+        self.docker(&["exec", self.container.id(), "sh", "-c", &rules])
+            .await
+    }
+
+    /// Ends [`isolate`](Self::isolate) and [`isolate_port`](Self::isolate_port).
     ///
     /// # Errors
     /// What iptables or docker said.
@@ -412,6 +431,15 @@ impl Cluster {
         format!("etcd://{}", self.endpoints())
     }
 
+    /// Whether the etcd member at `index` answers and says it knows no leader.
+    pub async fn etcd_leaderless(&self, index: usize) -> bool {
+        let Some(reply) = etcd_status_reply(self.nodes[index].port).await else {
+            return false;
+        };
+        json_field(&reply, "member_id").is_some()
+            && json_field(&reply, "leader").is_none_or(|leader| leader == "0")
+    }
+
     /// The index of the etcd leader, as the first member that answers says.
     pub async fn etcd_leader(&self) -> Option<usize> {
         for (i, node) in self.nodes.iter().enumerate() {
@@ -444,6 +472,15 @@ struct NodeSpec {
 
 /// `(member id, leader id)` from etcd's status call on `port` (its JSON gateway).
 async fn etcd_status(port: u16) -> Option<(String, String)> {
+    let reply = etcd_status_reply(port).await?;
+    Some((
+        json_field(&reply, "member_id")?,
+        json_field(&reply, "leader")?,
+    ))
+}
+
+/// The raw answer of etcd's status call on `port` (its JSON gateway).
+async fn etcd_status_reply(port: u16) -> Option<String> {
     let ask = async {
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
@@ -456,10 +493,7 @@ async fn etcd_status(port: u16) -> Option<(String, String)> {
         stream.write_all(request.as_bytes()).await.ok()?;
         let mut reply = String::new();
         stream.read_to_string(&mut reply).await.ok()?;
-        Some((
-            json_field(&reply, "member_id")?,
-            json_field(&reply, "leader")?,
-        ))
+        Some(reply)
     };
     tokio::time::timeout(Duration::from_secs(2), ask)
         .await

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use conformance_tests::Backend as _;
 
+use crate::faults::{op, Fault, ZkFaults};
 use crate::{Zk, SESSION_TIMEOUT};
 
 type Check = fn(Arc<Zk>) -> BoxFuture<'static, ()>;
@@ -62,6 +63,15 @@ pub fn all() -> Vec<(&'static str, Check)> {
         }),
         ("empty_lock_paths_are_reaped", |zk| {
             empty_lock_paths_are_reaped(zk).boxed()
+        }),
+        ("release_met_by_a_connection_reset_is_retried", |zk| {
+            release_met_by_a_connection_reset_is_retried(zk).boxed()
+        }),
+        ("requests_cut_off_end_within_the_request_timeout", |zk| {
+            requests_cut_off_end_within_the_request_timeout(zk).boxed()
+        }),
+        ("lost_create_reply_and_failed_lookup_leave_one_node", |zk| {
+            lost_create_reply_and_failed_lookup_leave_one_node(zk).boxed()
         }),
     ]
 }
@@ -935,4 +945,162 @@ async fn blackholed_holder_reports_loss_before_the_server_frees_it(zk: Arc<Zk>) 
         lost_at - heard
     );
     taken.release().await.unwrap();
+}
+
+/// The port of the suite's server, on 127.0.0.1.
+fn server_port(zk: &Zk) -> u16 {
+    zk.url.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// The URL of a client that goes through `proxy`.
+fn through(proxy: &ZkFaults, session: Duration) -> String {
+    format!(
+        "zk://127.0.0.1:{}?session_timeout_ms={}&connect_timeout_ms=10000",
+        proxy.port(),
+        session.as_millis()
+    )
+}
+
+/// A release whose delete meets a connection reset (an I/O error, which the client
+/// library reports as a custom error, as it does an idle connection it gave up on):
+/// the session lives on (the client reconnects at once), so the lock would stay held
+/// as long as the process unless the release is retried.
+async fn release_met_by_a_connection_reset_is_retried(zk: Arc<Zk>) {
+    let ns = namespace("reset");
+    let proxy = ZkFaults::to(server_port(&zk)).await.expect("proxy");
+    let backend = ZkBackend::connect_url(&through(&proxy, SESSION_TIMEOUT))
+        .await
+        .expect("connect");
+    let guard = client(&backend, &ns)
+        .lock("r")
+        .unwrap()
+        .acquire()
+        .await
+        .expect("acquire");
+    let raw = raw(&zk).await;
+    let dir = ZkBackend::lock_path(&key(&ns, "r"), LockFamily::Exclusive);
+    children_until(&raw, &dir, zk.slack(), |c| c.len() == 1).await;
+    proxy.then(&[op::DELETE], Fault::Reset);
+    let released = within("release", SESSION_TIMEOUT + zk.slack(), guard.release()).await;
+    assert_eq!(proxy.fired(), [(op::DELETE, Fault::Reset)]);
+    println!("zookeeper: a release whose delete met a connection reset answered {released:?}");
+    children_until(&raw, &dir, zk.slack() * 3, <[String]>::is_empty).await;
+    assert_eq!(backend.connection_state(), ConnectionState::Connected);
+    released.expect("release retried");
+}
+
+/// Runs `op` to its end (at most `cap`), and says how long it took.
+async fn timed<T>(
+    cap: Duration,
+    op: impl std::future::Future<Output = T>,
+) -> (Option<T>, Duration) {
+    let started = Instant::now();
+    let out = tokio::time::timeout(cap, op).await.ok();
+    (out, started.elapsed())
+}
+
+/// A client cut off from the server (a proxy drops every byte), first before it has
+/// noticed, then once it has (`Suspended`), while its session still lives: a try-lock,
+/// an acquire with a 100 ms limit and a release each end with a retryable error
+/// within the default request timeout (5 s) and slack, rather than waiting for the
+/// client to give up on the connection (2/5 of the session timeout) or the session
+/// (7/5 of it).
+async fn requests_cut_off_end_within_the_request_timeout(zk: Arc<Zk>) {
+    let ns = namespace("stall");
+    let session = Duration::from_secs(30);
+    let limit = lock_zookeeper::DEFAULT_REQUEST_TIMEOUT + zk.slack();
+    let proxy = ZkFaults::to(server_port(&zk)).await.expect("proxy");
+    let backend = ZkBackend::connect_url(&through(&proxy, session))
+        .await
+        .expect("connect");
+    let client = client(&backend, &ns);
+    let mut held = Vec::new();
+    for name in ["held-1", "held-2"] {
+        held.push(client.lock(name).unwrap().acquire().await.expect("acquire"));
+    }
+    proxy.cut();
+    for phase in ["just cut off", "suspended"] {
+        if phase == "suspended" {
+            until("suspended", session, || {
+                backend.connection_state() == ConnectionState::Suspended
+            })
+            .await;
+        }
+        let guard = held.remove(0);
+        let try_lock = client.lock("t").unwrap();
+        let wait_lock = client.lock("w").unwrap();
+        let ((tried, tried_in), (waited, waited_in), (released, released_in)) = tokio::join!(
+            timed(session * 2, try_lock.try_acquire()),
+            timed(
+                session * 2,
+                wait_lock.acquire_timeout(Duration::from_millis(100))
+            ),
+            timed(session * 2, guard.release()),
+        );
+        let line = format!(
+            "{phase}: try-lock {tried_in:.2?} {:?}, 100 ms acquire {waited_in:.2?} {:?}, release {released_in:.2?} {:?}",
+            tried.as_ref().map(|r| r.as_ref().map(Option::is_some)),
+            waited.as_ref().map(|r| r.as_ref().map(drop)),
+            released,
+        );
+        println!("zookeeper: cut-off client, {line}");
+        assert!(
+            [tried_in, waited_in, released_in]
+                .iter()
+                .all(|t| *t <= limit),
+            "not all within {limit:?}: {line}"
+        );
+        let retryable = [
+            tried.is_some_and(|r| r.is_err_and(|e| e.is_retryable())),
+            waited.is_some_and(|r| r.is_err_and(|e| e.is_retryable())),
+            released.is_some_and(|r| r.is_err_and(|e| e.is_retryable())),
+        ];
+        assert!(
+            retryable.iter().all(|r| *r),
+            "not all retryable errors: {line}"
+        );
+    }
+}
+
+/// A create that took effect but whose reply was lost (the connection closed), then a
+/// lookup for it that failed too (the connection closed again): the acquire must not
+/// create a second node, or its first one (same session, ahead in the queue) blocks
+/// its owner and everyone else until the session ends. The acquire of a free lock
+/// succeeds, with one node.
+async fn lost_create_reply_and_failed_lookup_leave_one_node(zk: Arc<Zk>) {
+    let ns = namespace("lost-create");
+    let proxy = ZkFaults::to(server_port(&zk)).await.expect("proxy");
+    let backend = ZkBackend::connect_url(&through(&proxy, SESSION_TIMEOUT))
+        .await
+        .expect("connect");
+    let raw = raw(&zk).await;
+    let dir = ZkBackend::lock_path(&key(&ns, "c"), LockFamily::Exclusive);
+    proxy.then(&[op::CREATE2], Fault::LoseReply);
+    proxy.then(&[op::GET_CHILDREN, op::GET_CHILDREN2], Fault::Close);
+    let lock = client(&backend, &ns).lock("c").unwrap();
+    let acquired = within(
+        "acquire",
+        Duration::from_secs(10) + zk.slack() * 2,
+        lock.acquire_timeout(Duration::from_secs(10)),
+    )
+    .await;
+    let fired = proxy.fired();
+    let children = raw.list_children(&dir).await.unwrap_or_default();
+    println!(
+        "zookeeper: acquire after a lost create reply and a failed lookup ({fired:?}): {:?}; nodes {children:?}",
+        acquired.as_ref().map(drop)
+    );
+    assert_eq!(
+        fired,
+        [
+            (op::CREATE2, Fault::LoseReply),
+            (op::GET_CHILDREN, Fault::Close)
+        ]
+    );
+    let guard = acquired.unwrap_or_else(|err| {
+        panic!("acquire of a free lock after a lost create reply: {err}; nodes {children:?}")
+    });
+    assert_eq!(children.len(), 1, "nodes {children:?}");
+    guard.release().await.expect("release");
+    children_until(&raw, &dir, zk.slack(), <[String]>::is_empty).await;
 }
