@@ -198,27 +198,33 @@ pub async fn blocked_attempts_write_nothing(sql: &Sql) {
     );
 }
 
-/// A waiter in the releaser's process gets the lock at the release, not at its next
-/// poll: with polls 2.5-5 s apart (and a 30 s lease, so the holder's expiry does not
-/// shorten them), it must be granted well under the first poll's 2.5 s.
-pub async fn same_process_waiter_woken_at_release(sql: &Sql) {
-    let ns = ns();
+/// `n` clients in `namespace`, each with its own connection, that poll only every 5 s
+/// and keep 30 s leases: a waiter among them is granted sooner only if woken.
+async fn slow_polling_clients(sql: &Sql, namespace: &str, n: usize) -> Vec<LockClient<SqlBackend>> {
     let slow_polls = sql
         .options()
         .poll_interval(Duration::from_secs(5), Duration::from_secs(5));
     let mut clients = Vec::new();
-    for _ in 0..2 {
+    for _ in 0..n {
         let backend = SqlBackend::connect(slow_polls.clone())
             .await
             .expect("connect");
         clients.push(
             LockClient::builder(backend)
-                .namespace(&ns)
+                .namespace(namespace)
                 .watchdog_lease(Duration::from_secs(30))
                 .build()
                 .expect("client"),
         );
     }
+    clients
+}
+
+/// A waiter in the releaser's process gets the lock at the release, not at its next
+/// poll: with polls 2.5-5 s apart (and a 30 s lease, so the holder's expiry does not
+/// shorten them), it must be granted well under the first poll's 2.5 s.
+pub async fn same_process_waiter_woken_at_release(sql: &Sql) {
+    let clients = slow_polling_clients(sql, &ns(), 2).await;
     let guard = clients[0].lock("bell").unwrap().acquire().await.unwrap();
     let waiter_lock = clients[1].lock("bell").unwrap();
     let waiter = tokio::spawn(async move {
@@ -457,23 +463,7 @@ pub async fn force_unlock_spares_a_reused_connection_id(sql: &Sql) {
 /// A queued writer gives up (its wait limit) while readers hold the lock: a reader
 /// queued behind it in the same process is let in at once, not at its next poll.
 pub async fn same_process_reader_woken_when_a_writer_withdraws(sql: &Sql) {
-    let ns = ns();
-    let slow_polls = sql
-        .options()
-        .poll_interval(Duration::from_secs(5), Duration::from_secs(5));
-    let mut clients = Vec::new();
-    for _ in 0..3 {
-        let backend = SqlBackend::connect(slow_polls.clone())
-            .await
-            .expect("connect");
-        clients.push(
-            LockClient::builder(backend)
-                .namespace(&ns)
-                .watchdog_lease(Duration::from_secs(30))
-                .build()
-                .expect("client"),
-        );
-    }
+    let clients = slow_polling_clients(sql, &ns(), 3).await;
     let reading = clients[0].rw_lock("shelf").unwrap().read().await.unwrap();
     let writer_lock = clients[1].rw_lock("shelf").unwrap();
     let writer = tokio::spawn(async move {
