@@ -31,6 +31,7 @@ mod check;
 pub mod checker;
 pub mod cluster;
 pub mod holder;
+pub mod memory;
 pub mod proxy;
 mod runner;
 pub mod server;

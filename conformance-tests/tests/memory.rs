@@ -3,52 +3,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use conformance_tests::holder::HolderProcess;
-use conformance_tests::{run_suite, Backend, ClientOptions};
+use conformance_tests::memory::Memory;
+use conformance_tests::run_suite;
 use lock_core::memory::MemoryBackend;
-use lock_core::{LockFamily, LockKey, LockProvider};
-
-struct Memory {
-    backend: MemoryBackend,
-}
-
-#[async_trait]
-impl Backend for Memory {
-    fn name(&self) -> &str {
-        "memory"
-    }
-
-    async fn client(&self, options: ClientOptions) -> lock_core::Result<Arc<dyn LockProvider>> {
-        options.client(self.backend.clone())
-    }
-
-    async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, String> {
-        Ok(self
-            .backend
-            .active_keys_in(namespace)
-            .iter()
-            .map(|key| format!("{key:?}"))
-            .collect())
-    }
-
-    async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
-        use lock_core::backend::LockBackend as _;
-        self.backend
-            .force_unlock(key, family)
-            .await
-            .map(drop)
-            .map_err(|e| e.to_string())
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_conformance() {
     let backend = MemoryBackend::new();
-    let report = run_suite(Arc::new(Memory {
-        backend: backend.clone(),
-    }))
-    .await;
+    let report = run_suite(Arc::new(Memory::new("memory", backend.clone()))).await;
     if std::env::var_os("LOCK_TEST_CASES").is_none() {
         assert!(report.passed.len() >= 25, "{}", report.summary());
     }
