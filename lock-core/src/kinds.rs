@@ -58,6 +58,12 @@ pub struct Capabilities {
     /// [`LockBackend::force_unlock_holder`](crate::backend::LockBackend::force_unlock_holder)
     /// report and break single holders, with the description each holder's client gave.
     pub inspect: bool,
+    /// A holder whose lease is taken away behind its back (a force-unlock, an operator
+    /// deleting it) learns of it within about a second, by a notification from the
+    /// server, as long as its connection is up. Without it (SQL, RedLock) the loss is
+    /// found at the watchdog's next renewal, a third of the lease later, and a fixed
+    /// lease's guard says held until the lease's end.
+    pub loss_notice: bool,
 }
 
 impl Capabilities {
@@ -83,6 +89,7 @@ impl Capabilities {
         fixed_lease: true,
         cross_process: true,
         inspect: true,
+        loss_notice: true,
     };
 
     /// The same capabilities with `cross_process` set.
@@ -106,6 +113,14 @@ impl Capabilities {
     /// The same capabilities with `inspect` set.
     pub const fn with_inspect(self, inspect: bool) -> Self {
         Capabilities { inspect, ..self }
+    }
+
+    /// The same capabilities with `loss_notice` set.
+    pub const fn with_loss_notice(self, loss_notice: bool) -> Self {
+        Capabilities {
+            loss_notice,
+            ..self
+        }
     }
 
     /// The same capabilities with `fixed_lease` set.

@@ -401,6 +401,8 @@ impl LockBackend for RedLockBackend {
         caps.fair = false;
         caps.read_write = false;
         caps.inspect = false;
+        // A force-unlock on the masters is found at the next renewal.
+        caps.loss_notice = false;
         caps
     }
 

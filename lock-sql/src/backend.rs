@@ -181,9 +181,12 @@ impl LockBackend for SqlBackend {
 
     fn capabilities(&self) -> Capabilities {
         match self.inner.strategy {
-            Strategy::Lease => Capabilities::ALL.with_inspect(false),
+            Strategy::Lease => Capabilities::ALL
+                .with_inspect(false)
+                .with_loss_notice(false),
             Strategy::ForUpdate => Capabilities::ALL
                 .with_inspect(false)
+                .with_loss_notice(false)
                 .with_fair(false)
                 .with_read_write(false)
                 .with_fixed_lease(false),

@@ -5,6 +5,7 @@ mod cancel;
 mod fair;
 mod flavor;
 mod inspect;
+mod loss_notice;
 mod multi;
 mod mutex;
 mod process;
@@ -32,6 +33,8 @@ pub struct Needs {
     pub holder_process: bool,
     /// Holders reported and broken one at a time (`inspect`, `force_unlock_holder`).
     pub inspect: bool,
+    /// Holders told at once of a lease taken away behind their back.
+    pub loss_notice: bool,
 }
 
 impl Needs {
@@ -57,6 +60,10 @@ impl Needs {
                 "backend does not report its holders",
             ),
             (
+                self.loss_notice && !caps.loss_notice,
+                "backend finds a lease taken away only at its next renewal",
+            ),
+            (
                 self.holder_process
                     && (!caps.cross_process || backend.holder_command(&probe).is_none()),
                 "backend cannot hold a lock from another process",
@@ -73,6 +80,7 @@ impl Needs {
             fixed_lease: self.fixed_lease || other.fixed_lease,
             holder_process: self.holder_process || other.holder_process,
             inspect: self.inspect || other.inspect,
+            loss_notice: self.loss_notice || other.loss_notice,
         }
     }
 }
@@ -83,6 +91,7 @@ const NOTHING: Needs = Needs {
     fixed_lease: false,
     holder_process: false,
     inspect: false,
+    loss_notice: false,
 };
 const FIXED: Needs = Needs {
     fixed_lease: true,
@@ -94,6 +103,10 @@ const FAIR: Needs = Needs {
 };
 const INSPECT: Needs = Needs {
     inspect: true,
+    ..NOTHING
+};
+const LOSS_NOTICE: Needs = Needs {
+    loss_notice: true,
     ..NOTHING
 };
 const RW: Needs = Needs {
@@ -195,6 +208,29 @@ pub fn all_cases() -> Vec<Case> {
             alone: false,
             run: Box::new(move |ctx| inspect::force_unlock_one_holder(ctx, flavor).boxed()),
         });
+    }
+    // A lease taken away behind the holder's back, noticed at once.
+    for flavor in [Flavor::Exclusive, Flavor::Fair, Flavor::WriteSide] {
+        for (kept, lease_needs) in [
+            (loss_notice::Kept::Watchdog, NOTHING),
+            (loss_notice::Kept::Fixed, FIXED),
+        ] {
+            let suffix = match kept {
+                loss_notice::Kept::Watchdog => "watchdog",
+                loss_notice::Kept::Fixed => "fixed",
+            };
+            cases.push(Case {
+                name: format!(
+                    "loss_notice::{}_force_unlock_is_noticed_{suffix}",
+                    flavor.prefix()
+                ),
+                needs: flavor.needs().and(LOSS_NOTICE).and(lease_needs),
+                alone: false,
+                run: Box::new(move |ctx| {
+                    loss_notice::force_unlock_is_noticed(ctx, flavor, kept).boxed()
+                }),
+            });
+        }
     }
     cases.extend([
         case(
