@@ -26,6 +26,7 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 use crate::info::LockInfo;
+use crate::lease::LeaseLoss;
 use crate::name::LockKey;
 use table::{Attempt, Outcome, Table};
 
@@ -192,6 +193,7 @@ impl LockBackend for MemoryBackend {
                 ttl: req.ttl,
                 ticket: registration.ticket.as_ref().map(|(id, _)| *id),
                 description: req.holder,
+                loss: req.loss,
             };
             let now = Instant::now();
             let wake_at = match self.table().try_grant(&attempt, now) {
@@ -259,7 +261,11 @@ impl LockBackend for MemoryBackend {
     }
 
     async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
-        Ok(self.table().force_unlock(key, family))
+        let (held, removed) = self.table().force_unlock(key, family);
+        for loss in removed {
+            loss.notify(LeaseLoss::Revoked);
+        }
+        Ok(held)
     }
 
     async fn force_unlock_holder(
@@ -268,7 +274,11 @@ impl LockBackend for MemoryBackend {
         family: LockFamily,
         fence: u64,
     ) -> Result<bool> {
-        Ok(self.table().force_unlock_holder(key, family, fence))
+        let removed = self.table().force_unlock_holder(key, family, fence);
+        if let Some(loss) = &removed {
+            loss.notify(LeaseLoss::Revoked);
+        }
+        Ok(removed.is_some())
     }
 
     async fn inspect(&self, key: &LockKey, family: LockFamily) -> Result<LockInfo> {

@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 
 use tokio::time::Instant;
 
-use crate::backend::OwnerToken;
+use crate::backend::{LossNotifier, OwnerToken};
 use crate::info::{HolderInfo, LockInfo};
 use crate::kinds::{LockFamily, LockKind};
 use crate::name::LockKey;
@@ -23,6 +23,8 @@ struct Holder {
     description: Arc<str>,
     /// When it was granted, by the wall clock (for `inspect`).
     acquired_at: SystemTime,
+    /// Tells its guard when an operator takes the lease away.
+    loss: LossNotifier,
 }
 
 impl Holder {
@@ -133,6 +135,7 @@ pub(super) struct Attempt<'a> {
     pub(super) ttl: Duration,
     pub(super) ticket: Option<u64>,
     pub(super) description: &'a str,
+    pub(super) loss: &'a LossNotifier,
 }
 
 impl Table {
@@ -237,6 +240,7 @@ impl Table {
             expires_at: now + req.ttl,
             description: req.description.into(),
             acquired_at: SystemTime::now(),
+            loss: req.loss.clone(),
         };
         let state = self.keys.get_mut(req.key).expect("entry made above");
         match req.kind {
@@ -342,49 +346,56 @@ impl Table {
         LockInfo::new(holders, Some(waiters))
     }
 
-    /// Removes the lease of `family` on `key` whose fence is `fence`; returns whether
-    /// there was one.
+    /// Removes the lease of `family` on `key` whose fence is `fence`; returns what
+    /// tells its guard, if there was one (the caller tells it once the table is free).
     pub(super) fn force_unlock_holder(
         &mut self,
         key: &LockKey,
         family: LockFamily,
         fence: u64,
-    ) -> bool {
+    ) -> Option<LossNotifier> {
         let state = self.entry(key, Instant::now());
         let is = |h: &Option<Holder>| h.as_ref().is_some_and(|h| h.fence == fence);
         let removed = match family {
-            LockFamily::Exclusive if is(&state.exclusive) => state.exclusive.take().is_some(),
-            LockFamily::Fair if is(&state.fair) => state.fair.take().is_some(),
-            LockFamily::ReadWrite if is(&state.writer) => state.writer.take().is_some(),
-            LockFamily::ReadWrite => {
-                let before = state.readers.len();
-                state.readers.retain(|r| r.fence != fence);
-                state.readers.len() < before
-            }
-            _ => false,
+            LockFamily::Exclusive if is(&state.exclusive) => state.exclusive.take(),
+            LockFamily::Fair if is(&state.fair) => state.fair.take(),
+            LockFamily::ReadWrite if is(&state.writer) => state.writer.take(),
+            LockFamily::ReadWrite => state
+                .readers
+                .iter()
+                .position(|r| r.fence == fence)
+                .map(|at| state.readers.remove(at)),
+            _ => None,
         };
-        if removed {
+        if removed.is_some() {
             state.wake(family);
         }
         self.tidy(key);
-        removed
+        removed.map(|holder| holder.loss)
     }
 
-    /// Removes every lease of `family` on `key`; returns whether there was any.
-    pub(super) fn force_unlock(&mut self, key: &LockKey, family: LockFamily) -> bool {
+    /// Removes every lease of `family` on `key`; returns whether there was any, and
+    /// what tells the guards of those still live (the caller tells them once the table
+    /// is free).
+    pub(super) fn force_unlock(
+        &mut self,
+        key: &LockKey,
+        family: LockFamily,
+    ) -> (bool, Vec<LossNotifier>) {
         let state = self.entry(key, Instant::now());
         let held = state.holds(family);
-        match family {
-            LockFamily::Exclusive => state.exclusive = None,
-            LockFamily::Fair => state.fair = None,
+        let removed: Vec<Holder> = match family {
+            LockFamily::Exclusive => state.exclusive.take().into_iter().collect(),
+            LockFamily::Fair => state.fair.take().into_iter().collect(),
             LockFamily::ReadWrite => {
-                state.writer = None;
-                state.readers.clear();
+                let mut all: Vec<Holder> = state.readers.drain(..).collect();
+                all.extend(state.writer.take());
+                all
             }
-        }
+        };
         state.wake(family);
         self.tidy(key);
-        held
+        (held, removed.into_iter().map(|h| h.loss).collect())
     }
 
     /// How many keys have any state (held, queued or waited on).
