@@ -208,7 +208,15 @@ impl Job {
                 .kept_until()
                 .checked_sub(self.ttl)
                 .unwrap_or_else(tokio::time::Instant::now),
-            data: EtcdLease::new(key, revision, value, lease, gate, self.loss.clone()),
+            data: EtcdLease::new(
+                &self.inner,
+                key,
+                revision,
+                value,
+                lease,
+                gate,
+                self.loss.clone(),
+            ),
         };
         if let Err(Ok(Some(grant))) = reply.send(Ok(Some(grant))) {
             tracing::debug!(key = %grant.data.key(), "acquire abandoned after it was granted; releasing");

@@ -18,6 +18,7 @@ use lock_core::{Capabilities, Error, LockFamily, LockKey, Result};
 use crate::config::EtcdConfig;
 use crate::error::{within, BACKEND};
 use crate::gate::{GatePermit, GateSlot, Gates, Holder, Vigil};
+use crate::key_watch::KeyWatch;
 use crate::keys::Prefix;
 use crate::lease::{Lease, Leases};
 use crate::queries;
@@ -172,6 +173,8 @@ pub struct EtcdLease {
     /// the release it is, not a loss.
     releasing: Arc<AtomicBool>,
     loss: LossNotifier,
+    /// Tells the guard at once if the key is deleted behind its back.
+    watch: KeyWatch,
 }
 
 fn lock<T>(m: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -190,6 +193,7 @@ impl fmt::Debug for EtcdLease {
 
 impl EtcdLease {
     pub(crate) fn new(
+        inner: &Arc<Inner>,
         key: String,
         revision: i64,
         value: Vec<u8>,
@@ -199,15 +203,16 @@ impl EtcdLease {
     ) -> Self {
         let slot: Arc<GateSlot> = Arc::new(StdMutex::new(None));
         let releasing = Arc::new(AtomicBool::new(false));
+        let holder = Holder::new(
+            key.clone(),
+            revision,
+            loss.clone(),
+            releasing.clone(),
+            Arc::downgrade(&slot),
+        );
         if let Some(permit) = gate {
             // Waiting owners of this client keep watch over this grant from now on.
-            permit.announce(Holder::new(
-                key.clone(),
-                revision,
-                loss.clone(),
-                releasing.clone(),
-                Arc::downgrade(&slot),
-            ));
+            permit.announce(holder.clone());
             *lock(&slot) = Some(permit);
         }
         lease.open_on_loss(Arc::downgrade(&slot));
@@ -219,6 +224,7 @@ impl EtcdLease {
             gate: slot,
             releasing,
             loss,
+            watch: KeyWatch::start(inner, holder),
         }
     }
 
@@ -502,6 +508,7 @@ impl LockBackend for EtcdBackend {
         self.inner.writes.forget(held);
         let data = &held.data;
         data.releasing.store(true, Ordering::Release);
+        data.watch.stop();
         let revision = data.revision;
         let outcome = self
             .inner

@@ -169,7 +169,7 @@ async fn keep_vigil(entry: &Entry, vigil: &impl Vigil) {
 }
 
 /// Resolves once `loss` says its lease ended.
-async fn lost(loss: &LossNotifier) {
+pub(crate) async fn lost(loss: &LossNotifier) {
     while loss.is_live() {
         tokio::time::sleep(LOSS_POLL).await;
     }
@@ -226,8 +226,13 @@ impl Holder {
         }
     }
 
+    /// What tells its guard of a loss.
+    pub(crate) fn loss(&self) -> &LossNotifier {
+        &self.loss
+    }
+
     /// Ends the grant's turn; if its key is `gone` behind its back, tells its guard.
-    fn give_way(&self, gone: bool) {
+    pub(crate) fn give_way(&self, gone: bool) {
         if gone && !self.releasing.load(Ordering::Acquire) {
             tracing::warn!(key = %self.key, "etcd lock key gone while its guard is kept; the next owner of this client goes ahead");
             self.loss.notify(LeaseLoss::Revoked);

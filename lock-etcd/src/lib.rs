@@ -59,7 +59,10 @@
 //!   like the watchdog does.
 //! * When a keep-alive finds the session lease gone (expired or revoked), every guard
 //!   on it reports [`LeaseLoss::SessionLost`](lock_core::LeaseLoss::SessionLost) at
-//!   once; a key deleted behind a holder's back is reported at the next tick.
+//!   once. A key deleted behind a holder's back (a force-unlock, `etcdctl del`) is
+//!   reported within about a second, with [`LeaseLoss::Revoked`](lock_core::LeaseLoss::Revoked):
+//!   a lock held for more than 0.2 s is watched (one watch and one read), so short
+//!   holds cost nothing more.
 //!
 //! # Owners sharing the session lease
 //!
@@ -110,6 +113,7 @@ mod backend;
 mod config;
 mod error;
 mod gate;
+mod key_watch;
 mod keys;
 mod lease;
 mod queries;
