@@ -19,7 +19,9 @@ async fn main() -> lock_core::Result<()> {
     let bob_lock = bob.lock("report")?;
 
     let guard = alice_lock.acquire().await?;
-    let again = alice_lock.acquire().await?; // re-entry: no round trip
+    // Re-entry goes through the guard (no round trip): another `acquire`, even
+    // through the same handle, is another owner and would wait for this one.
+    let again = guard.reenter()?;
     println!(
         "alice holds `report` (token {}, {} holds)",
         guard.fencing_token(),
@@ -38,7 +40,7 @@ async fn main() -> lock_core::Result<()> {
 
     let table = alice.rw_lock("table")?;
     let write = table.write().await?;
-    let read = table.read().await?; // downgrade: the writer also reads
+    let read = write.downgrade().await?; // the writer also takes the read side
     write.release().await?;
     println!("alice downgraded to a read lock: {}", read.is_held());
     read.release().await?;
