@@ -167,7 +167,8 @@ pub struct EtcdLease {
     /// from the fencing token, which is drawn at grant time.
     revision: i64,
     value: Vec<u8>,
-    lease: StdMutex<Arc<Lease>>,
+    /// Shared with the key's watch, which asks whether it is gone.
+    lease: Arc<StdMutex<Arc<Lease>>>,
     gate: Arc<GateSlot>,
     /// Set once its owner releases it, so a vigil that sees the key go takes that for
     /// the release it is, not a loss.
@@ -216,20 +217,21 @@ impl EtcdLease {
             *lock(&slot) = Some(permit);
         }
         lease.open_on_loss(Arc::downgrade(&slot));
+        let lease = Arc::new(StdMutex::new(lease));
         EtcdLease {
             key,
             revision,
             value,
-            lease: StdMutex::new(lease),
+            watch: KeyWatch::start(inner, holder, lease.clone()),
+            lease,
             gate: slot,
             releasing,
             loss,
-            watch: KeyWatch::start(inner, holder),
         }
     }
 
     pub(crate) fn into_parts(self) -> (String, Arc<Lease>, Option<GatePermit>) {
-        let lease = self.lease.into_inner().unwrap_or_else(|p| p.into_inner());
+        let lease = lock(&self.lease).clone();
         let gate = lock(&self.gate).take();
         (self.key, lease, gate)
     }

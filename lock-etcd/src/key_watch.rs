@@ -2,13 +2,15 @@
 //! force-unlock, an operator's `etcdctl del`), instead of at its next renewal, which
 //! comes only every third of the lease and never for a fixed lease.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 
 use crate::backend::Inner;
+use crate::error::within;
 use crate::gate::{self, Holder, Vigil};
+use crate::lease::Lease;
 
 /// How long a grant is held before its key is watched. A lock held for less costs
 /// nothing more than before (a watch is two requests); one held longer learns of a
@@ -24,10 +26,15 @@ pub(crate) struct KeyWatch {
 }
 
 impl KeyWatch {
-    /// Watches `holder`'s key from [`WATCH_AFTER`] on; if it goes while its owner is not
-    /// releasing it, the guard is told ([`LeaseLoss::Revoked`](lock_core::LeaseLoss))
-    /// and this client's next owner of the key may go ahead.
-    pub(crate) fn start(inner: &Arc<Inner>, holder: Holder) -> Self {
+    /// Watches `holder`'s key, which hangs on `lease`, from [`WATCH_AFTER`] on. If it
+    /// goes while its owner is not releasing it, the guard is told and this client's
+    /// next owner of the key may go ahead: [`LeaseLoss::SessionLost`] to every guard on
+    /// the lease if the lease went with it (revoked, expired), else
+    /// [`LeaseLoss::Revoked`].
+    ///
+    /// [`LeaseLoss::SessionLost`]: lock_core::LeaseLoss::SessionLost
+    /// [`LeaseLoss::Revoked`]: lock_core::LeaseLoss::Revoked
+    pub(crate) fn start(inner: &Arc<Inner>, holder: Holder, lease: Arc<Mutex<Arc<Lease>>>) -> Self {
         let stop = Arc::new(Notify::new());
         let stopped = stop.clone();
         let inner = inner.clone();
@@ -37,7 +44,13 @@ impl KeyWatch {
                 inner.gone(&holder).await;
             };
             tokio::select! {
-                () = gone => holder.give_way(true),
+                () = gone => {
+                    let lease = lease.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    if lease_is_gone(&inner, &lease).await {
+                        lease.lost();
+                    }
+                    holder.give_way(true);
+                }
                 () = stopped.notified() => {}
                 () = gate::lost(holder.loss()) => {}
             }
@@ -49,6 +62,19 @@ impl KeyWatch {
     pub(crate) fn stop(&self) {
         self.stop.notify_one();
     }
+}
+
+/// Whether etcd says `lease` no longer exists; `false` when it cannot say (the key's
+/// deletion is then reported as a revocation, the lease's end at the next keep-alive).
+async fn lease_is_gone(inner: &Inner, lease: &Lease) -> bool {
+    let mut leases = inner.client.lease_client();
+    let asked = within(
+        "lease time-to-live",
+        inner.config.request_timeout(),
+        leases.time_to_live(lease.id(), None),
+    )
+    .await;
+    matches!(asked, Ok(reply) if reply.ttl() <= 0)
 }
 
 impl Drop for KeyWatch {
