@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use crate::calls::{self, Call, Request};
 use crate::config::{RedisConfig, ReplicaAcks, TooFewReplicas};
 use crate::error::{self as err, BACKEND};
+use crate::holder_watch::HolderWatch;
 use crate::keys::{lease_value, Keys, RedisLease};
 use crate::node::Node;
 use crate::scripts::{Attempt, Blocker};
@@ -116,8 +117,9 @@ impl RedisBackend {
         self.node.config()
     }
 
-    /// How many pub/sub channels this backend is subscribed to for waiters right now
-    /// (zero when nobody waits: a dropped acquire leaves no subscription behind).
+    /// How many pub/sub channels this backend is subscribed to right now, for waiters
+    /// and for holders listening for a force-unlock (zero when nobody waits and no lock
+    /// is held: a dropped acquire or a release leaves no subscription behind).
     pub fn waiting_channels(&self) -> usize {
         self.node.pubsub().channels()
     }
@@ -583,9 +585,17 @@ impl LockBackend for RedisBackend {
             let blocker = match attempt {
                 Attempt::Granted(fence) => {
                     place.disarm();
+                    let value = lease_value(&request.owner, &lease, fence);
+                    let watch = HolderWatch::start(
+                        &self.node,
+                        request.keys.clone(),
+                        req.kind,
+                        value,
+                        req.loss.clone(),
+                    );
                     return Ok(Some(Grant {
                         fence,
-                        data: lease,
+                        data: lease.watched(watch),
                         started_at: attempt_sent,
                     }));
                 }
@@ -612,6 +622,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn release(&self, lease: &HeldLease<RedisLease>) -> Result<()> {
+        lease.data.stop_watch();
         let keys = self.keys(&lease.key);
         let value = lease_value(lease.owner.as_str(), &lease.data, lease.fence);
         let call = calls::release_with_receipt(&keys, lease.kind, &lease.data, value);

@@ -288,3 +288,13 @@ pub(crate) fn inspect(k: &Keys, family: LockFamily, remove: bool) -> Call {
         ],
     }
 }
+
+/// Whether the lease stored as `value` of `kind` is still there (see `held.lua`).
+pub(crate) fn held(k: &Keys, kind: LockKind, value: &str) -> Call {
+    let (key, reader) = k.lease_key(kind);
+    Call {
+        script: scripts::HELD.get(k.sharded),
+        keys: vec![key],
+        args: vec![if reader { "r" } else { "s" }.to_owned(), value.to_owned()],
+    }
+}

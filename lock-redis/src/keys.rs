@@ -17,6 +17,8 @@ use std::sync::Arc;
 
 use lock_core::{LockKey, LockKind};
 
+use crate::holder_watch::HolderWatch;
+
 /// The keys and channels of one lock.
 #[derive(Clone, Debug)]
 pub(crate) struct Keys {
@@ -130,6 +132,16 @@ impl Keys {
         self.aux("rw:channel")
     }
 
+    /// Where releases of a `kind` lock are published (and its force-unlocks: see
+    /// `inspect.lua`).
+    pub(crate) fn channel(&self, kind: LockKind) -> String {
+        match kind {
+            LockKind::Exclusive => self.exclusive_channel(),
+            LockKind::Fair => self.fair_channel(),
+            LockKind::Read | LockKind::Write => self.rw_channel(),
+        }
+    }
+
     /// The key a lease of `kind` is stored under, and whether it is a reader entry in
     /// a hash rather than a string.
     pub(crate) fn lease_key(&self, kind: LockKind) -> (String, bool) {
@@ -152,9 +164,25 @@ impl Keys {
 /// an abandoned call of the same owner that reaches the server late never takes over,
 /// nor its undo removes, a grant another request of that owner holds. Releases and
 /// renewals match the whole value.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone)]
 pub struct RedisLease {
     request: Arc<str>,
+    /// Listens for a force-unlock of the granted lease (see [`HolderWatch`]).
+    watch: Option<Arc<HolderWatch>>,
+}
+
+impl PartialEq for RedisLease {
+    fn eq(&self, other: &Self) -> bool {
+        self.request == other.request
+    }
+}
+
+impl Eq for RedisLease {}
+
+impl std::hash::Hash for RedisLease {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.request.hash(state);
+    }
 }
 
 impl RedisLease {
@@ -164,6 +192,20 @@ impl RedisLease {
     pub fn new(request: impl Into<String>) -> Self {
         RedisLease {
             request: request.into().into(),
+            watch: None,
+        }
+    }
+
+    /// The same lease, whose holder listens for its force-unlock through `watch`.
+    pub(crate) fn watched(mut self, watch: HolderWatch) -> Self {
+        self.watch = Some(Arc::new(watch));
+        self
+    }
+
+    /// Stops listening for a force-unlock: the owner is releasing the lease.
+    pub(crate) fn stop_watch(&self) {
+        if let Some(watch) = &self.watch {
+            watch.stop();
         }
     }
 

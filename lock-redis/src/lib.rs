@@ -62,6 +62,15 @@
 //! tells it that this very release freed it, so it succeeds. A lease that was already
 //! gone when the release first ran leaves no receipt, and is reported lost.
 //!
+//! # Force-unlocks
+//!
+//! `force_unlock` announces each lease it removes on the lock's channel. A holder that
+//! has held its lock for 0.2 s listens there (through the shared pub/sub connection,
+//! one subscription per lock) and looks at its key once, so it learns of the loss within
+//! about a second, with [`LeaseLoss::Revoked`](lock_core::LeaseLoss::Revoked), instead
+//! of at its next renewal (never, for a fixed lease). RedLock holders learn at their
+//! next renewal.
+//!
 //! # Waiting
 //!
 //! A release publishes on a per-lock channel. Waiters subscribe through one shared
@@ -129,6 +138,7 @@ mod calls;
 mod cluster;
 mod config;
 mod error;
+mod holder_watch;
 mod keys;
 mod node;
 mod primary;

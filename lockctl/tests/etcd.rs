@@ -17,6 +17,12 @@ async fn the_command_group_on_etcd() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_is_noticed_on_etcd() {
+    let server = TestServer::start(&specs::ETCD).await.expect("etcd server");
+    common::force_unlock_is_noticed_within_a_second(&server.url(), "etcd").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn options_on_etcd() {
     let server = TestServer::start(&specs::ETCD).await.expect("etcd server");
     common::option_scenarios(&server.url(), "etcd").await;

@@ -24,6 +24,14 @@ async fn the_command_group_on_redis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_is_noticed_on_redis() {
+    let server = TestServer::start(&specs::REDIS)
+        .await
+        .expect("redis server");
+    common::force_unlock_is_noticed_within_a_second(&server.url(), "redis").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn options_on_redis() {
     let server = TestServer::start(&specs::REDIS)
         .await

@@ -29,8 +29,9 @@ pub(crate) enum Kept {
     Fixed,
 }
 
-/// `force_unlock` while the lock is held: the guard says lost within [`NOTICE`] plus
-/// the backend's slack, with [`LeaseLoss::Revoked`].
+/// `force_unlock` while the lock is held (at once with a watchdog lease, after a second
+/// with a fixed one): the guard says lost within [`NOTICE`] plus the backend's slack,
+/// with [`LeaseLoss::Revoked`].
 pub(crate) async fn force_unlock_is_noticed(ctx: &Ctx, flavor: Flavor, kept: Kept) {
     let client = ctx.client_with(ctx.namespace(), LONG_LEASE).await;
     let name = "noticed";
@@ -40,6 +41,11 @@ pub(crate) async fn force_unlock_is_noticed(ctx: &Ctx, flavor: Flavor, kept: Kep
         Kept::Fixed => AcquireOptions::try_once().lease(LONG_LEASE * 2),
     };
     let guard = got("acquire", holder.acquire_with(options).await.map(Some));
+    // One right after the grant, one after a while: a backend may start listening
+    // only once a lock has been held for a moment, and must then hear of both.
+    if matches!(kept, Kept::Fixed) {
+        tokio::time::sleep(NOTICE).await;
+    }
     let operator = flavor.lock(&*ctx.client().await, name);
     assert!(ok("force_unlock", operator.force_unlock().await));
     let forced = Instant::now();

@@ -669,6 +669,42 @@ pub async fn force_unlock_stops_every_process_of_the_command(url: &str, backend:
     );
 }
 
+/// On a backend that tells a holder of a force-unlock (Redis, etcd, ZooKeeper), lockctl
+/// stops its command and exits with the lost code within a second of the unlock (plus
+/// slack for a loaded machine), not at its next renewal: with a 30 s watchdog lease
+/// that comes 10 s after the grant.
+pub async fn force_unlock_is_noticed_within_a_second(url: &str, backend: &str) {
+    let ctl = Lockctl::new(url, "force-notice");
+    let marked = Marked::new();
+    let holder = ctl.spawn_marked(
+        &marked,
+        &[
+            "run",
+            "--watchdog-lease",
+            "30s",
+            "jobs",
+            "--",
+            "sh",
+            "-c",
+            "sleep 60; true",
+        ],
+    );
+    marked.wait_for_comm("sleep", 1).await;
+    let (code, stdout, stderr) = ctl.output(&["force-unlock", "--yes", "jobs"]).await;
+    assert_eq!((code, stdout.trim()), (0, "unlocked"), "{stderr}");
+    let unlocked = Instant::now();
+    let (code, stderr) = finish(holder).await;
+    let took = unlocked.elapsed();
+    assert_eq!(code, LOST, "[{backend}] {stderr}");
+    assert!(
+        took < Duration::from_secs(1) + Duration::from_secs(3),
+        "[{backend}] lockctl exited {LOST} {took:?} after the force-unlock; the next renewal comes 10 s after the grant"
+    );
+    println!(
+        "lockctl[{backend}] PASS force_unlock_is_noticed_within_a_second (exit {LOST} {took:?} after the unlock)"
+    );
+}
+
 /// SIGTERM to lockctl (systemd stop, `kill`) reaches every process of the command, not
 /// just the shell; lockctl exits once they are gone.
 pub async fn sigterm_to_lockctl_reaches_every_process_of_the_command(url: &str, backend: &str) {

@@ -1,0 +1,43 @@
+//! lockctl against a real ZooKeeper server, with a 4 s session (the session is the
+//! lease: a SIGKILLed lockctl's lock comes free when it expires).
+
+mod common;
+
+use conformance_tests::server::{specs, TestServer};
+
+/// The server's URL with a session short enough for the SIGKILL scenario.
+fn url(server: &TestServer) -> String {
+    format!("{}?session_timeout_ms=4000", server.url())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockctl_on_zookeeper() {
+    let server = TestServer::start(&specs::ZOOKEEPER)
+        .await
+        .expect("zookeeper server");
+    common::all_scenarios(&url(&server), "zookeeper").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_group_on_zookeeper() {
+    let server = TestServer::start(&specs::ZOOKEEPER)
+        .await
+        .expect("zookeeper server");
+    common::group_scenarios(&url(&server), "zookeeper").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_is_noticed_on_zookeeper() {
+    let server = TestServer::start(&specs::ZOOKEEPER)
+        .await
+        .expect("zookeeper server");
+    common::force_unlock_is_noticed_within_a_second(&url(&server), "zookeeper").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn options_on_zookeeper() {
+    let server = TestServer::start(&specs::ZOOKEEPER)
+        .await
+        .expect("zookeeper server");
+    common::option_scenarios(&url(&server), "zookeeper").await;
+}
