@@ -31,6 +31,7 @@ async fn sqlite() {
     println!("sql-extra[sqlite] PASS connect_url_reads_the_url_settings");
 
     let lease = Sql::new(&url, Strategy::Lease, "lock_sql");
+    extra::tables_without_holder_columns_get_them(&url).await;
     extra::clock_skew_never_steals(&lease).await;
     extra::hostile_names_stored_safely(&lease).await;
     extra::blocked_attempts_write_nothing(&lease).await;

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Capabilities, Error, LockFamily, LockKey, Result};
+use lock_core::{Capabilities, Error, LockFamily, LockInfo, LockKey, Result};
 
 use lock_core::backend::{AcquireRequest, Grant, HeldLease, LockBackend, Renewal};
 
@@ -181,9 +181,9 @@ impl LockBackend for SqlBackend {
 
     fn capabilities(&self) -> Capabilities {
         match self.inner.strategy {
-            Strategy::Lease => Capabilities::ALL
-                .with_inspect(false)
-                .with_loss_notice(false),
+            Strategy::Lease => Capabilities::ALL.with_loss_notice(false),
+            // A row lock says nothing of its holder but what `force_unlock` digs out of
+            // the server's lock tables; one holder at a time, broken by `force_unlock`.
             Strategy::ForUpdate => Capabilities::ALL
                 .with_inspect(false)
                 .with_loss_notice(false)
@@ -230,6 +230,33 @@ impl LockBackend for SqlBackend {
         match self.inner.strategy {
             Strategy::Lease => lease::force_unlock(&self.inner.db, &key, family).await,
             Strategy::ForUpdate => pessimistic::force_unlock(&self.inner.db, &key, family).await,
+        }
+    }
+
+    async fn force_unlock_holder(
+        &self,
+        key: &LockKey,
+        family: LockFamily,
+        fence: u64,
+    ) -> Result<bool> {
+        match self.inner.strategy {
+            Strategy::Lease => {
+                lease::force_unlock_holder(&self.inner.db, &KeyId::of(key), family, fence).await
+            }
+            Strategy::ForUpdate => Err(Error::Unsupported {
+                backend: self.name(),
+                operation: "force-unlocking one holder with Strategy::ForUpdate",
+            }),
+        }
+    }
+
+    async fn inspect(&self, key: &LockKey, family: LockFamily) -> Result<LockInfo> {
+        match self.inner.strategy {
+            Strategy::Lease => lease::inspect(&self.inner.db, &KeyId::of(key), family).await,
+            Strategy::ForUpdate => Err(Error::Unsupported {
+                backend: self.name(),
+                operation: "inspecting a lock with Strategy::ForUpdate",
+            }),
         }
     }
 }

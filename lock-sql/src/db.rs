@@ -211,6 +211,8 @@ impl Db {
             scope,
         };
         db.timed("creating the schema", db.ensure_schema()).await?;
+        db.timed("adding the holder columns", db.ensure_holder_columns())
+            .await?;
         db.timed(
             "checking the tables' strategy",
             db.claim_strategy(options.strategy),
@@ -255,6 +257,39 @@ impl Db {
             .await
             .map_err(|e| self.err(e))?;
         self.check_version(row.try_get(0).map_err(|e| self.err(e))?)
+    }
+
+    /// Adds the lease table's holder columns (`description`, `acquired_ms`) if the
+    /// tables were made by a release without them. Two clients may race here: one that
+    /// fails to add a column another just added looks again rather than failing.
+    async fn ensure_holder_columns(&self) -> Result<()> {
+        let present = self.holder_columns().await?;
+        for (column, add) in [
+            ("description", &self.sql.add_description),
+            ("acquired_ms", &self.sql.add_acquired_ms),
+        ] {
+            if present.iter().any(|c| c == column) {
+                continue;
+            }
+            if let Err(e) = q(add).execute(&self.pool).await {
+                if !self.holder_columns().await?.iter().any(|c| c == column) {
+                    return Err(self.err(e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Which holder columns the lease table has.
+    async fn holder_columns(&self) -> Result<Vec<String>> {
+        let rows = q(&self.sql.holder_columns)
+            .bind(self.sql.tables.leases_name.clone())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.err(e))?;
+        rows.iter()
+            .map(|row| row.try_get::<String, _>(0).map_err(|e| self.err(e)))
+            .collect()
     }
 
     /// Records `strategy` as the tables' strategy if none is yet, and refuses a client

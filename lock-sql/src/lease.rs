@@ -15,9 +15,9 @@
 //! statements guarded by owner and fence (the lease's version).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
-use lock_core::{Error, LockFamily, LockKind, Result};
+use lock_core::{Error, HolderInfo, LockFamily, LockInfo, LockKind, Result};
 
 use lock_core::backend::{AcquireRequest, Grant, HeldLease, Renewal};
 use sqlx::any::AnyArguments;
@@ -61,6 +61,8 @@ struct Ask {
     owner: String,
     ttl_ms: i64,
     queue_ttl_ms: i64,
+    /// What the client says about itself, stored with the lease for `inspect`.
+    description: String,
 }
 
 enum Outcome {
@@ -183,6 +185,7 @@ pub(crate) async fn acquire(
         owner: req.owner.as_str().to_owned(),
         ttl_ms: millis(req.ttl),
         queue_ttl_ms: millis(timing.queue_ttl),
+        description: req.holder.to_owned(),
     });
     let key = &ask.key;
     let waits = !req.deadline.has_passed();
@@ -459,6 +462,7 @@ async fn prepare(
                 .bind(ask.owner.to_owned())
                 .bind(fence)
                 .bind(ask.ttl_ms)
+                .bind(ask.description.clone())
                 .execute(&mut *tx)
                 .await?;
             let written: Option<i64> = q(&sql.lease_fence)
@@ -567,6 +571,7 @@ fn bind_args(grant: &FastGrant, ask: &Ask, fence: i64) -> Query<'static, Any, An
             Arg::Owner => query.bind(ask.owner.to_owned()),
             Arg::Fence => query.bind(fence),
             Arg::Ttl => query.bind(ask.ttl_ms),
+            Arg::Description => query.bind(ask.description.clone()),
         })
 }
 
@@ -818,6 +823,93 @@ pub(crate) async fn force_unlock(db: &Db, key: &KeyId, family: LockFamily) -> Re
         .bind(key.hash.clone())
         .bind(lo)
         .bind(hi);
+    delete_and_wake(db, key, query).await
+}
+
+/// Deletes the live lease of `family` on the key whose fencing token is `fence`;
+/// returns whether there was one. A newer holder has another fence, so it is never hit.
+pub(crate) async fn force_unlock_holder(
+    db: &Db,
+    key: &KeyId,
+    family: LockFamily,
+    fence: u64,
+) -> Result<bool> {
+    let (lo, hi) = family_range(family);
+    let query = q(&db.sql.force_unlock_holder)
+        .bind(key.hash.clone())
+        .bind(lo)
+        .bind(hi)
+        .bind(i64::try_from(fence).unwrap_or(i64::MAX));
+    delete_and_wake(db, key, query).await
+}
+
+/// Who holds `family` on the key (every live lease, oldest grant first), and for a
+/// fair lock how many wait in its queue. Other kinds' waiters leave no trace here
+/// (exclusive waiters and readers do not queue), so their count is unknown.
+pub(crate) async fn inspect(db: &Db, key: &KeyId, family: LockFamily) -> Result<LockInfo> {
+    let (lo, hi) = family_range(family);
+    let leases = q(&db.sql.inspect_leases)
+        .bind(key.hash.clone())
+        .bind(lo)
+        .bind(hi)
+        .fetch_all(&db.pool);
+    let waiters = q(&db.sql.count_waiters)
+        .bind(key.hash.clone())
+        .bind(lo)
+        .bind(hi)
+        .fetch_one(&db.pool);
+    db.timed("inspecting a lock", async {
+        let rows = leases.await.map_err(|e| db.err(e))?;
+        let holders = rows
+            .iter()
+            .map(|row| holder_info(row).map_err(|e| db.err(e)))
+            .collect::<Result<Vec<_>>>()?;
+        let waiters = match family {
+            LockFamily::Fair => {
+                let row = waiters.await.map_err(|e| db.err(e))?;
+                let n: i64 = row.try_get(0).map_err(|e| db.err(e))?;
+                Some(usize::try_from(n).unwrap_or(0))
+            }
+            _ => None,
+        };
+        Ok(LockInfo::new(holders, waiters))
+    })
+    .await
+}
+
+/// One row of `inspect_leases`. Times are the server's milliseconds since the epoch;
+/// a lease written by a release without the holder columns has no description and an
+/// `acquired_ms` of 0.
+fn holder_info(row: &sqlx::any::AnyRow) -> std::result::Result<HolderInfo, sqlx::Error> {
+    let code: i64 = row.try_get(0)?;
+    let kind =
+        kind_of(code).ok_or_else(|| sqlx::Error::Protocol(format!("unknown lock kind {code}")))?;
+    let owner: String = row.try_get(1)?;
+    let fence: i64 = row.try_get(2)?;
+    let description: String = row.try_get(3)?;
+    let acquired_ms: i64 = row.try_get(4)?;
+    let expires_ms: i64 = row.try_get(5)?;
+    let at = |ms: i64| UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    let mut info = HolderInfo::new(kind)
+        .with_owner(owner)
+        .with_fencing_token(u64::try_from(fence).unwrap_or(0))
+        .with_expires_at(at(expires_ms));
+    if !description.is_empty() {
+        info = info.with_description(description);
+    }
+    if acquired_ms > 0 {
+        info = info.with_acquired_at(at(acquired_ms));
+    }
+    Ok(info)
+}
+
+/// Runs a deleting statement (`force_unlock` or `force_unlock_holder`, its key and
+/// family bound) and wakes the waiters; returns whether it deleted anything.
+async fn delete_and_wake(
+    db: &Db,
+    key: &KeyId,
+    query: Query<'static, Any, AnyArguments>,
+) -> Result<bool> {
     db.timed("force-unlocking a lock", async {
         let n = if db.dialect == Dialect::Postgres {
             let row = query

@@ -17,6 +17,12 @@ pub(crate) type Stmt = Arc<str>;
 /// The schema version this release writes and understands.
 pub(crate) const SCHEMA_VERSION: i64 = 1;
 
+/// The lease table's columns for `inspect`, which tables made before them lack (they
+/// are added at connect: [`Statements::holder_columns`]). Releases that do not know
+/// them leave their defaults, so they need no new schema version.
+const HOLDER_COLUMNS: &str =
+    "description VARCHAR(1024) NOT NULL DEFAULT '', acquired_ms BIGINT NOT NULL DEFAULT 0";
+
 /// The tables, quoted.
 #[derive(Debug)]
 pub(crate) struct Tables {
@@ -26,6 +32,9 @@ pub(crate) struct Tables {
     pub(crate) queue: String,
     pub(crate) rows: String,
     pub(crate) holders: String,
+    /// The lease table's name as the catalogs take it: quoted for PostgreSQL's
+    /// `to_regclass`, bare for MySQL's information schema and SQLite's pragma.
+    pub(crate) leases_name: String,
     /// The PostgreSQL notification channel (unquoted: it is passed as a value).
     pub(crate) channel: String,
 }
@@ -40,6 +49,10 @@ impl Tables {
             queue: q("queue"),
             rows: q("rows"),
             holders: q("holders"),
+            leases_name: match dialect {
+                Dialect::Postgres => q("leases"),
+                Dialect::MySql | Dialect::Sqlite => format!("{prefix}_leases"),
+            },
             channel: format!("{prefix}_release"),
         }
     }
@@ -81,7 +94,18 @@ pub(crate) struct Statements {
     /// returns the count as a row.
     pub(crate) release: Stmt,
     pub(crate) force_unlock: Stmt,
+    /// Deletes the live lease of a family with one fence (PostgreSQL: and notifies).
+    pub(crate) force_unlock_holder: Stmt,
     pub(crate) count_live: Stmt,
+    /// The live leases of a family, with what `inspect` reports.
+    pub(crate) inspect_leases: Stmt,
+    /// How many live queue tickets a family has.
+    pub(crate) count_waiters: Stmt,
+    /// Which of the [`HOLDER_COLUMNS`] the lease table has (their names as rows).
+    pub(crate) holder_columns: Stmt,
+    /// Adds one of them, by name.
+    pub(crate) add_description: Stmt,
+    pub(crate) add_acquired_ms: Stmt,
     // The FOR UPDATE strategy.
     pub(crate) ensure_row: Stmt,
     pub(crate) lock_row_nowait: Stmt,
@@ -134,7 +158,7 @@ impl Statements {
             st(format!(
                 "CREATE TABLE IF NOT EXISTS {leases} (khash VARCHAR(64) NOT NULL, kind {int} NOT NULL, \
                  holder VARCHAR(128) NOT NULL, owner VARCHAR(128) NOT NULL, fence {int} NOT NULL, \
-                 expires_ms {int} NOT NULL, PRIMARY KEY (khash, kind, holder)){suffix}"
+                 expires_ms {int} NOT NULL, {HOLDER_COLUMNS}, PRIMARY KEY (khash, kind, holder)){suffix}"
             )),
             st(format!(
                 "CREATE TABLE IF NOT EXISTS {queue} (khash VARCHAR(64) NOT NULL, kind {int} NOT NULL, \
@@ -199,7 +223,8 @@ impl Statements {
              WHERE khash = ? AND expires_ms > {now} ORDER BY ticket"
         ));
         let lease_insert = format!(
-            "INSERT INTO {leases} (khash, kind, holder, owner, fence, expires_ms) VALUES (?, ?, ?, ?, ?, {now} + ?)"
+            "INSERT INTO {leases} (khash, kind, holder, owner, fence, expires_ms, description, acquired_ms) \
+             VALUES (?, ?, ?, ?, ?, {now} + ?, ?, {now})"
         );
         // Takes over an existing row only if it has expired by now: a renewal that
         // committed after this transaction read the leases must win. (MySQL assigns
@@ -209,11 +234,14 @@ impl Statements {
                 "{lease_insert} ON DUPLICATE KEY UPDATE \
                  owner = IF(expires_ms <= {now}, VALUES(owner), owner), \
                  fence = IF(expires_ms <= {now}, VALUES(fence), fence), \
+                 description = IF(expires_ms <= {now}, VALUES(description), description), \
+                 acquired_ms = IF(expires_ms <= {now}, VALUES(acquired_ms), acquired_ms), \
                  expires_ms = IF(expires_ms <= {now}, VALUES(expires_ms), expires_ms)"
             ),
             _ => format!(
                 "{lease_insert} ON CONFLICT (khash, kind, holder) DO UPDATE SET owner = excluded.owner, \
-                 fence = excluded.fence, expires_ms = excluded.expires_ms WHERE {leases}.expires_ms <= {now}"
+                 fence = excluded.fence, expires_ms = excluded.expires_ms, description = excluded.description, \
+                 acquired_ms = excluded.acquired_ms WHERE {leases}.expires_ms <= {now}"
             ),
         });
         let lease_fence = st(format!(
@@ -253,7 +281,35 @@ impl Statements {
         };
         let release = st(with_notify(&release_where));
         let force_unlock = st(with_notify(&force_where));
+        let force_unlock_holder = st(with_notify(&format!("{force_where} AND fence = ?")));
         let count_live = st(format!("SELECT COUNT(*) FROM {leases} WHERE {force_where}"));
+        let inspect_leases = st(format!(
+            "SELECT kind, owner, fence, description, acquired_ms, expires_ms FROM {leases} \
+             WHERE {force_where} ORDER BY fence"
+        ));
+        let count_waiters = st(format!(
+            "SELECT COUNT(*) FROM {queue} WHERE khash = ? AND kind >= ? AND kind <= ? AND expires_ms > {now}"
+        ));
+        let wanted = "('description', 'acquired_ms')";
+        let holder_columns = st(match dialect {
+            Dialect::Postgres => format!(
+                "SELECT CAST(attname AS TEXT) FROM pg_attribute WHERE attrelid = to_regclass(?) \
+                 AND NOT attisdropped AND attname IN {wanted}"
+            ),
+            Dialect::MySql => format!(
+                "SELECT CAST(column_name AS CHAR) FROM information_schema.columns \
+                 WHERE table_schema = DATABASE() AND table_name = ? AND column_name IN {wanted}"
+            ),
+            Dialect::Sqlite => {
+                format!("SELECT name FROM pragma_table_info(?) WHERE name IN {wanted}")
+            }
+        });
+        let (description_column, acquired_column) =
+            HOLDER_COLUMNS.split_once(", ").expect("two holder columns");
+        let add_description = st(format!(
+            "ALTER TABLE {leases} ADD COLUMN {description_column}"
+        ));
+        let add_acquired_ms = st(format!("ALTER TABLE {leases} ADD COLUMN {acquired_column}"));
 
         // FOR UPDATE strategy.
         let ensure_row = st(match dialect {
@@ -343,7 +399,13 @@ impl Statements {
             dequeue,
             release,
             force_unlock,
+            force_unlock_holder,
             count_live,
+            inspect_leases,
+            count_waiters,
+            holder_columns,
+            add_description,
+            add_acquired_ms,
             ensure_row,
             lock_row_nowait,
             lock_row_wait,
@@ -409,6 +471,8 @@ pub(crate) enum Arg {
     /// The fence the transaction's key bump returned (MySQL and SQLite).
     Fence,
     Ttl,
+    /// What the requesting client says about itself (for `inspect`).
+    Description,
 }
 
 /// The grant of an uncontended request: one statement that writes the lease only if
@@ -491,7 +555,7 @@ fn fast_grants(dialect: Dialect, t: &Tables) -> [FastGrant; 4] {
 fn fast_grant(dialect: Dialect, t: &Tables, kind: LockKind) -> FastGrant {
     let now = dialect.now_ms();
     let (keys, leases) = (&t.keys, &t.leases);
-    let cols = "(khash, kind, holder, owner, fence, expires_ms)";
+    let cols = "(khash, kind, holder, owner, fence, expires_ms, description, acquired_ms)";
     let (cond, cond_args) = fast_condition(kind, t, now);
     let mut args = Vec::new();
     let sql = match dialect {
@@ -526,14 +590,21 @@ fn fast_grant(dialect: Dialect, t: &Tables, kind: LockKind) -> FastGrant {
                  WHERE NOT EXISTS (SELECT 1 FROM {leases} x WHERE x.khash = ? AND x.kind = {} \
                  AND x.holder = ? AND x.expires_ms > {now}) {gate} \
                  ON CONFLICT (khash) DO UPDATE SET fence = kr.fence + 1 RETURNING kr.fence), \
-                 g AS (INSERT INTO {leases} AS l {cols} SELECT ?, ?, ?, ?, k.fence, {now} + ? FROM k WHERE ",
+                 g AS (INSERT INTO {leases} AS l {cols} SELECT ?, ?, ?, ?, k.fence, {now} + ?, ?, {now} FROM k WHERE ",
                 kind_code(kind)
             ));
             args.extend([Arg::Key, Arg::Namespace, Arg::Name, Arg::Key, Arg::Holder]);
             if kind == LockKind::Exclusive {
                 args.push(Arg::Key);
             }
-            args.extend([Arg::Key, Arg::Kind, Arg::Holder, Arg::Owner, Arg::Ttl]);
+            args.extend([
+                Arg::Key,
+                Arg::Kind,
+                Arg::Holder,
+                Arg::Owner,
+                Arg::Ttl,
+                Arg::Description,
+            ]);
             if looks_around {
                 sql.push_str("k.fence = COALESCE((SELECT fence FROM s), 0) + 1 AND ");
             }
@@ -541,7 +612,8 @@ fn fast_grant(dialect: Dialect, t: &Tables, kind: LockKind) -> FastGrant {
             args.extend(cond_args);
             sql.push_str(&format!(
                 " ON CONFLICT (khash, kind, holder) DO UPDATE SET owner = excluded.owner, \
-                 fence = excluded.fence, expires_ms = excluded.expires_ms WHERE l.expires_ms <= {now} \
+                 fence = excluded.fence, expires_ms = excluded.expires_ms, description = excluded.description, \
+                 acquired_ms = excluded.acquired_ms WHERE l.expires_ms <= {now} \
                  RETURNING l.fence)"
             ));
             if matches!(kind, LockKind::Read | LockKind::Write) {
@@ -580,14 +652,17 @@ fn fast_grant(dialect: Dialect, t: &Tables, kind: LockKind) -> FastGrant {
                 Arg::Owner,
                 Arg::Fence,
                 Arg::Ttl,
+                Arg::Description,
             ]);
             args.extend(cond_args);
             // Assignments run left to right on the updated values: the fence decides
             // once (the server clock is read anew at every call), the rest follow it.
             format!(
-                "INSERT INTO {leases} {cols} SELECT ?, ?, ?, ?, ?, {now} + ? FROM DUAL WHERE {cond} \
+                "INSERT INTO {leases} {cols} SELECT ?, ?, ?, ?, ?, {now} + ?, ?, {now} FROM DUAL WHERE {cond} \
                  ON DUPLICATE KEY UPDATE fence = IF(expires_ms <= {now}, VALUES(fence), fence), \
                  owner = IF(fence = VALUES(fence), VALUES(owner), owner), \
+                 description = IF(fence = VALUES(fence), VALUES(description), description), \
+                 acquired_ms = IF(fence = VALUES(fence), VALUES(acquired_ms), acquired_ms), \
                  expires_ms = IF(fence = VALUES(fence), VALUES(expires_ms), expires_ms) RETURNING fence"
             )
         }
@@ -599,12 +674,14 @@ fn fast_grant(dialect: Dialect, t: &Tables, kind: LockKind) -> FastGrant {
                 Arg::Owner,
                 Arg::Fence,
                 Arg::Ttl,
+                Arg::Description,
             ]);
             args.extend(cond_args);
             format!(
-                "INSERT INTO {leases} AS l {cols} SELECT ?, ?, ?, ?, ?, {now} + ? WHERE {cond} \
+                "INSERT INTO {leases} AS l {cols} SELECT ?, ?, ?, ?, ?, {now} + ?, ?, {now} WHERE {cond} \
                  ON CONFLICT (khash, kind, holder) DO UPDATE SET owner = excluded.owner, \
-                 fence = excluded.fence, expires_ms = excluded.expires_ms WHERE l.expires_ms <= {now} \
+                 fence = excluded.fence, expires_ms = excluded.expires_ms, description = excluded.description, \
+                 acquired_ms = excluded.acquired_ms WHERE l.expires_ms <= {now} \
                  RETURNING fence"
             )
         }

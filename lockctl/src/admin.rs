@@ -11,10 +11,9 @@ use crate::events::Reporter;
 use crate::exit::{self, Failure};
 use crate::locks::RunLock;
 
-/// Prints `held` or `free`; exit 0 when free, 1 when held.
-///
-/// Who holds it (host, pid, since, token) comes with the lock traits' `inspect`,
-/// which is being added to the library; this prints it once it exists.
+/// Prints `held` or `free`; exit 0 when free, 1 when held. Where the backend reports
+/// holders (`inspect`), a line per holder follows: what its client said of itself (by
+/// default host and pid), its token, since when, until when.
 pub(crate) async fn status(
     client: Arc<dyn LockProvider>,
     name: &str,
@@ -153,10 +152,9 @@ pub(crate) async fn wait(
 
 /// Removes whoever holds `name`, after asking on a terminal unless `yes`.
 ///
-/// `--token N` (break only the holder whose fencing token is N, so that a fresh
-/// holder that replaced a stuck one is not broken by mistake) comes with the
-/// conditional force-unlock being added to the lock traits: it goes where
-/// `lock.force_unlock()` is called below.
+/// With `token`, only the holder whose fencing token it is, so that a fresh holder
+/// that replaced a stuck one is not broken by mistake (where the backend can:
+/// `force_unlock_holder`).
 pub(crate) async fn force_unlock(
     client: Arc<dyn LockProvider>,
     name: &str,

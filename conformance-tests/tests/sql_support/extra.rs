@@ -721,3 +721,93 @@ pub async fn unreachable_is_unavailable_quickly(
         started.elapsed()
     );
 }
+
+/// Tables made by a release without the holder columns (`description`,
+/// `acquired_ms`), with a live lease that release wrote: a client of this release
+/// adds the columns at connect, `inspect` reports the old holder with what it has
+/// (owner, token, expiry; no description), and new grants carry their description.
+pub async fn tables_without_holder_columns_get_them(url: &str) {
+    let prefix = format!(
+        "holdcols{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let sql = Sql::new(url, Strategy::Lease, &prefix);
+    let first = sql.backend().await.expect("connect");
+    let dialect = first.dialect();
+    let table = match dialect {
+        Dialect::MySql => format!("`{prefix}_leases`"),
+        _ => format!("\"{prefix}_leases\""),
+    };
+    for column in ["description", "acquired_ms"] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "ALTER TABLE {table} DROP COLUMN {column}"
+        )))
+        .execute(first.pool())
+        .await
+        .expect("drop a holder column");
+    }
+    // A live exclusive lease as the older release writes it.
+    let key = LockKey::new(
+        Namespace::new("holdcols").unwrap(),
+        LockName::new("old").unwrap(),
+    );
+    let now = match dialect {
+        Dialect::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        Dialect::MySql => "CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED)",
+        _ => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+    };
+    let insert = format!(
+        "INSERT INTO {table} (khash, kind, holder, owner, fence, expires_ms) \
+         VALUES ('{}', 0, '', 'old-client:1', 7, {now} + 60000)",
+        lock_sql::stored_key(&key)
+    );
+    sqlx::raw_sql(sqlx::AssertSqlSafe(insert))
+        .execute(first.pool())
+        .await
+        .expect("an older release's lease row");
+    drop(first);
+
+    let backend = sql.backend().await.expect("connect adds the columns");
+    let client = LockClient::builder(backend)
+        .namespace("holdcols")
+        .holder_description("new holder")
+        .build()
+        .expect("client");
+    let old = client.lock("old").unwrap();
+    let info = old.inspect().await.expect("inspect the old holder");
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    let holder = &info.holders[0];
+    assert_eq!(holder.fencing_token, Some(7), "{info:?}");
+    assert_eq!(holder.owner.as_deref(), Some("old-client:1"), "{info:?}");
+    assert_eq!(
+        (holder.description.as_deref(), holder.acquired_at),
+        (None, None)
+    );
+    assert!(holder.expires_at.is_some(), "{info:?}");
+    assert!(
+        old.try_acquire().await.unwrap().is_none(),
+        "the old lease holds"
+    );
+
+    let fresh = client.lock("fresh").unwrap();
+    let guard = fresh
+        .acquire()
+        .await
+        .expect("a grant on the migrated tables");
+    let info = fresh.inspect().await.expect("inspect");
+    assert_eq!(
+        info.holders[0].description.as_deref(),
+        Some("new holder"),
+        "{info:?}"
+    );
+    assert!(info.holders[0].acquired_at.is_some(), "{info:?}");
+    guard.release().await.expect("release");
+    assert!(old
+        .force_unlock_holder(7)
+        .await
+        .expect("break the old holder"));
+    println!(
+        "sql-extra[{}] PASS tables_without_holder_columns_get_them",
+        sql.label
+    );
+}
