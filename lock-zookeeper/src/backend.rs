@@ -6,14 +6,15 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{Capabilities, Error, LockFamily, LockKey, LockKind, Result};
+use lock_core::{Capabilities, Error, LockFamily, LockInfo, LockKey, LockKind, Result};
 
 use lock_core::backend::{AcquireRequest, Grant, HeldLease, LockBackend, OwnerToken, Renewal};
-use zookeeper_client::{Client, Error as ZkError};
+use zookeeper_client::{Client, Error as ZkError, Stat};
 
 use crate::config::ZkConfig;
 use crate::error::{self, is_connection_loss, BACKEND};
 use crate::lease::{LeaseFlags, ZkLease};
+use crate::node_data;
 use crate::path;
 use crate::recipe;
 use crate::session::{ConnectionState, Sessions};
@@ -228,6 +229,18 @@ impl ZkBackend {
     }
 }
 
+impl ZkBackend {
+    /// A node's data and stat, or `None` if it is gone.
+    async fn read_node(&self, client: &Client, node: &str) -> Result<Option<(Vec<u8>, Stat)>> {
+        let until = tokio::time::Instant::now() + self.config().request_timeout();
+        match recipe::bounded(until, client.get_data(node)).await {
+            Ok(found) => Ok(Some(found)),
+            Err(ZkError::NoNode) => Ok(None),
+            Err(err) => Err(error::map(err)),
+        }
+    }
+}
+
 /// The holders in a queue: the first node, or for a read-write lock every reader before
 /// the first writer (or that writer alone), and every downgrade reader (granted at
 /// once, wherever it stands).
@@ -268,9 +281,7 @@ impl LockBackend for ZkBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL
-            .with_fixed_lease(false)
-            .with_inspect(false)
+        Capabilities::ALL.with_fixed_lease(false)
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<ZkLease>>> {
@@ -389,5 +400,52 @@ impl LockBackend for ZkBackend {
             }
         }
         Ok(removed)
+    }
+
+    async fn force_unlock_holder(
+        &self,
+        key: &LockKey,
+        family: LockFamily,
+        fence: u64,
+    ) -> Result<bool> {
+        let (client, dir, queue) = self.queue(key, family).await?;
+        for holder in holders(&queue, family) {
+            let node = format!("{dir}/{}", holder.name);
+            let Some((_, stat)) = self.read_node(&client, &node).await? else {
+                continue;
+            };
+            if u64::try_from(stat.mzxid) != Ok(fence) {
+                continue;
+            }
+            // The version as read: the node is deleted only as the holder it was.
+            let until = tokio::time::Instant::now() + self.config().request_timeout();
+            let delete = client.delete(&node, Some(stat.version));
+            return match recipe::bounded(until, delete).await {
+                Ok(()) => Ok(true),
+                Err(ZkError::NoNode | ZkError::BadVersion) => Ok(false),
+                Err(err) => Err(error::map(err)),
+            };
+        }
+        Ok(false)
+    }
+
+    async fn inspect(&self, key: &LockKey, family: LockFamily) -> Result<LockInfo> {
+        let (client, dir, queue) = self.queue(key, family).await?;
+        let holding = holders(&queue, family);
+        let mut infos = Vec::with_capacity(holding.len());
+        for holder in &holding {
+            let node = format!("{dir}/{}", holder.name);
+            // A node gone since the listing was released meanwhile.
+            if let Some((data, stat)) = self.read_node(&client, &node).await? {
+                let kind = match family {
+                    LockFamily::Exclusive => LockKind::Exclusive,
+                    LockFamily::Fair => LockKind::Fair,
+                    LockFamily::ReadWrite if holder.writer => LockKind::Write,
+                    LockFamily::ReadWrite => LockKind::Read,
+                };
+                infos.push(node_data::holder_info(kind, &data, &stat));
+            }
+        }
+        Ok(LockInfo::new(infos, Some(queue.len() - holding.len())))
     }
 }

@@ -48,6 +48,10 @@
 //!   Curator one).
 //! * Protected creation: the `_c_<uuid>` prefix lets a create whose reply was lost find
 //!   its node instead of leaving an orphan.
+//! * Node data: the owner token, a newline, and the client's description of itself
+//!   ([`LockClientBuilder::holder_description`](lock_core::LockClientBuilder::holder_description)),
+//!   which `inspect` reports with the node's token and time; Curator puts the client's
+//!   IP address there, kazoo its identifier.
 //! * Fencing token: a zxid, so it is monotonic across the ensemble: the node's czxid
 //!   for a grant on the first look (or a downgrade), else the zxid of a write to the
 //!   node at grant time. A grant's token is above every token of a grant that returned
@@ -89,6 +93,7 @@ mod backend;
 mod config;
 mod error;
 mod lease;
+mod node_data;
 mod path;
 mod recipe;
 mod session;

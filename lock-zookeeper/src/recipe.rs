@@ -18,6 +18,7 @@ use zookeeper_client::{
 use crate::backend::Inner;
 use crate::error::{self, is_connection_loss};
 use crate::lease::{self, LeaseFlags, ZkLease};
+use crate::node_data;
 use crate::path::{self, Contender};
 use crate::session::{self, Session};
 use crate::stats::Count;
@@ -247,7 +248,8 @@ async fn queue(
         Some(_) => format!("{dir}/{}", path::downgrade_prefix(protect)),
         None => format!("{dir}/{}", path::node_prefix(protect, req.kind)),
     };
-    let owner = req.owner.as_str().as_bytes();
+    let data = node_data::encode(req.owner.as_str(), req.holder);
+    let owner = data.as_slice();
     let (node, created) = match downgrade_from {
         Some(write) => {
             match create_downgrade(inner, client, dir, &prefix, owner, write, limits).await? {

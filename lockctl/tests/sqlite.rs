@@ -276,60 +276,10 @@ async fn a_process_that_left_the_group_keeps_the_lock_until_it_ends() {
     assert_eq!((code, stdout.trim()), (0, "free"));
 }
 
-/// `status` names the holder (what its client said of itself: host and pid by default,
-/// its token, since when), and `force-unlock --token N` breaks only the holder with
-/// that token: a wrong token changes nothing, the right one stops the command.
+/// `status` names the holder and `force-unlock --token N` breaks only it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_names_the_holder_and_a_token_breaks_only_it() {
     let dir = tempfile::tempdir().unwrap();
-    let ctl = Lockctl::new(&sqlite_url(dir.path()), "holder");
-    let holder = ctl.spawn(&[
-        "run",
-        "--watchdog-lease",
-        "3s",
-        "jobs",
-        "--",
-        "sh",
-        "-c",
-        &common::sleeper("h"),
-    ]);
-    ctl.wait_for_sleeper("h").await;
-    let token: u64 = ctl.read("h.token").parse().unwrap();
-    let (code, stdout, stderr) = ctl.output(&["status", "jobs"]).await;
-    assert_eq!((code, common::first_line(&stdout)), (1, "held"), "{stderr}");
-    let line = stdout.lines().nth(1).unwrap_or_default();
-    let pid = holder.id().expect("lockctl's pid");
-    for part in [
-        format!("pid {pid}"),
-        format!("token {token}"),
-        "for ".to_owned(),
-    ] {
-        assert!(
-            line.contains(&part),
-            "no `{part}` in the holder line: {stdout}"
-        );
-    }
-    let (_, _, events) = ctl.output(&["--json", "status", "jobs"]).await;
-    assert!(
-        events.contains(&format!("\"token\":{token}")),
-        "the status event lists the holder's token: {events}"
-    );
-
-    let wrong = (token + 1).to_string();
-    let (code, stdout, stderr) = ctl
-        .output(&["force-unlock", "--yes", "--token", &wrong, "jobs"])
+    common::status_names_the_holder_and_a_token_breaks_only_it(&sqlite_url(dir.path()), "sqlite")
         .await;
-    assert_eq!(code, 0, "{stderr}");
-    assert!(stdout.contains("nothing changed"), "{stdout}");
-    let (code, _, _) = ctl.output(&["status", "jobs"]).await;
-    assert_eq!(code, 1, "a wrong token breaks nothing");
-
-    let right = token.to_string();
-    let (code, stdout, stderr) = ctl
-        .output(&["force-unlock", "--yes", "--token", &right, "jobs"])
-        .await;
-    assert_eq!((code, stdout.trim()), (0, "unlocked"), "{stderr}");
-    let (code, stderr) = finish(holder).await;
-    assert_eq!(code, common::LOST, "{stderr}");
-    println!("PASS status_names_the_holder_and_a_token_breaks_only_it: {line}");
 }

@@ -41,3 +41,11 @@ async fn options_on_zookeeper() {
         .expect("zookeeper server");
     common::option_scenarios(&url(&server), "zookeeper").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_names_the_holder_on_zookeeper() {
+    let server = TestServer::start(&specs::ZOOKEEPER)
+        .await
+        .expect("zookeeper server");
+    common::status_names_the_holder_and_a_token_breaks_only_it(&url(&server), "zookeeper").await;
+}

@@ -1020,3 +1020,59 @@ pub async fn fair_runs_and_plain_runs_exclude_each_other(url: &str, backend: &st
 pub fn sqlite_url(dir: &Path) -> String {
     format!("sqlite://{}", dir.join("locks.db").display())
 }
+
+/// `status` names the holder (what its client said of itself: host and pid by default,
+/// its token, since when), and `force-unlock --token N` breaks only the holder with
+/// that token: a wrong token changes nothing, the right one stops the command.
+pub async fn status_names_the_holder_and_a_token_breaks_only_it(url: &str, backend: &str) {
+    let ctl = Lockctl::new(url, "holder");
+    let holder = ctl.spawn(&[
+        "run",
+        "--watchdog-lease",
+        "3s",
+        "jobs",
+        "--",
+        "sh",
+        "-c",
+        &sleeper("h"),
+    ]);
+    ctl.wait_for_sleeper("h").await;
+    let token: u64 = ctl.read("h.token").parse().unwrap();
+    let (code, stdout, stderr) = ctl.output(&["status", "jobs"]).await;
+    assert_eq!((code, first_line(&stdout)), (1, "held"), "{stderr}");
+    let line = stdout.lines().nth(1).unwrap_or_default();
+    let pid = holder.id().expect("lockctl's pid");
+    for part in [
+        format!("pid {pid}"),
+        format!("token {token}"),
+        "for ".to_owned(),
+    ] {
+        assert!(
+            line.contains(&part),
+            "no `{part}` in the holder line: {stdout}"
+        );
+    }
+    let (_, _, events) = ctl.output(&["--json", "status", "jobs"]).await;
+    assert!(
+        events.contains(&format!("\"token\":{token}")),
+        "the status event lists the holder's token: {events}"
+    );
+
+    let wrong = (token + 1).to_string();
+    let (code, stdout, stderr) = ctl
+        .output(&["force-unlock", "--yes", "--token", &wrong, "jobs"])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("nothing changed"), "{stdout}");
+    let (code, _, _) = ctl.output(&["status", "jobs"]).await;
+    assert_eq!(code, 1, "a wrong token breaks nothing");
+
+    let right = token.to_string();
+    let (code, stdout, stderr) = ctl
+        .output(&["force-unlock", "--yes", "--token", &right, "jobs"])
+        .await;
+    assert_eq!((code, stdout.trim()), (0, "unlocked"), "{stderr}");
+    let (code, stderr) = finish(holder).await;
+    assert_eq!(code, LOST, "[{backend}] {stderr}");
+    println!("lockctl[{backend}] PASS status_names_the_holder_and_a_token_breaks_only_it: {line}");
+}
