@@ -78,6 +78,8 @@ struct Job {
     try_once: bool,
     watchdog: bool,
     loss: LossNotifier,
+    /// What the client says about itself, in the key's value.
+    description: String,
 }
 
 /// Runs one acquisition in its own task; see the module docs.
@@ -95,6 +97,7 @@ pub(crate) async fn acquire(
         try_once: req.deadline.has_passed(),
         watchdog: req.watchdog,
         loss: req.loss.clone(),
+        description: req.holder.to_owned(),
     };
     let (tx, rx) = oneshot::channel();
     // If this future is dropped before the answer, the job cleans up after noticing:
@@ -235,16 +238,10 @@ impl Job {
         }
     }
 
+    /// The owner token and the client's description, for operators and `inspect`
+    /// (etcd's recipe reads keys and revisions only; `etcdctl lock` leaves it empty).
     fn value(&self) -> Vec<u8> {
-        match self.kind {
-            // etcd's layout: the exclusive key's value is empty.
-            LockKind::Exclusive => Vec::new(),
-            // Fair and read-write keys carry the owner token, for operators (a
-            // downgrade is told by its key, not its value).
-            LockKind::Fair | LockKind::Read | LockKind::Write => {
-                self.owner.as_str().as_bytes().to_vec()
-            }
-        }
+        crate::inspect::value(self.owner.as_str(), &self.description)
     }
 
     /// Places a key and waits until it is first, the deadline passes or the caller

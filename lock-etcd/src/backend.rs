@@ -13,7 +13,7 @@ use etcd_client::{
 use lock_core::backend::{
     AcquireRequest, Cleanups, Grant, HeldLease, LockBackend, LossNotifier, Renewal,
 };
-use lock_core::{Capabilities, Error, LockFamily, LockKey, Result};
+use lock_core::{Capabilities, Error, LockFamily, LockInfo, LockKey, Result};
 
 use crate::config::EtcdConfig;
 use crate::error::{within, BACKEND};
@@ -498,7 +498,7 @@ impl LockBackend for EtcdBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL.with_inspect(false)
+        Capabilities::ALL
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<EtcdLease>>> {
@@ -614,6 +614,19 @@ impl LockBackend for EtcdBackend {
         let options = GetOptions::new().with_prefix().with_keys_only();
         let found = within("is_locked", timeout, kv.get(prefix.range(), Some(options))).await?;
         Ok(found.kvs().iter().any(|kv| prefix.is_contender(kv.key())))
+    }
+
+    async fn force_unlock_holder(
+        &self,
+        key: &LockKey,
+        family: LockFamily,
+        fence: u64,
+    ) -> Result<bool> {
+        crate::inspect::force_unlock_holder(&self.inner, key, family, fence).await
+    }
+
+    async fn inspect(&self, key: &LockKey, family: LockFamily) -> Result<LockInfo> {
+        crate::inspect::inspect(&self.inner, key, family).await
     }
 
     async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {

@@ -1,14 +1,17 @@
 //! Where each lock lives in etcd's key space.
 //!
 //! * Exclusive lock `name` in namespace `ns`: the prefix `ns/name`, one key per
-//!   contender `ns/name/<lease id in lowercase hex>` with an empty value: exactly the
-//!   layout of etcd's `concurrency.Mutex`, `etcdctl lock ns/name` and the v3lock
-//!   service, so they all exclude each other.
-//! * Fair lock: `ns/name<US>fair/<lease hex>-<n>`, value = owner token.
+//!   contender `ns/name/<lease id in lowercase hex>`: exactly the layout of etcd's
+//!   `concurrency.Mutex`, `etcdctl lock ns/name` and the v3lock service, so they all
+//!   exclude each other (the recipe reads keys and revisions only; our value, below,
+//!   is for operators, where etcdctl's is empty).
+//! * Fair lock: `ns/name<US>fair/<lease hex>-<n>`.
 //! * Read-write lock: writers `ns/name<US>rw/w/<lease hex>-<n>`, readers
 //!   `ns/name<US>rw/r/<lease hex>-<n>`, and the readers of a downgrade (the read side
-//!   taken by the holder of the write lock) `ns/name<US>rw/d/<lease hex>-<n>`, value =
-//!   owner token.
+//!   taken by the holder of the write lock) `ns/name<US>rw/d/<lease hex>-<n>`.
+//!
+//! Every key of ours has the value `<owner token>\n<client description>`, which
+//! `inspect` reports.
 //!
 //! `<US>` is the control character U+001F, which no valid lock name or namespace
 //! contains: so no name can produce a fair or read-write prefix, and those prefixes
@@ -38,6 +41,11 @@ impl Prefix {
             LockFamily::ReadWrite => format!("{base}{FAMILY_MARK}rw/"),
         };
         Prefix { range, family }
+    }
+
+    /// Which lock family this is the range of.
+    pub(crate) fn family(&self) -> LockFamily {
+        self.family
     }
 
     /// Every contender's key starts with this.

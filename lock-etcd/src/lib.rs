@@ -113,6 +113,7 @@ mod backend;
 mod config;
 mod error;
 mod gate;
+mod inspect;
 mod key_watch;
 mod keys;
 mod lease;

@@ -27,3 +27,9 @@ async fn options_on_etcd() {
     let server = TestServer::start(&specs::ETCD).await.expect("etcd server");
     common::option_scenarios(&server.url(), "etcd").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_names_the_holder_on_etcd() {
+    let server = TestServer::start(&specs::ETCD).await.expect("etcd server");
+    common::status_names_the_holder_and_a_token_breaks_only_it(&server.url(), "etcd").await;
+}
