@@ -811,3 +811,56 @@ pub async fn tables_without_holder_columns_get_them(url: &str) {
         sql.label
     );
 }
+
+/// FOR UPDATE: `is_locked` on a free lock must not make a concurrent `try_acquire`
+/// fail. A probe that takes the row lock for a moment (`SKIP LOCKED`) does, since the
+/// try's `NOWAIT` finds the row locked by it. PostgreSQL reads the lock state instead
+/// (the row's `xmax` and the backends' transactions); MariaDB, which exposes no row
+/// lock without a wait, still probes, and is only reported here.
+pub async fn is_locked_never_makes_a_try_fail(sql: &Sql) {
+    let ns = ns();
+    let tries = client(sql, &ns, sql.options()).await;
+    let lookers = client(sql, &ns, sql.options()).await;
+    let lock = tries.lock("probed").unwrap();
+    let looker = lookers.lock("probed").unwrap();
+    // The row exists once the lock was taken once.
+    lock.acquire().await.unwrap().release().await.unwrap();
+    let until = Instant::now() + Duration::from_secs(3);
+    let looking = tokio::spawn(async move {
+        let mut looks = 0u32;
+        while Instant::now() < until {
+            // Held now and then, by the tries below: the answer is not the point.
+            looker.is_locked().await.unwrap();
+            looks += 1;
+        }
+        looks
+    });
+    // One try at a time, each released before the next: whenever one asks, the lock
+    // is free, so every refusal is the probe's doing.
+    let (mut granted, mut refused) = (0u32, 0u32);
+    while Instant::now() < until {
+        match lock.try_acquire().await.unwrap() {
+            Some(guard) => {
+                granted += 1;
+                guard.release().await.unwrap();
+            }
+            None => refused += 1,
+        }
+    }
+    let looks = looking.await.unwrap();
+    let report = format!("{granted} tries granted, {refused} refused, beside {looks} looks");
+    tries.shutdown().await.unwrap();
+    lookers.shutdown().await.unwrap();
+    if sql.url.starts_with("mysql") {
+        println!(
+            "sql-extra[{}] NOTE is_locked_never_makes_a_try_fail: {report} (MariaDB still probes)",
+            sql.label
+        );
+        return;
+    }
+    assert_eq!(refused, 0, "a free lock was refused to a try: {report}");
+    println!(
+        "sql-extra[{}] PASS is_locked_never_makes_a_try_fail: {report}",
+        sql.label
+    );
+}

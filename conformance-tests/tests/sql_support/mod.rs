@@ -241,6 +241,7 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     extra::strategies_never_mix_on_one_table_set(&url).await;
     extra::tables_without_holder_columns_get_them(&url).await;
     extra::force_unlock_spares_the_holder_of_another_lock(&for_update).await;
+    extra::is_locked_never_makes_a_try_fail(&for_update).await;
     extra::clock_skew_never_steals(&lease).await;
     extra::hostile_names_stored_safely(&lease).await;
     extra::blocked_attempts_write_nothing(&lease).await;
