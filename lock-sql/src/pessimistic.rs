@@ -394,13 +394,28 @@ pub(crate) async fn renew(db: &Db, leases: &[&HeldLease<SqlLease>]) -> Result<Ve
     Ok(join_all(pings).await)
 }
 
-/// Whether the row is locked, by trying it with `SKIP LOCKED` in a transaction that
-/// is rolled back at once.
+/// Whether the row is locked. PostgreSQL reads it from the lock state (the row's
+/// `xmax` is a running transaction), taking no lock. MariaDB shows a row lock only to
+/// a transaction that waits for it, so there it is tried with `SKIP LOCKED` in a
+/// transaction rolled back at once; for that moment a `NOWAIT` try of the free lock
+/// fails.
 pub(crate) async fn is_locked(db: &Db, key: &KeyId, family: LockFamily) -> Result<bool> {
     if family != LockFamily::Exclusive {
         return Ok(false);
     }
     let kind = kind_code(LockKind::Exclusive);
+    if db.dialect == Dialect::Postgres {
+        let read = q(&db.sql.row_locked)
+            .bind(key.hash.clone())
+            .bind(kind)
+            .fetch_one(&db.pool);
+        return db
+            .timed("checking a lock", async {
+                let row = read.await.map_err(|e| db.err(e))?;
+                Ok(row.try_get::<i64, _>(0).map_err(|e| db.err(e))? > 0)
+            })
+            .await;
+    }
     let probe = async {
         let mut tx = db.begin().await?;
         let free = q(&db.sql.probe_row)

@@ -111,6 +111,9 @@ pub(crate) struct Statements {
     pub(crate) lock_row_nowait: Stmt,
     pub(crate) lock_row_wait: Stmt,
     pub(crate) probe_row: Stmt,
+    /// PostgreSQL: whether a live transaction holds the row lock (the row's `xmax` is
+    /// a running backend's transaction), read without taking any lock.
+    pub(crate) row_locked: Stmt,
     pub(crate) row_exists: Stmt,
     pub(crate) put_holder: Stmt,
     pub(crate) delete_holder: Stmt,
@@ -327,6 +330,10 @@ impl Statements {
         let probe_row = st(format!(
             "SELECT kind FROM {rows} WHERE khash = ? AND kind = ? FOR UPDATE SKIP LOCKED"
         ));
+        let row_locked = st(format!(
+            "SELECT COUNT(*) FROM {rows} r JOIN pg_stat_activity a ON a.backend_xid = r.xmax \
+             WHERE r.khash = ? AND r.kind = ?"
+        ));
         let row_exists = st(format!(
             "SELECT kind FROM {rows} WHERE khash = ? AND kind = ?"
         ));
@@ -410,6 +417,7 @@ impl Statements {
             lock_row_nowait,
             lock_row_wait,
             probe_row,
+            row_locked,
             row_exists,
             put_holder,
             delete_holder,
