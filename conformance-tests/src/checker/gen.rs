@@ -317,8 +317,9 @@ fn episode(
                 ..waiting(1_000)
             },
         },
+        // Long enough for the contender to be queued first.
         Op::Hold {
-            ms: rng.pick(&[100, 400]),
+            ms: rng.pick(&[200, 400]),
         },
         // Held: [write]; then [write, read].
         Op::Downgrade { pick: 0 },
@@ -361,8 +362,10 @@ fn episode(
     tasks.push(TaskPlan {
         client: other,
         ops: vec![
+            // Long enough for the holder's write to be granted on a real server
+            // (a ZooKeeper grant takes about 10 ms).
             Op::Sleep {
-                ms: rng.pick(&[5, 50]),
+                ms: rng.pick(&[50, 100]),
             },
             Op::Acquire {
                 handle: theirs,
