@@ -235,6 +235,19 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
         )
     });
     let cut_ms = (limits.can_cut && rng.chance(50)).then(|| rng.range(0, 3_000));
+    // Drawn last, so the rest of a seed's workload is what it was without them.
+    if caps.read_write {
+        for _ in 0..rng.range(1, 2) {
+            episode(
+                &mut rng,
+                names.len(),
+                clients.len(),
+                &mut handles,
+                &mut tasks,
+                caps,
+            );
+        }
+    }
     Plan {
         seed,
         names,
@@ -244,6 +257,126 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
         shutdown,
         cut_ms,
     }
+}
+
+/// A read-write episode: the interleavings single random ops rarely line up. On a
+/// random name, through two handles of their own (two clients, or now and then one
+/// client), a holder task takes the write side, and a contender task asks for that
+/// lock (mostly the write side) with a long wait a moment later, so it is queued
+/// behind the writer. The holder then downgrades and either
+///
+/// - releases the write side, keeping only the read side for a while (the queued
+///   writer must go on waiting for it), or
+/// - asks for the write side again through the same handle while it holds the read
+///   side, often once its write lease ran out (shortened by an extend where leases
+///   can be fixed): that acquire is another owner and must wait for the read side.
+fn episode(
+    rng: &mut Rng,
+    names: usize,
+    clients: usize,
+    handles: &mut Vec<HandlePlan>,
+    tasks: &mut Vec<TaskPlan>,
+    caps: Capabilities,
+) {
+    let name = rng.below(names as u64) as usize;
+    let holder = rng.below(clients as u64) as usize;
+    let other = if rng.chance(80) {
+        (holder + 1 + rng.below(clients as u64 - 1) as usize) % clients
+    } else {
+        holder
+    };
+    let mine = handles.len();
+    handles.push(HandlePlan {
+        client: holder,
+        family: Family::ReadWrite,
+        name,
+    });
+    let theirs = handles.len();
+    handles.push(HandlePlan {
+        client: other,
+        family: Family::ReadWrite,
+        name,
+    });
+    let lease = if caps.fixed_lease && rng.chance(30) {
+        LeasePlan::Fixed(rng.pick(&[1_000, 2_000]))
+    } else {
+        LeasePlan::Watchdog
+    };
+    let waiting = |ms: u64| CallPlan {
+        wait: WaitPlan::For(ms),
+        lease: LeasePlan::Watchdog,
+        cancel_ms: None,
+        timeout_ms: None,
+    };
+    let mut ops = vec![
+        Op::Acquire {
+            handle: mine,
+            kind: LockKind::Write,
+            call: CallPlan {
+                lease,
+                ..waiting(1_000)
+            },
+        },
+        // Long enough for the contender to be queued first.
+        Op::Hold {
+            ms: rng.pick(&[200, 400]),
+        },
+        // Held: [write]; then [write, read].
+        Op::Downgrade { pick: 0 },
+    ];
+    if rng.chance(50) {
+        ops.push(Op::Hold {
+            ms: rng.pick(&[0, 10, 100]),
+        });
+        ops.push(Op::Release { pick: 0 });
+    } else {
+        if caps.fixed_lease && rng.chance(70) {
+            // The write lease ends during the hold below; the read lease lives on.
+            ops.push(Op::Extend { pick: 0, ms: 100 });
+            ops.push(Op::Hold { ms: 400 });
+        } else {
+            ops.push(Op::Hold {
+                ms: rng.pick(&[10, 400]),
+            });
+        }
+        ops.push(Op::Acquire {
+            handle: mine,
+            kind: LockKind::Write,
+            call: waiting(rng.pick(&[300, 1_000])),
+        });
+        // The new write guard, if it was granted.
+        ops.push(Op::Release { pick: 2 });
+    }
+    ops.push(Op::Hold {
+        ms: rng.pick(&[400, 1_200]),
+    });
+    tasks.push(TaskPlan {
+        client: holder,
+        ops,
+    });
+    let kind = if rng.chance(75) {
+        LockKind::Write
+    } else {
+        LockKind::Read
+    };
+    tasks.push(TaskPlan {
+        client: other,
+        ops: vec![
+            // Long enough for the holder's write to be granted on a real server
+            // (a ZooKeeper grant takes about 10 ms).
+            Op::Sleep {
+                ms: rng.pick(&[50, 100]),
+            },
+            Op::Acquire {
+                handle: theirs,
+                kind,
+                call: waiting(2_500),
+            },
+            Op::Hold {
+                ms: rng.pick(&[10, 100]),
+            },
+        ],
+    });
 }
 
 fn kind_for(rng: &mut Rng, family: Family) -> LockKind {
