@@ -393,6 +393,26 @@ pub fn first_line(stdout: &str) -> &str {
     stdout.lines().next().unwrap_or_default().trim()
 }
 
+/// `lockctl [global] run --watchdog-lease 3s jobs -- sh -c <sleeper "h">`, once its
+/// command runs (it writes its token to `h.token`).
+pub async fn hold_with_sleeper(ctl: &Lockctl, global: &[&str]) -> Child {
+    let command = sleeper("h");
+    let mut args = global.to_vec();
+    args.extend([
+        "run",
+        "--watchdog-lease",
+        "3s",
+        "jobs",
+        "--",
+        "sh",
+        "-c",
+        &command,
+    ]);
+    let holder = ctl.spawn(&args);
+    ctl.wait_for_sleeper("h").await;
+    holder
+}
+
 /// Every scenario, in order, on one backend; `backend` is what `LOCK_BACKEND` says.
 pub async fn all_scenarios(url: &str, backend: &str) {
     let started = Instant::now();
@@ -513,18 +533,7 @@ pub async fn sigint_reaches_the_command_and_the_lock_is_released(url: &str) {
 /// SIGTERMs its command and exits with the lost code.
 pub async fn force_unlock_stops_the_command_with_the_lost_code(url: &str) {
     let ctl = Lockctl::new(url, "force");
-    let holder = ctl.spawn(&[
-        "--json",
-        "run",
-        "--watchdog-lease",
-        "3s",
-        "jobs",
-        "--",
-        "sh",
-        "-c",
-        &sleeper("h"),
-    ]);
-    ctl.wait_for_sleeper("h").await;
+    let holder = hold_with_sleeper(&ctl, &["--json"]).await;
     let (code, _, stderr) = ctl.output(&["force-unlock", "jobs"]).await;
     assert_eq!(code, USAGE, "no terminal, no --yes: refused: {stderr}");
     let (code, stdout, stderr) = ctl.output(&["force-unlock", "--yes", "jobs"]).await;
@@ -1026,17 +1035,7 @@ pub fn sqlite_url(dir: &Path) -> String {
 /// that token: a wrong token changes nothing, the right one stops the command.
 pub async fn status_names_the_holder_and_a_token_breaks_only_it(url: &str, backend: &str) {
     let ctl = Lockctl::new(url, "holder");
-    let holder = ctl.spawn(&[
-        "run",
-        "--watchdog-lease",
-        "3s",
-        "jobs",
-        "--",
-        "sh",
-        "-c",
-        &sleeper("h"),
-    ]);
-    ctl.wait_for_sleeper("h").await;
+    let holder = hold_with_sleeper(&ctl, &[]).await;
     let token: u64 = ctl.read("h.token").parse().unwrap();
     let (code, stdout, stderr) = ctl.output(&["status", "jobs"]).await;
     assert_eq!((code, first_line(&stdout)), (1, "held"), "{stderr}");
