@@ -648,17 +648,24 @@ pub async fn sigkill_of_lockctl_takes_the_whole_command_with_it(url: &str, backe
     }
 }
 
-/// `force-unlock` while `sh -c 'sleep 60; true'` runs: every process of the command
-/// is gone by the time lockctl exits with the lost code.
-pub async fn force_unlock_stops_every_process_of_the_command(url: &str, backend: &str) {
-    let ctl = Lockctl::new(url, "force-group");
+/// What a force-unlock of a `run --watchdog-lease <lease> jobs -- sh -c 'sleep 60; true'`
+/// led to: lockctl's exit code and stderr, how long after the unlock it exited, and
+/// the processes of the command still there at that moment.
+struct ForcedRun {
+    code: i32,
+    stderr: String,
+    took: Duration,
+    left: Vec<Proc>,
+}
+
+async fn force_unlock_a_sleeping_run(ctl: &Lockctl, lease: &str) -> ForcedRun {
     let marked = Marked::new();
     let holder = ctl.spawn_marked(
         &marked,
         &[
             "run",
             "--watchdog-lease",
-            "3s",
+            lease,
             "jobs",
             "--",
             "sh",
@@ -672,15 +679,29 @@ pub async fn force_unlock_stops_every_process_of_the_command(url: &str, backend:
     assert_eq!((code, stdout.trim()), (0, "unlocked"), "{stderr}");
     let unlocked = Instant::now();
     let (code, stderr) = finish(holder).await;
-    let left = marked.processes_but(lockctl);
-    assert_eq!(code, LOST, "[{backend}] {stderr}");
+    let took = unlocked.elapsed();
+    ForcedRun {
+        code,
+        stderr,
+        took,
+        left: marked.processes_but(lockctl),
+    }
+}
+
+/// `force-unlock` while `sh -c 'sleep 60; true'` runs: every process of the command
+/// is gone by the time lockctl exits with the lost code.
+pub async fn force_unlock_stops_every_process_of_the_command(url: &str, backend: &str) {
+    let ctl = Lockctl::new(url, "force-group");
+    let run = force_unlock_a_sleeping_run(&ctl, "3s").await;
+    assert_eq!(run.code, LOST, "[{backend}] {}", run.stderr);
     assert!(
-        left.is_empty(),
-        "[{backend}] still running when lockctl exited {LOST}: {left:?}"
+        run.left.is_empty(),
+        "[{backend}] still running when lockctl exited {LOST}: {:?}",
+        run.left
     );
     println!(
         "lockctl[{backend}] PASS force_unlock_stops_every_process_of_the_command (exit {LOST} {:?} after the unlock)",
-        unlocked.elapsed()
+        run.took
     );
 }
 
@@ -690,33 +711,16 @@ pub async fn force_unlock_stops_every_process_of_the_command(url: &str, backend:
 /// that comes 10 s after the grant.
 pub async fn force_unlock_is_noticed_within_a_second(url: &str, backend: &str) {
     let ctl = Lockctl::new(url, "force-notice");
-    let marked = Marked::new();
-    let holder = ctl.spawn_marked(
-        &marked,
-        &[
-            "run",
-            "--watchdog-lease",
-            "30s",
-            "jobs",
-            "--",
-            "sh",
-            "-c",
-            "sleep 60; true",
-        ],
-    );
-    marked.wait_for_comm("sleep", 1).await;
-    let (code, stdout, stderr) = ctl.output(&["force-unlock", "--yes", "jobs"]).await;
-    assert_eq!((code, stdout.trim()), (0, "unlocked"), "{stderr}");
-    let unlocked = Instant::now();
-    let (code, stderr) = finish(holder).await;
-    let took = unlocked.elapsed();
-    assert_eq!(code, LOST, "[{backend}] {stderr}");
+    let run = force_unlock_a_sleeping_run(&ctl, "30s").await;
+    assert_eq!(run.code, LOST, "[{backend}] {}", run.stderr);
     assert!(
-        took < Duration::from_secs(1) + Duration::from_secs(3),
-        "[{backend}] lockctl exited {LOST} {took:?} after the force-unlock; the next renewal comes 10 s after the grant"
+        run.took < Duration::from_secs(1) + Duration::from_secs(3),
+        "[{backend}] lockctl exited {LOST} {:?} after the force-unlock; the next renewal comes 10 s after the grant",
+        run.took
     );
     println!(
-        "lockctl[{backend}] PASS force_unlock_is_noticed_within_a_second (exit {LOST} {took:?} after the unlock)"
+        "lockctl[{backend}] PASS force_unlock_is_noticed_within_a_second (exit {LOST} {:?} after the unlock)",
+        run.took
     );
 }
 
