@@ -13,6 +13,8 @@
 //! * [`checker`]: a randomized history checker: generated workloads from a seed, with
 //!   the whole history checked for overlapping holds, fencing order, wait limits and
 //!   leftovers (`docs/checker.md`).
+//! * [`log_capture`]: the tests' tracing subscriber, which also records warnings so
+//!   that a test can check what the log says of a lost lease.
 //! * the `lock-holder` binary: acquires a lock on a backend, prints `ACQUIRED <fence>`,
 //!   and waits to be killed ([`holder`] drives it).
 //!
@@ -31,6 +33,7 @@ mod check;
 pub mod checker;
 pub mod cluster;
 pub mod holder;
+pub mod log_capture;
 pub mod memory;
 pub mod proxy;
 mod runner;

@@ -170,10 +170,7 @@ pub async fn run_suite(backend: Arc<dyn Backend>) -> Report {
 /// Runs the given cases; see [`run_suite`].
 pub async fn run_cases(backend: Arc<dyn Backend>, cases: Vec<Case>) -> Report {
     // `RUST_LOG=lock_core=debug` shows what the locks did in a failing case.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
+    crate::log_capture::init();
     let name = backend.name().to_owned();
     let probe = backend
         .client(ClientOptions {

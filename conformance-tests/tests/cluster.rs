@@ -293,10 +293,7 @@ async fn run_behind(
 
 fn containers_or_skip(what: &str) -> bool {
     // `RUST_LOG=lock_zookeeper=debug` shows what the locks did during a fault.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
+    conformance_tests::log_capture::init();
     let yes = Source::from_env() == Ok(Source::Containers);
     if !yes {
         println!("SKIP {what}: LOCK_TEST_SERVERS is not `containers`");

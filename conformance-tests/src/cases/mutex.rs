@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use super::flavor::Flavor;
 use crate::check::{expect_err, got, is_lease_lost, is_timeout, ok, refused, settle, within};
+use crate::log_capture;
 use crate::runner::Ctx;
 
 const NAME: &str = "subject";
@@ -448,6 +449,7 @@ pub(crate) async fn lease_loss_is_reported(ctx: &Ctx, flavor: Flavor) {
     let loss = loss.expect("loss watcher");
     assert_ne!(loss, LeaseLoss::Released, "reported as released");
     assert!(!guard.is_held());
+    loss_is_logged(ctx, flavor, guard.fencing_token()).await;
     assert_eq!(holder.hold_count(), 0);
     expect_err("re-enter after loss", guard.reenter(), is_lease_lost);
     expect_err("release after loss", guard.release().await, is_lease_lost);
@@ -456,6 +458,40 @@ pub(crate) async fn lease_loss_is_reported(ctx: &Ctx, flavor: Flavor) {
         .release()
         .await
         .expect("release");
+}
+
+/// The log's warning of a lost lease names the lock, its backend, kind, owner, token
+/// and the reason, whichever backend noticed the loss.
+async fn loss_is_logged(ctx: &Ctx, flavor: Flavor, token: u64) {
+    assert!(
+        log_capture::capturing(),
+        "warnings are not recorded: a tracing subscriber was set before the suite's"
+    );
+    let lock = key(ctx).to_string();
+    let Some(warning) = log_capture::wait_for_warning(&lock, "lease lost", ctx.slack()).await
+    else {
+        panic!(
+            "no `lease lost` warning names {lock}; its warnings: {:?}",
+            log_capture::warnings_about(&lock)
+        );
+    };
+    let kind = match flavor {
+        Flavor::Exclusive => "exclusive",
+        Flavor::Fair => "fair",
+        Flavor::WriteSide => "write",
+    };
+    assert_eq!(warning.field("kind"), Some(kind), "{warning:?}");
+    assert_eq!(
+        warning.field("token"),
+        Some(token.to_string().as_str()),
+        "{warning:?}"
+    );
+    for field in ["backend", "owner", "reason"] {
+        assert!(
+            warning.field(field).is_some_and(|v| !v.is_empty()),
+            "no {field} in {warning:?}"
+        );
+    }
 }
 
 /// Dropping the last guard without `release` frees the lock soon (spawned release).
