@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Capabilities, Error, LockFamily, LockKey, Result};
+use lock_core::{Capabilities, Error, LockFamily, LockInfo, LockKey, Result};
 
 use lock_core::backend::{AcquireRequest, Grant, HeldLease, LockBackend, Renewal};
 use tokio::sync::{OwnedRwLockReadGuard, RwLock};
@@ -534,7 +534,7 @@ impl LockBackend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL.with_inspect(false)
+        Capabilities::ALL
     }
 
     async fn settle(&self) {
@@ -564,7 +564,7 @@ impl LockBackend for RedisBackend {
             };
             // A new id per call: a call abandoned at its timeout may still run later,
             // and must then neither take over nor undo what a later call is granted.
-            let lease = RedisLease::fresh();
+            let lease = RedisLease::fresh(req.holder);
             let attempt_sent = Instant::now();
             let attempt = attempt(
                 &self.node,
@@ -645,15 +645,32 @@ impl LockBackend for RedisBackend {
     }
 
     async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
-        let call = calls::inspect(&self.keys(key), family, false);
+        let call = calls::inspect(&self.keys(key), family, calls::Inspect::Look);
         let held: i64 = self.node.call("is_locked", &call).await?;
         Ok(held == 1)
     }
 
     async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
-        let call = calls::inspect(&self.keys(key), family, true);
+        let call = calls::inspect(&self.keys(key), family, calls::Inspect::RemoveAll);
         let held: i64 = self.node.call("force_unlock", &call).await?;
         Ok(held == 1)
+    }
+
+    async fn force_unlock_holder(
+        &self,
+        key: &LockKey,
+        family: LockFamily,
+        fence: u64,
+    ) -> Result<bool> {
+        let call = calls::inspect(&self.keys(key), family, calls::Inspect::RemoveToken(fence));
+        let removed: i64 = self.node.call("force_unlock_holder", &call).await?;
+        Ok(removed == 1)
+    }
+
+    async fn inspect(&self, key: &LockKey, family: LockFamily) -> Result<LockInfo> {
+        let call = calls::holders(&self.keys(key), family);
+        let reply: Vec<String> = self.node.call("inspect", &call).await?;
+        crate::holders::lock_info(&reply)
     }
 }
 

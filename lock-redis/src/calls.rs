@@ -262,16 +262,34 @@ pub(crate) fn renew<'a>(
     call
 }
 
-/// `is_locked` (`remove` false) or `force_unlock` (`remove` true) for `family`.
-pub(crate) fn inspect(k: &Keys, family: LockFamily, remove: bool) -> Call {
-    let keys = k;
-    let family = match family {
+/// What [`inspect`] does with the leases of a lock family it finds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Inspect {
+    /// Answers whether any is held (`is_locked`).
+    Look,
+    /// Removes them all (`force_unlock`).
+    RemoveAll,
+    /// Removes the one with this fencing token (`force_unlock_holder`).
+    RemoveToken(u64),
+}
+
+fn family_arg(family: LockFamily) -> &'static str {
+    match family {
         LockFamily::Exclusive => "e",
         LockFamily::Fair => "f",
         LockFamily::ReadWrite => "rw",
+    }
+}
+
+/// `is_locked`, `force_unlock` or `force_unlock_holder` for `family`, as `what` says.
+pub(crate) fn inspect(keys: &Keys, family: LockFamily, what: Inspect) -> Call {
+    let mode = match what {
+        Inspect::Look => "0".to_owned(),
+        Inspect::RemoveAll => "1".to_owned(),
+        Inspect::RemoveToken(fence) => format!("={fence}"),
     };
     Call {
-        script: scripts::INSPECT.get(k.sharded),
+        script: scripts::INSPECT.get(keys.sharded),
         keys: vec![
             keys.lock.clone(),
             keys.fair_holder(),
@@ -280,12 +298,27 @@ pub(crate) fn inspect(k: &Keys, family: LockFamily, remove: bool) -> Call {
             keys.rw_readers(),
         ],
         args: vec![
-            family.to_owned(),
-            if remove { "1" } else { "0" }.to_owned(),
+            family_arg(family).to_owned(),
+            mode,
             keys.exclusive_channel(),
             keys.fair_channel(),
             keys.rw_channel(),
         ],
+    }
+}
+
+/// The holders of `family` and its waiters where they are counted (`holders.lua`).
+pub(crate) fn holders(keys: &Keys, family: LockFamily) -> Call {
+    Call {
+        script: scripts::HOLDERS.get(keys.sharded),
+        keys: vec![
+            keys.lock.clone(),
+            keys.fair_holder(),
+            keys.fair_timeouts(),
+            keys.rw_writer(),
+            keys.rw_readers(),
+        ],
+        args: vec![family_arg(family).to_owned()],
     }
 }
 

@@ -158,7 +158,8 @@ impl Keys {
 /// won it.
 ///
 /// A lease is stored as `<owner token>:<request id>:<fence>` (the exclusive key's
-/// value, the fair and write holders' values, a reader's entry). Every acquire call
+/// value, the fair and write holders' values, a reader's entry); the request id also
+/// carries the client's description of itself (see `holders.rs`). Every acquire call
 /// sends an id of its own, and the scripts act on a key only as far as that request
 /// wrote it: a call run again after its reply was lost takes its own grant over, but
 /// an abandoned call of the same owner that reaches the server late never takes over,
@@ -209,9 +210,10 @@ impl RedisLease {
         }
     }
 
-    /// A lease for a new request: 64 random bits in hex.
-    pub(crate) fn fresh() -> Self {
-        RedisLease::new(format!("{:016x}", rand::random::<u64>()))
+    /// A lease for a new request of a client that describes itself as `holder`
+    /// (see [`crate::holders::request_id`]).
+    pub(crate) fn fresh(holder: &str) -> Self {
+        RedisLease::new(crate::holders::request_id(holder))
     }
 
     /// The id of the request that won this lease.
@@ -248,7 +250,7 @@ mod tests {
         assert_eq!(keys.fence(), "{app:jobs}:fence");
         assert_eq!(keys.fair_queue(), "{app:jobs}:fair:queue");
         assert_eq!(lease_value("c:1", &RedisLease::new("9f"), 7), "c:1:9f:7");
-        let (a, b) = (RedisLease::fresh(), RedisLease::fresh());
+        let (a, b) = (RedisLease::fresh(""), RedisLease::fresh(""));
         assert_ne!(a, b, "every request has an id of its own");
         assert_eq!(a.request().len(), 16);
         assert!(!a.request().contains(':'));

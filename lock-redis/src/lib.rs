@@ -139,6 +139,7 @@ mod cluster;
 mod config;
 mod error;
 mod holder_watch;
+mod holders;
 mod keys;
 mod node;
 mod primary;

@@ -457,7 +457,7 @@ impl LockBackend for RedLockBackend {
             let attempt_timeouts = timeouts.clone();
             // A new id per round: rounds of one owner may overlap (a round abandoned by
             // a dropped acquire still runs), and must not act on each other's keys.
-            let lease = RedisLease::fresh();
+            let lease = RedisLease::fresh(req.holder);
             let round_lease = lease.clone();
             // Counted as a clean-up: if the acquire future is dropped, this task gives
             // back what the round won.
@@ -611,7 +611,7 @@ impl LockBackend for RedLockBackend {
     }
 
     async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
-        let call = calls::inspect(&Keys::new(key), family, false);
+        let call = calls::inspect(&Keys::new(key), family, calls::Inspect::Look);
         let results = join_all(
             self.nodes
                 .iter()
@@ -627,7 +627,7 @@ impl LockBackend for RedLockBackend {
     }
 
     async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
-        let call = calls::inspect(&Keys::new(key), family, true);
+        let call = calls::inspect(&Keys::new(key), family, calls::Inspect::RemoveAll);
         let results = join_all(
             self.nodes
                 .iter()

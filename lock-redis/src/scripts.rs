@@ -74,6 +74,7 @@ script!(RENEW, "renew.lua");
 pub(crate) static RENEW_ON_NODE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/renew_on_node.lua")));
 script!(INSPECT, "inspect.lua");
+script!(HOLDERS, "holders.lua");
 script!(HELD, "held.lua");
 script!(REDLOCK_SETTLE, "redlock_settle.lua");
 

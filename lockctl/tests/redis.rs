@@ -32,6 +32,14 @@ async fn force_unlock_is_noticed_on_redis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_names_the_holder_on_redis() {
+    let server = TestServer::start(&specs::REDIS)
+        .await
+        .expect("redis server");
+    common::status_names_the_holder_and_a_token_breaks_only_it(&server.url(), "redis").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn options_on_redis() {
     let server = TestServer::start(&specs::REDIS)
         .await

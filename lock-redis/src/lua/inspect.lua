@@ -1,17 +1,31 @@
--- is_locked / force_unlock for one lock family.
+-- is_locked / force_unlock / force_unlock_holder for one lock family.
 -- KEYS[1] exclusive key, KEYS[2] fair holder, KEYS[3] fair queue, KEYS[4] rw writer,
 -- KEYS[5] rw readers
--- ARGV[1] 'e' (exclusive), 'f' (fair) or 'rw'; ARGV[2] '1' to remove the leases;
+-- ARGV[1] 'e' (exclusive), 'f' (fair) or 'rw'; ARGV[2] '0' to look only, '1' to remove
+-- every lease of the family, or '=<fence>' to remove only the lease whose fencing token
+-- is <fence> (its stored value ends with ':<fence>');
 -- ARGV[3] exclusive channel, ARGV[4] fair channel, ARGV[5] rw channel
--- Returns 1 if any lease of the family was held, else 0.
+-- Returns, for '0' and '1', 1 if any lease of the family was held, else 0; for
+-- '=<fence>', 1 if that lease was there (and is now removed), else 0.
 -- A removed lease is announced on its lock's channel as 'forced:<value>', so that its
 -- holder, if it listens, learns of the loss at once (waiters ignore the message or
 -- take it for a release, which it also is).
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local family = ARGV[1]
-local remove = ARGV[2] == '1'
-local held = false
+local mode = ARGV[2]
+local suffix = nil
+if string.sub(mode, 1, 1) == '=' then
+  suffix = ':' .. string.sub(mode, 2)
+end
+local remove_all = mode == '1'
+-- Whether the lease stored as `value` is to be removed.
+local function chosen(value)
+  if suffix == nil then
+    return remove_all
+  end
+  return value ~= nil and #value > #suffix and string.sub(value, -#suffix) == suffix
+end
 local function string_value(key)
   local value = redis.pcall('get', key)
   if type(value) == 'string' then
@@ -19,10 +33,13 @@ local function string_value(key)
   end
   return nil
 end
+local held = false
+local removed_one = false
 if family == 'e' then
   held = redis.call('exists', KEYS[1]) == 1
-  if held and remove then
-    local value = string_value(KEYS[1])
+  local value = string_value(KEYS[1])
+  if held and chosen(value) then
+    removed_one = true
     redis.call('del', KEYS[1])
     redis.call('publish', ARGV[3], 'released')
     if value then
@@ -31,8 +48,9 @@ if family == 'e' then
   end
 elseif family == 'f' then
   held = redis.call('exists', KEYS[2]) == 1
-  if held and remove then
-    local value = string_value(KEYS[2])
+  local value = string_value(KEYS[2])
+  if held and chosen(value) then
+    removed_one = true
     redis.call('del', KEYS[2])
     local head = redis.call('lindex', KEYS[3], 0)
     if head then
@@ -44,8 +62,11 @@ elseif family == 'f' then
   end
 else
   held = redis.call('exists', KEYS[4]) == 1
+  local readers = redis.pcall('hgetall', KEYS[5])
+  if type(readers) ~= 'table' then
+    readers = {}
+  end
   if not held then
-    local readers = redis.call('hgetall', KEYS[5])
     for j = 2, #readers, 2 do
       if tonumber(readers[j]) > now then
         held = true
@@ -53,23 +74,39 @@ else
       end
     end
   end
-  if remove then
-    local removed = {}
+  local removed = {}
+  if remove_all then
     local writer = string_value(KEYS[4])
     if writer then
       removed[#removed + 1] = writer
     end
-    for _, reader in ipairs(redis.call('hkeys', KEYS[5])) do
-      removed[#removed + 1] = reader
+    for j = 1, #readers, 2 do
+      removed[#removed + 1] = readers[j]
     end
     redis.call('del', KEYS[4], KEYS[5])
-    if held then
-      redis.call('publish', ARGV[5], 'w')
+  elseif suffix ~= nil then
+    local writer = string_value(KEYS[4])
+    if chosen(writer) then
+      removed[#removed + 1] = writer
+      redis.call('del', KEYS[4])
     end
-    for _, value in ipairs(removed) do
-      redis.call('publish', ARGV[5], 'forced:' .. value)
+    for j = 1, #readers, 2 do
+      if tonumber(readers[j + 1]) > now and chosen(readers[j]) then
+        removed[#removed + 1] = readers[j]
+        redis.call('hdel', KEYS[5], readers[j])
+      end
     end
+    removed_one = #removed > 0
   end
+  if (remove_all and held) or removed_one then
+    redis.call('publish', ARGV[5], 'w')
+  end
+  for _, value in ipairs(removed) do
+    redis.call('publish', ARGV[5], 'forced:' .. value)
+  end
+end
+if suffix ~= nil then
+  held = removed_one
 end
 if held then
   return 1
