@@ -9,6 +9,8 @@
 //! and with a watchdog lease: the holder's connections go through a proxy that is then
 //! cut; another client, connected directly, waits for the lock. The margin measured is
 //! the time from the holder's last expiry (`LockGuard::expires_at`) to the other's grant.
+//! With a watchdog lease, the holder's failed renewal must also be logged as a warning
+//! that names the lock.
 #![cfg(all(
     feature = "redis",
     feature = "postgres",
@@ -22,6 +24,7 @@ mod servers;
 use std::sync::Arc;
 use std::time::Duration;
 
+use conformance_tests::log_capture;
 use conformance_tests::proxy::Blackhole;
 use conformance_tests::server::specs::{ETCD, MARIADB, POSTGRES, REDIS};
 use conformance_tests::server::TestServer;
@@ -88,10 +91,39 @@ async fn margin(url: &str, server_port: u16, watchdog: bool) -> Duration {
     let next = taken.expect("the server handed the lock on");
     assert!(next.fencing_token() > guard.fencing_token());
     next.release().await.expect("release");
+    if watchdog {
+        renewal_failure_is_logged(&format!("{namespace}/cut-off"), guard.fencing_token()).await;
+    }
     taken_at.saturating_duration_since(last_expiry)
 }
 
+/// The cut-off holder's watchdog logged its failed renewal with the lock's name, its
+/// backend, kind and token: what an operator reads first.
+async fn renewal_failure_is_logged(lock: &str, token: u64) {
+    let warning = log_capture::wait_for_warning(lock, "renewal failed", LEASE)
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "no `renewal failed` warning names {lock}; its warnings: {:?}",
+                log_capture::warnings_about(lock)
+            )
+        });
+    assert_eq!(warning.field("kind"), Some("exclusive"), "{warning:?}");
+    assert_eq!(
+        warning.field("token"),
+        Some(token.to_string().as_str()),
+        "{warning:?}"
+    );
+    for field in ["backend", "error"] {
+        assert!(
+            warning.field(field).is_some_and(|v| !v.is_empty()),
+            "no {field} in {warning:?}"
+        );
+    }
+}
+
 async fn check(backend: &str, url: &str, server_port: u16) {
+    assert!(log_capture::capturing(), "warnings are not recorded");
     // What the default drift factor keeps back from a lease of LEASE.
     let promised = LEASE.mul_f64(distributed_locks::DEFAULT_CLOCK_DRIFT) + Duration::from_millis(2);
     for watchdog in [false, true] {
