@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use conformance_tests::log_capture;
 use conformance_tests::proxy::Blackhole;
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -883,7 +884,8 @@ async fn kazoo_locks_and_ours_exclude_each_other(zk: Arc<Zk>) {
 /// the lock on. The holder's guard must report the loss before that, with the margin
 /// the backend promises (at least a tenth of T): the proxy notes when the server last
 /// heard from the holder, and the check measures when `is_held()` turns false against
-/// that plus T, and against when the other client was granted.
+/// that plus T, and against when the other client was granted. The loss is logged as
+/// a warning naming the lock.
 async fn blackholed_holder_reports_loss_before_the_server_frees_it(zk: Arc<Zk>) {
     let ns = namespace("blackhole");
     let port: u16 = zk.url.rsplit(':').next().unwrap().parse().unwrap();
@@ -945,6 +947,22 @@ async fn blackholed_holder_reports_loss_before_the_server_frees_it(zk: Arc<Zk>) 
         lost_at - heard
     );
     taken.release().await.unwrap();
+    // What the operator's log says of it.
+    let lock = format!("{ns}/cut");
+    let warning = log_capture::wait_for_warning(&lock, "lease lost", Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "no `lease lost` warning names {lock}; its warnings: {:?}",
+                log_capture::warnings_about(&lock)
+            )
+        });
+    assert_eq!(warning.field("backend"), Some("zookeeper"), "{warning:?}");
+    assert_eq!(
+        warning.field("token"),
+        Some(guard.fencing_token().to_string().as_str()),
+        "{warning:?}"
+    );
 }
 
 /// The port of the suite's server, on 127.0.0.1.
