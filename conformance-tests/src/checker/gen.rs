@@ -268,8 +268,9 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
 /// - releases the write side, keeping only the read side for a while (the queued
 ///   writer must go on waiting for it), or
 /// - asks for the write side again through the same handle while it holds the read
-///   side, often once its write lease ran out (shortened by an extend where leases
-///   can be fixed): that acquire is another owner and must wait for the read side.
+///   side, mostly once its fixed write lease ran out (shortened by an extend, where
+///   leases can be fixed) while its write guard is still alive: that acquire is
+///   another owner and must wait for the read side.
 fn episode(
     rng: &mut Rng,
     names: usize,
@@ -297,7 +298,11 @@ fn episode(
         family: Family::ReadWrite,
         name,
     });
-    let lease = if caps.fixed_lease && rng.chance(30) {
+    let releases_write_first = rng.chance(50);
+    // Asking again once the write lease ran out needs a fixed lease: a watchdog lease
+    // is renewed until it is released.
+    let write_runs_out = !releases_write_first && caps.fixed_lease && rng.chance(70);
+    let lease = if write_runs_out || (caps.fixed_lease && rng.chance(30)) {
         LeasePlan::Fixed(rng.pick(&[1_000, 2_000]))
     } else {
         LeasePlan::Watchdog
@@ -324,13 +329,13 @@ fn episode(
         // Held: [write]; then [write, read].
         Op::Downgrade { pick: 0 },
     ];
-    if rng.chance(50) {
+    if releases_write_first {
         ops.push(Op::Hold {
             ms: rng.pick(&[0, 10, 100]),
         });
         ops.push(Op::Release { pick: 0 });
     } else {
-        if caps.fixed_lease && rng.chance(70) {
+        if write_runs_out {
             // The write lease ends during the hold below; the read lease lives on.
             ops.push(Op::Extend { pick: 0, ms: 100 });
             ops.push(Op::Hold { ms: 400 });
