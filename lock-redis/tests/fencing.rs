@@ -57,3 +57,83 @@ async fn tokens_of_the_old_and_the_new_primary_follow_grant_order_within_a_secon
     }
     panic!("no try fitted in one server second");
 }
+
+/// How long a fencing counter outlives the last grant of its name (`next_fence.lua`).
+const COUNTER_KEPT_MS: i64 = 7 * 24 * 3600 * 1000;
+
+/// The counter's remaining time to live, in ms (negative: none, or no key).
+async fn counter_ttl(
+    raw: &mut redis::aio::MultiplexedConnection,
+    namespace: &str,
+    name: &str,
+) -> i64 {
+    redis::cmd("PTTL")
+        .arg(format!("{{{namespace}:{name}}}:fence"))
+        .query_async(raw)
+        .await
+        .unwrap()
+}
+
+/// Every name ever locked keeps a counter key, so the counter expires a week after the
+/// name's last grant (a lock used once must not cost memory for ever). Tokens keep
+/// increasing once it is gone: the next one comes from the server clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_counters_expire_and_tokens_still_increase_after() {
+    let server = RedisServer::start();
+    let locks = client(server.backend(), "counters");
+    let mut raw = server.raw().await;
+    let exclusive = locks
+        .lock("e")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .unwrap();
+    let fair = locks
+        .fair_lock("f")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .unwrap();
+    let rw = locks.rw_lock("r").unwrap();
+    let write = rw.try_write().await.unwrap().unwrap();
+    let first_read = write.downgrade().await.unwrap();
+    let tokens = [
+        ("e", exclusive.fencing_token()),
+        ("f", fair.fencing_token()),
+        ("r", first_read.fencing_token()),
+    ];
+    for (name, _) in tokens {
+        let ttl = counter_ttl(&mut raw, "counters", name).await;
+        assert!(
+            ttl > COUNTER_KEPT_MS - 60_000 && ttl <= COUNTER_KEPT_MS,
+            "the counter of `{name}` has no week-long TTL: PTTL {ttl}"
+        );
+    }
+    exclusive.release().await.unwrap();
+    fair.release().await.unwrap();
+    write.release().await.unwrap();
+    first_read.release().await.unwrap();
+    // The counters expire (deleted here, as their TTL would): the next tokens are
+    // still higher.
+    for (name, before) in tokens {
+        let _: () = redis::cmd("DEL")
+            .arg(format!("{{counters:{name}}}:fence"))
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let next = match name {
+            "e" => locks.lock(name).unwrap().try_acquire().await,
+            "f" => locks.fair_lock(name).unwrap().try_acquire().await,
+            _ => locks.rw_lock(name).unwrap().try_write().await,
+        };
+        let next = next.unwrap().expect("free");
+        assert!(
+            next.fencing_token() > before,
+            "`{name}`: {} after {before}",
+            next.fencing_token()
+        );
+        next.release().await.unwrap();
+    }
+}

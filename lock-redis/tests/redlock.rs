@@ -130,6 +130,14 @@ async fn redlock_fences_increase_even_when_counters_disagree() {
     let first = c.lock("k").unwrap().try_acquire().await.unwrap().unwrap();
     assert_eq!(first.fencing_token(), AHEAD + 1);
     first.release().await.unwrap();
+    // Raising a counter keeps its expiry (a week after the grant, as every counter).
+    for server in &servers {
+        let ttl: i64 = server.raw().await.pttl("{fence:k}:fence").await.unwrap();
+        assert!(
+            ttl > 0,
+            "a counter without expiry after the settle: PTTL {ttl}"
+        );
+    }
     // Without the master that had the high counter, the next grant must still be
     // larger: the grant raised the others of its majority to it.
     servers[0].stop();
