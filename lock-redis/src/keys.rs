@@ -74,8 +74,9 @@ impl Keys {
         format!("{}:{suffix}", self.tag)
     }
 
-    /// The fencing counter shared by every lock type of this name. It never expires:
-    /// tokens must keep increasing after every lease of the name is gone.
+    /// The fencing counter shared by every lock type of this name. It expires a week
+    /// after the name's last grant; tokens keep increasing after that because every
+    /// token is floored by the server clock (`next_fence.lua`).
     pub(crate) fn fence(&self) -> String {
         self.aux("fence")
     }

@@ -37,12 +37,13 @@
 //! `Lock`, redsync and rslock. A lock held by one of those clients (`SET key token NX
 //! PX`) excludes ours, and ours excludes theirs. Its fencing counter and every key of the
 //! fair and read-write locks live at `{namespace:name}:...`, in the same hash slot.
-//! The fencing counter never expires (tokens must keep increasing), and a grant takes
-//! one more than the larger of the counter and the server clock in microseconds: a
-//! counter lost to a failover or to a restart without persistence starts again above
-//! every token issued before, and tokens follow the order of the grants to within the
-//! servers' clock skew, even while an old primary that has not yet heard of a
-//! failover keeps granting beside the new one.
+//! A grant takes one more than the larger of the fencing counter and the server clock
+//! in microseconds: a counter lost to a failover or to a restart without persistence
+//! starts again above every token issued before, and tokens follow the order of the
+//! grants to within the servers' clock skew, even while an old primary that has not
+//! yet heard of a failover keeps granting beside the new one. For the same reason the
+//! counter can expire: it does, a week after the name's last grant, so a name locked
+//! once does not keep a key for ever.
 //!
 //! Every acquire call (every RedLock round) sends a request id of its own
 //! ([`RedisLease`]). A call that is run again after its reply was lost finds the key

@@ -15,6 +15,7 @@ end
 redis.call('set', KEYS[1], ARGV[2], 'KEEPTTL')
 local counter = tonumber(redis.call('get', KEYS[2]) or '0')
 if counter < tonumber(ARGV[3]) then
-  redis.call('set', KEYS[2], ARGV[3])
+  -- KEEPTTL: the counter keeps the expiry the first phase gave it.
+  redis.call('set', KEYS[2], ARGV[3], 'KEEPTTL')
 end
 return 1
