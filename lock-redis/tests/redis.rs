@@ -5,6 +5,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::silent_subscribers::SilentSubscribers;
 use common::{client, keys, RedisServer};
 use lock_core::backend::{HeldLease, LockBackend, OwnerToken, Renewal};
 use lock_core::{prelude::*, AcquireOptions, Error, LockKey, LockKind, LockName, Namespace};
@@ -221,6 +222,46 @@ async fn a_release_wakes_a_waiter_without_waiting_for_the_lease() {
         "handoff took {handoff:?}"
     );
     guard.unwrap().release().await.unwrap();
+}
+
+/// A pub/sub connection that goes silent (its packets dropped, nothing closed: a
+/// firewall or NAT that forgot it) is noticed and replaced, so a waiter still hears of
+/// a release within seconds instead of waiting out the holder's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_pubsub_connection_went_silent_still_hears_the_release() {
+    let server = RedisServer::start();
+    let proxy = SilentSubscribers::to(server.port()).await;
+    let holder = client(server.backend(), "silent-pubsub");
+    let config = RedisConfig::builder(&proxy.url()).build().unwrap();
+    let waiters = client(RedisBackend::new(config).unwrap(), "silent-pubsub");
+    let guard = holder
+        .lock("job")
+        .unwrap()
+        .acquire_with(AcquireOptions::try_once().lease(LONG))
+        .await
+        .unwrap();
+    let lock = waiters.lock("job").unwrap();
+    let waiting = tokio::spawn(async move {
+        let guard = lock.acquire_timeout(LONG * 2).await;
+        (guard, Instant::now())
+    });
+    proxy.wait_for_subscribers(1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.silence();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (granted, at) = tokio::time::timeout(LONG * 2, waiting)
+        .await
+        .expect("the waiter ended")
+        .unwrap();
+    let took = at - released;
+    println!("the waiter was granted {took:?} after the release");
+    assert!(
+        took < Duration::from_secs(10),
+        "the waiter heard of the release only {took:?} after it (its pub/sub connection had gone silent)"
+    );
+    granted.unwrap().release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod reply_cut;
+pub mod silent_subscribers;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
