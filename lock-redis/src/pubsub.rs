@@ -11,7 +11,9 @@
 //! waiter per process rather than all of them.
 //!
 //! If the connection is lost, every waiter is woken; it retries, and its next
-//! [`Registration::ready`] reconnects and subscribes again.
+//! [`Registration::ready`] reconnects and subscribes again. A connection that goes
+//! silent without closing is found by a PING every command timeout while anyone
+//! waits (on one server or under Sentinel), and dropped.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -471,7 +473,60 @@ async fn connect_single(inner: &Arc<Inner>) -> lock_core::Result<(u64, Sink)> {
     if let Some(old) = lock(&inner.reader).replace(task.abort_handle()) {
         old.abort();
     }
+    tokio::spawn(keep_alive(Arc::downgrade(inner), generation));
     Ok((generation, Sink::Single(sink)))
+}
+
+/// Pings the pub/sub connection of `generation` every command timeout while anyone
+/// waits on it. A connection can die without closing (a firewall or NAT that forgot
+/// it, a peer that vanished): its reader then waits for ever, and waiters would hear
+/// of no release until each holder's lease ran out. One that does not answer within
+/// the command timeout is dropped, and its waiters woken: they look at their locks and
+/// subscribe again on a new connection.
+async fn keep_alive(inner: Weak<Inner>, generation: u64) {
+    loop {
+        let Some(every) = inner.upgrade().map(|inner| inner.command_timeout) else {
+            return;
+        };
+        tokio::time::sleep(every).await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        {
+            let state = lock(&inner.state);
+            if state.live != Some(generation) {
+                return;
+            }
+            if state.channels.is_empty() {
+                continue;
+            }
+        }
+        let mut sink = inner.sink.lock().await;
+        let Some((live, Sink::Single(conn))) = sink.as_mut() else {
+            return;
+        };
+        if *live != generation {
+            return;
+        }
+        let answer = tokio::time::timeout(inner.command_timeout, conn.ping::<redis::Value>()).await;
+        if matches!(answer, Ok(Ok(_))) {
+            continue;
+        }
+        *sink = None;
+        if let Some(reader) = lock(&inner.reader).take() {
+            reader.abort();
+        }
+        let mut state = lock(&inner.state);
+        if state.live == Some(generation) {
+            state.live = None;
+        }
+        tracing::warn!(
+            "Redis pub/sub connection did not answer a PING within {:?}; reconnecting and waking every waiter",
+            inner.command_timeout
+        );
+        state.wake_all();
+        return;
+    }
 }
 
 /// Delivers messages until the connection ends, then wakes everyone so they retry
