@@ -283,7 +283,7 @@ impl Registration {
         .await;
         if let Err(err) = result {
             // The connection may be half dead: make the next waiter start afresh.
-            *sink = None;
+            drop_connection(&self.inner, &mut sink, "SUBSCRIBE failed");
             return Err(err);
         }
         let mut state = lock(&self.inner.state);
@@ -362,8 +362,7 @@ async fn unsubscribe(inner: Weak<Inner>, channel: String) {
     if let Some((_, conn)) = sink.as_mut() {
         let result = tokio::time::timeout(inner.command_timeout, conn.unsubscribe(&channel)).await;
         if !matches!(result, Ok(Ok(()))) {
-            tracing::debug!(%channel, "UNSUBSCRIBE failed; dropping the pub/sub connection");
-            *sink = None;
+            drop_connection(&inner, &mut sink, "UNSUBSCRIBE failed");
         }
     }
 }
@@ -512,21 +511,35 @@ async fn keep_alive(inner: Weak<Inner>, generation: u64) {
         if matches!(answer, Ok(Ok(_))) {
             continue;
         }
-        *sink = None;
-        if let Some(reader) = lock(&inner.reader).take() {
-            reader.abort();
-        }
-        let mut state = lock(&inner.state);
-        if state.live == Some(generation) {
-            state.live = None;
-        }
         tracing::warn!(
-            "Redis pub/sub connection did not answer a PING within {:?}; reconnecting and waking every waiter",
+            "Redis pub/sub connection did not answer a PING within {:?}; reconnecting",
             inner.command_timeout
         );
-        state.wake_all();
+        drop_connection(&inner, &mut sink, "PING unanswered");
         return;
     }
+}
+
+/// Drops the live connection held in `sink` (the caller holds the sink's lock): stops
+/// its reader, and wakes every waiter, whose subscriptions were on it. They look at
+/// their locks again and subscribe on a new connection; a waiter left asleep would
+/// hear of no release until its holder's lease ran out.
+fn drop_connection(inner: &Inner, sink: &mut Option<(u64, Sink)>, why: &str) {
+    let Some((generation, _)) = sink.take() else {
+        return;
+    };
+    if let Some(reader) = lock(&inner.reader).take() {
+        reader.abort();
+    }
+    let mut state = lock(&inner.state);
+    if state.live == Some(generation) {
+        state.live = None;
+    }
+    tracing::debug!(
+        why,
+        "dropped the Redis pub/sub connection; waking every waiter"
+    );
+    state.wake_all();
 }
 
 /// Delivers messages until the connection ends, then wakes everyone so they retry
