@@ -98,7 +98,7 @@ async fn margin(url: &str, server_port: u16, watchdog: bool) -> Duration {
 }
 
 /// The cut-off holder's watchdog logged its failed renewal with the lock's name, its
-/// backend, kind and token: what an operator reads first.
+/// backend, kind, owner and token: what an operator reads first.
 async fn renewal_failure_is_logged(lock: &str, token: u64) {
     let warning = log_capture::wait_for_warning(lock, "renewal failed", LEASE)
         .await
@@ -114,7 +114,7 @@ async fn renewal_failure_is_logged(lock: &str, token: u64) {
         Some(token.to_string().as_str()),
         "{warning:?}"
     );
-    for field in ["backend", "error"] {
+    for field in ["backend", "owner", "error"] {
         assert!(
             warning.field(field).is_some_and(|v| !v.is_empty()),
             "no {field} in {warning:?}"
