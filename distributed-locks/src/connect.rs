@@ -20,8 +20,12 @@ pub fn schemes() -> Vec<&'static str> {
     ]);
     #[cfg(feature = "zookeeper")]
     schemes.push("zk");
-    #[cfg(feature = "sql")]
-    schemes.extend(["postgres", "postgresql", "mysql", "mariadb", "sqlite"]);
+    #[cfg(feature = "postgres")]
+    schemes.extend(["postgres", "postgresql"]);
+    #[cfg(feature = "mysql")]
+    schemes.extend(["mysql", "mariadb"]);
+    #[cfg(feature = "sqlite")]
+    schemes.push("sqlite");
     #[cfg(feature = "etcd")]
     schemes.extend(["etcd", "etcd+https"]);
     schemes
@@ -78,7 +82,9 @@ impl ConnectOptions {
 /// | `redis+cluster://host:port,host:port` | a Redis Cluster, found through any listed node (`lock_redis::RedisBackend`) | `redis` |
 /// | `redlock://host:port,host:port,...[/db]` | RedLock over independent Redis masters (`lock_redis::RedLockBackend`, exclusive locks only; user, password and `/db` apply to every master) | `redis` |
 /// | `zk://` | a ZooKeeper ensemble (`lock_zookeeper::ZkBackend`, URL as `ZkConfig::from_url`) | `zookeeper` |
-/// | `postgres://`, `mysql://`, `sqlite://` | a database (`lock_sql::SqlBackend`, URL as `SqlOptions::from_url`: `?lock_strategy=for-update` picks row locks) | `sql` |
+/// | `postgres://`, `postgresql://` | PostgreSQL (`lock_sql::SqlBackend`, URL as `SqlOptions::from_url`: `?lock_strategy=for-update` picks row locks) | `postgres` or `sql` |
+/// | `mysql://`, `mariadb://` | MySQL or MariaDB (the same) | `mysql` or `sql` |
+/// | `sqlite://path` | an SQLite file (the same) | `sqlite` or `sql` |
 /// | `etcd://host:port[,host:port...]`, `etcd+https://...` | an etcd v3 cluster (`lock_etcd::EtcdBackend`) | `etcd` |
 ///
 /// # Errors
@@ -112,11 +118,12 @@ pub async fn connect(url: &str, options: ConnectOptions) -> Result<Arc<dyn LockP
             let config = lock_zookeeper::ZkConfig::from_url(url)?;
             options.client(lock_zookeeper::ZkBackend::connect(config).await?)
         }
-        #[cfg(feature = "sql")]
-        "postgres" | "postgresql" | "mysql" | "mariadb" | "sqlite" => {
-            let options_sql = lock_sql::SqlOptions::from_url(url)?;
-            options.client(lock_sql::SqlBackend::connect(options_sql).await?)
-        }
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => connect_sql(url, &options).await,
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => connect_sql(url, &options).await,
+        #[cfg(feature = "sqlite")]
+        "sqlite" => connect_sql(url, &options).await,
         #[cfg(feature = "etcd")]
         "etcd" | "etcd+https" => {
             let config = lock_etcd::EtcdConfig::from_url(url)?;
@@ -126,6 +133,13 @@ pub async fn connect(url: &str, options: ConnectOptions) -> Result<Arc<dyn LockP
             "unknown or disabled lock backend {other:?}: this build supports {:?} (enable the crate feature of the backend)", schemes()
         ))),
     }
+}
+
+/// A database's client (`postgres://`, `mysql://`, `sqlite://`).
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+async fn connect_sql(url: &str, options: &ConnectOptions) -> Result<Arc<dyn LockProvider>> {
+    let sql = lock_sql::SqlOptions::from_url(url)?;
+    options.client(lock_sql::SqlBackend::connect(sql).await?)
 }
 
 /// The `redis://` URL of each master a `redlock://` URL names.

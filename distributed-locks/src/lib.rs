@@ -14,6 +14,22 @@
 //! guard.release().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! # Features
+//!
+//! | feature | URLs | backend crate |
+//! |---|---|---|
+//! | (none) | `memory://` | [`lock_core::memory`] |
+//! | `redis` | `redis://`, `rediss://` (with `lock-redis/tls`), `redis+sentinel://`, `redis+cluster://`, `redlock://` | `lock-redis` |
+//! | `zookeeper` | `zk://` | `lock-zookeeper` |
+//! | `etcd` | `etcd://`, `etcd+https://` (with `lock-etcd/tls`) | `lock-etcd` (needs `protoc` to build) |
+//! | `postgres` | `postgres://`, `postgresql://` | `lock-sql` with PostgreSQL's driver |
+//! | `mysql` | `mysql://`, `mariadb://` | `lock-sql` with MySQL's driver |
+//! | `sqlite` | `sqlite://path` | `lock-sql` with SQLite compiled in |
+//! | `sql` | all three databases | `lock-sql` |
+//!
+//! [`schemes`] lists what a build understands; [`connect`] refuses any other scheme,
+//! naming the feature.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -42,9 +58,14 @@ pub use lock_redis as redis;
 #[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
 pub use lock_zookeeper as zookeeper;
 
-/// The SQL backend crate, [`lock_sql`]: `SqlBackend`, `SqlOptions`, `Strategy`.
-#[cfg(feature = "sql")]
-#[cfg_attr(docsrs, doc(cfg(feature = "sql")))]
+/// The SQL backend crate, [`lock_sql`]: `SqlBackend`, `SqlOptions`, `Strategy`, with
+/// the databases whose features are on (`postgres`, `mysql`, `sqlite`; `sql` is all
+/// three).
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite")))
+)]
 pub use lock_sql as sql;
 
 /// The etcd backend crate, [`lock_etcd`]: `EtcdBackend`, `EtcdConfig`.

@@ -15,6 +15,38 @@ pub enum Dialect {
 }
 
 impl Dialect {
+    /// The crate feature that compiles this database's driver in.
+    pub fn feature(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "postgres",
+            Dialect::MySql => "mysql",
+            Dialect::Sqlite => "sqlite",
+        }
+    }
+
+    /// Whether this build has the database's driver (its [`feature`](Self::feature)).
+    pub fn is_compiled(self) -> bool {
+        match self {
+            Dialect::Postgres => cfg!(feature = "postgres"),
+            Dialect::MySql => cfg!(feature = "mysql"),
+            Dialect::Sqlite => cfg!(feature = "sqlite"),
+        }
+    }
+
+    /// An [`Error::InvalidArgument`] naming the missing feature, unless this build has
+    /// the database's driver.
+    pub(crate) fn check_compiled(self) -> Result<()> {
+        if self.is_compiled() {
+            return Ok(());
+        }
+        Err(Error::invalid_argument(format!(
+            "{} URLs need lock-sql's `{}` feature (the facade's `{}` or `sql`), which this build lacks",
+            self.name(),
+            self.feature(),
+            self.feature()
+        )))
+    }
+
     /// The backend name used in errors and traces.
     pub fn name(self) -> &'static str {
         match self {

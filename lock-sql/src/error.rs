@@ -35,6 +35,7 @@ pub(crate) fn classify(err: &sqlx::Error) -> Class {
 }
 
 fn classify_database(db: &dyn sqlx::error::DatabaseError) -> Class {
+    #[cfg(feature = "mysql")]
     if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
         return match my.number() {
             // Deadlock found; lock wait timeout; lock wait aborted by NOWAIT (MySQL).
@@ -46,6 +47,7 @@ fn classify_database(db: &dyn sqlx::error::DatabaseError) -> Class {
         };
     }
     let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+    #[cfg(feature = "sqlite")]
     if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
         // The primary result code is the low byte: SQLITE_BUSY (5), SQLITE_LOCKED (6).
         return match code.parse::<u32>().map(|c| c & 0xff) {

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::Result;
-use sqlx::postgres::PgListener;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
@@ -21,9 +20,10 @@ pub(crate) struct Listener {
 impl Listener {
     /// Connects and listens on `channel`; the payload of each notification is the
     /// released key's hash.
+    #[cfg(feature = "postgres")]
     pub(crate) async fn start(url: &str, channel: &str, connect_timeout: Duration) -> Result<Self> {
         let connect = async {
-            let mut listener = PgListener::connect(url).await?;
+            let mut listener = sqlx::postgres::PgListener::connect(url).await?;
             listener.listen(channel).await?;
             Ok::<_, sqlx::Error>(listener)
         };
@@ -60,6 +60,16 @@ impl Listener {
             }
         });
         Ok(Listener { tx, task })
+    }
+
+    /// Without the `postgres` feature no PostgreSQL URL gets this far (see
+    /// [`Dialect::check_compiled`](crate::Dialect)).
+    #[cfg(not(feature = "postgres"))]
+    pub(crate) async fn start(url: &str, channel: &str, connect_timeout: Duration) -> Result<Self> {
+        let _ = (url, channel, connect_timeout, convert, timed_out);
+        Err(lock_core::Error::invalid_argument(
+            "PostgreSQL needs lock-sql's `postgres` feature",
+        ))
     }
 
     /// A receiver of release announcements from now on.

@@ -63,7 +63,10 @@ pub(crate) fn parse(url: &str) -> Result<DbUrl> {
     let dialect = match scheme.as_deref() {
         Some("postgres" | "postgresql") => Dialect::Postgres,
         Some("mysql" | "mariadb") => Dialect::MySql,
-        Some("sqlite") => return parse_sqlite(url),
+        Some("sqlite") => {
+            Dialect::Sqlite.check_compiled()?;
+            return parse_sqlite(url);
+        }
         _ => {
             return Err(Error::invalid_argument(format!(
                 "unsupported database URL {:?}: use postgres://, mysql:// or sqlite://",
@@ -71,6 +74,7 @@ pub(crate) fn parse(url: &str) -> Result<DbUrl> {
             )))
         }
     };
+    dialect.check_compiled()?;
     let parsed = url::Url::parse(url).map_err(|e| {
         Error::invalid_argument(format!("invalid database URL {:?}: {e}", redacted(url)))
     })?;
@@ -115,7 +119,40 @@ fn parse_sqlite(url: &str) -> Result<DbUrl> {
     })
 }
 
-#[cfg(test)]
+/// In a build with only some databases, the others' URLs are refused by name.
+#[cfg(all(
+    test,
+    not(all(feature = "postgres", feature = "mysql", feature = "sqlite"))
+))]
+mod missing_features {
+    use super::*;
+
+    #[test]
+    fn a_url_of_a_database_left_out_names_its_feature() {
+        for (url, dialect) in [
+            ("postgres://u:p@localhost/db", Dialect::Postgres),
+            ("mysql://u:p@localhost/db", Dialect::MySql),
+            ("sqlite://locks.db", Dialect::Sqlite),
+        ] {
+            match parse(url) {
+                Ok(parsed) => {
+                    assert!(dialect.is_compiled(), "{url} accepted without its driver");
+                    assert_eq!(parsed.dialect, dialect);
+                }
+                Err(err) => {
+                    assert!(!dialect.is_compiled(), "{url}: {err}");
+                    let text = err.to_string();
+                    assert!(
+                        text.contains(&format!("`{}` feature", dialect.feature())),
+                        "{text}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(all(test, feature = "postgres", feature = "mysql", feature = "sqlite"))]
 mod tests {
     use super::*;
 
