@@ -337,7 +337,15 @@ impl<B: LockBackend> Acquisition<B> {
                         tracing::debug!(key = %held.key, error = %err, "release retry failed");
                     }
                     Err(err) => {
-                        tracing::warn!(key = %held.key, error = %err, "gave up releasing; the lease will expire");
+                        tracing::warn!(
+                            lock = %held.key,
+                            kind = crate::telemetry::kind_label(held.kind),
+                            backend = acquisition.handle.backend().name(),
+                            owner = %held.owner,
+                            token = held.fence,
+                            error = %err,
+                            "gave up releasing; the lease will expire"
+                        );
                         return;
                     }
                 }

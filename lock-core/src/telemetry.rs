@@ -369,6 +369,7 @@ impl LeaseIdentity {
             lock = %self.key,
             kind = kind_label(self.kind),
             backend = t.backend,
+            owner = %self.owner,
             token = self.fence(),
             %error,
             "release failed"
@@ -381,6 +382,7 @@ impl LeaseIdentity {
             lock = %self.key,
             kind = kind_label(self.kind),
             backend = self.telemetry.backend,
+            owner = %self.owner,
             token = self.fence(),
             %error,
             "lease renewal failed; retrying until the lease runs out"
@@ -396,6 +398,7 @@ impl LeaseIdentity {
             lock = %self.key,
             kind = kind_label(self.kind),
             backend = self.telemetry.backend,
+            owner = %self.owner,
             token = self.fence(),
             failures,
             "lease renewed after failed renewals"
