@@ -87,6 +87,41 @@ impl Seen {
     }
 }
 
+/// What this binary's log says at `warn` and above, as an operator's log file would.
+fn log() -> &'static Mutex<Vec<u8>> {
+    static LOG: OnceLock<Mutex<Vec<u8>>> = OnceLock::new();
+    LOG.get_or_init(|| {
+        tracing_subscriber::fmt()
+            .with_writer(|| LogWriter)
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .init();
+        Mutex::default()
+    })
+}
+
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        log().lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The log line with `message` about `lock`.
+fn logged(message: &str, lock: &str) -> String {
+    let text = String::from_utf8_lossy(&log().lock().unwrap()).into_owned();
+    text.lines()
+        .find(|line| line.contains(message) && line.contains(&format!("lock={lock} ")))
+        .unwrap_or_else(|| panic!("no `{message}` line names {lock}; the log:\n{text}"))
+        .to_owned()
+}
+
 fn lock_label(name: &str) -> String {
     format!("locks/{name}")
 }
@@ -94,6 +129,7 @@ fn lock_label(name: &str) -> String {
 #[tokio::test(start_paused = true)]
 async fn metrics_and_events_follow_what_the_locks_do() {
     let _ = snapshotter();
+    let _ = log();
     let _ = MetricKind::Counter; // the recorder's kinds, for readers of the snapshot
     let backend = Wrapped::default();
     let seen_by_hook: Arc<Mutex<Vec<LockEvent>>> = Arc::default();
@@ -180,6 +216,12 @@ async fn metrics_and_events_follow_what_the_locks_do() {
         events.next().await.unwrap().what,
         LockEventKind::RenewedLate { failures: 2 }
     );
+    // The log's warning names the lock, its backend, kind, owner and token.
+    let line = logged("lease renewal failed", &lock_label("m-renewed"));
+    let token = format!("token={}", kept.fencing_token());
+    for field in ["backend=", "kind=", "owner=", token.as_str(), "error="] {
+        assert!(line.contains(field), "no {field} in: {line}");
+    }
 
     // A loss, by reason; its release fails as lost, which is no release failure.
     let label = lock_label("m-renewed");
@@ -194,6 +236,10 @@ async fn metrics_and_events_follow_what_the_locks_do() {
     match events.next().await.unwrap().what {
         LockEventKind::Lost { reason, .. } => assert_eq!(reason, LeaseLoss::Revoked),
         other => panic!("expected a loss, got {other:?}"),
+    }
+    let line = logged("lease lost", &label);
+    for field in ["backend=", "kind=", "owner=", "token=", "reason="] {
+        assert!(line.contains(field), "no {field} in: {line}");
     }
     assert!(kept.release().await.is_err());
     let seen = Seen::now();
