@@ -35,6 +35,16 @@ impl Warning {
     pub fn field(&self, name: &str) -> Option<&str> {
         self.fields.get(name).map(String::as_str)
     }
+
+    /// Panics unless the event has each of `names`, none of them empty.
+    pub fn assert_has(&self, names: &[&str]) {
+        for name in names {
+            assert!(
+                self.field(name).is_some_and(|v| !v.is_empty()),
+                "no {name} in {self:?}"
+            );
+        }
+    }
 }
 
 static WARNINGS: OnceLock<Mutex<Vec<Warning>>> = OnceLock::new();
@@ -91,6 +101,18 @@ pub async fn wait_for_warning(lock: &str, message: &str, limit: Duration) -> Opt
             return found;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// As [`wait_for_warning`], and panics, listing the warnings about `lock`, if none
+/// comes.
+pub async fn expect_warning(lock: &str, message: &str, limit: Duration) -> Warning {
+    match wait_for_warning(lock, message, limit).await {
+        Some(warning) => warning,
+        None => panic!(
+            "no `{message}` warning names {lock} within {limit:?}; its warnings: {:?}",
+            warnings_about(lock)
+        ),
     }
 }
 

@@ -468,13 +468,7 @@ async fn loss_is_logged(ctx: &Ctx, flavor: Flavor, token: u64) {
         "warnings are not recorded: a tracing subscriber was set before the suite's"
     );
     let lock = key(ctx).to_string();
-    let Some(warning) = log_capture::wait_for_warning(&lock, "lease lost", ctx.slack()).await
-    else {
-        panic!(
-            "no `lease lost` warning names {lock}; its warnings: {:?}",
-            log_capture::warnings_about(&lock)
-        );
-    };
+    let warning = log_capture::expect_warning(&lock, "lease lost", ctx.slack()).await;
     let kind = match flavor {
         Flavor::Exclusive => "exclusive",
         Flavor::Fair => "fair",
@@ -486,12 +480,7 @@ async fn loss_is_logged(ctx: &Ctx, flavor: Flavor, token: u64) {
         Some(token.to_string().as_str()),
         "{warning:?}"
     );
-    for field in ["backend", "owner", "reason"] {
-        assert!(
-            warning.field(field).is_some_and(|v| !v.is_empty()),
-            "no {field} in {warning:?}"
-        );
-    }
+    warning.assert_has(&["backend", "owner", "reason"]);
 }
 
 /// Dropping the last guard without `release` frees the lock soon (spawned release).

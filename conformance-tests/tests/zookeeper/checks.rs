@@ -949,14 +949,7 @@ async fn blackholed_holder_reports_loss_before_the_server_frees_it(zk: Arc<Zk>) 
     taken.release().await.unwrap();
     // What the operator's log says of it.
     let lock = format!("{ns}/cut");
-    let warning = log_capture::wait_for_warning(&lock, "lease lost", Duration::from_secs(5))
-        .await
-        .unwrap_or_else(|| {
-            panic!(
-                "no `lease lost` warning names {lock}; its warnings: {:?}",
-                log_capture::warnings_about(&lock)
-            )
-        });
+    let warning = log_capture::expect_warning(&lock, "lease lost", Duration::from_secs(5)).await;
     assert_eq!(warning.field("backend"), Some("zookeeper"), "{warning:?}");
     assert_eq!(
         warning.field("token"),
