@@ -1,7 +1,9 @@
 //! A TCP proxy on loopback between clients and a server, for tests that cut a client off
 //! the way a network does: [`Blackhole::cut`] stops every byte both ways while the
 //! connections stay open (no reset, no FIN), as when packets are silently dropped;
-//! [`Blackhole::heal`] lets new connections through again.
+//! [`Blackhole::cut_replies`] stops only what the server sends, so requests still act on
+//! the server but their replies are lost; [`Blackhole::heal`] lets new connections
+//! through again.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,7 +18,10 @@ use tokio::time::Instant;
 #[derive(Debug)]
 pub struct Blackhole {
     port: u16,
-    open: Arc<AtomicBool>,
+    /// Whether bytes from clients reach the server.
+    requests_open: Arc<AtomicBool>,
+    /// Whether bytes from the server reach the clients.
+    replies_open: Arc<AtomicBool>,
     /// Counts heals: a connection made before the last heal may have lost bytes, so it
     /// is closed when it next carries any.
     heals: Arc<AtomicU64>,
@@ -33,10 +38,12 @@ impl Blackhole {
     pub async fn to(server_port: u16) -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();
-        let open = Arc::new(AtomicBool::new(true));
+        let requests_open = Arc::new(AtomicBool::new(true));
+        let replies_open = Arc::new(AtomicBool::new(true));
         let heals = Arc::new(AtomicU64::new(0));
         let last_to_server = Arc::new(Mutex::new(None));
-        let (flag, heard, healed) = (open.clone(), last_to_server.clone(), heals.clone());
+        let (up, down) = (requests_open.clone(), replies_open.clone());
+        let (heard, healed) = (last_to_server.clone(), heals.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let epoch = Epoch {
@@ -51,14 +58,14 @@ impl Blackhole {
                 tokio::spawn(pump(
                     Box::new(client_read),
                     Box::new(server_write),
-                    flag.clone(),
+                    up.clone(),
                     epoch.clone(),
                     Some(heard.clone()),
                 ));
                 tokio::spawn(pump(
                     Box::new(server_read),
                     Box::new(client_write),
-                    flag.clone(),
+                    down.clone(),
                     epoch,
                     None,
                 ));
@@ -66,7 +73,8 @@ impl Blackhole {
         });
         Ok(Blackhole {
             port,
-            open,
+            requests_open,
+            replies_open,
             heals,
             last_to_server,
             task,
@@ -89,7 +97,15 @@ impl Blackhole {
     /// From now on every byte is dropped, both ways; connections stay open, and new ones
     /// are accepted and blackholed too.
     pub fn cut(&self) {
-        self.open.store(false, Ordering::SeqCst);
+        self.requests_open.store(false, Ordering::SeqCst);
+        self.replies_open.store(false, Ordering::SeqCst);
+    }
+
+    /// From now on what the server sends is dropped: requests still reach it and act,
+    /// but no reply comes back (a network that fails one way, a reply lost after the
+    /// server acted). Connections stay open.
+    pub fn cut_replies(&self) {
+        self.replies_open.store(false, Ordering::SeqCst);
     }
 
     /// Ends [`cut`](Self::cut): bytes flow again on connections made from now on.
@@ -97,7 +113,8 @@ impl Blackhole {
     /// is closed the next time either side sends on it, and the client reconnects.
     pub fn heal(&self) {
         self.heals.fetch_add(1, Ordering::SeqCst);
-        self.open.store(true, Ordering::SeqCst);
+        self.requests_open.store(true, Ordering::SeqCst);
+        self.replies_open.store(true, Ordering::SeqCst);
     }
 }
 

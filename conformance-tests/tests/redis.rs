@@ -46,7 +46,7 @@ struct CutOff {
 
 #[async_trait]
 impl checker::CutOff for CutOff {
-    async fn cuttable(&self) -> Result<(Arc<dyn Backend>, Box<dyn FnOnce() + Send>), String> {
+    async fn cuttable(&self) -> Result<(Arc<dyn Backend>, Arc<Blackhole>), String> {
         let (base, port) = self.url.rsplit_once(':').ok_or("a URL with a port")?;
         let port: u16 = port
             .trim_end_matches('/')
@@ -55,7 +55,7 @@ impl checker::CutOff for CutOff {
         let proxy = Blackhole::to(port).await.map_err(|e| e.to_string())?;
         let through = format!("{base}:{}", proxy.port());
         let backend = Redis::new("redis", Inspect::Url(self.url.clone()), through);
-        Ok((Arc::new(backend), Box::new(move || proxy.cut())))
+        Ok((Arc::new(backend), Arc::new(proxy)))
     }
 }
 

@@ -26,10 +26,10 @@ const RUN_LIMIT: Duration = Duration::from_secs(180);
 const RUN: usize = usize::MAX;
 
 /// A client that can be cut off from its server: the backend it is made from, and
-/// what cuts it.
+/// the proxy its connections go through.
 pub(crate) struct Cuttable {
     pub(crate) backend: Arc<dyn Backend>,
-    pub(crate) cut: Box<dyn FnOnce() + Send>,
+    pub(crate) proxy: Arc<crate::proxy::Blackhole>,
 }
 
 /// What a run left: its history, and what the run itself saw go wrong.
@@ -449,11 +449,7 @@ pub(crate) async fn run(
 ) -> Result<Ran, String> {
     let mut cut = None;
     let mut clients: Vec<Arc<dyn LockProvider>> = Vec::new();
-    let mut cuttable = if plan.cut_ms.is_some() {
-        cuttable
-    } else {
-        None
-    };
+    let mut cuttable = if plan.cut.is_some() { cuttable } else { None };
     for (i, client) in plan.clients.iter().enumerate() {
         let options = ClientOptions {
             namespace: namespace.to_owned(),
@@ -462,7 +458,7 @@ pub(crate) async fn run(
         };
         let made = match cuttable.take() {
             Some(c) if i == 0 => {
-                cut = Some(c.cut);
+                cut = Some(c.proxy);
                 c.backend.client(options).await
             }
             other => {
@@ -524,12 +520,27 @@ pub(crate) async fn run(
             history.probe_client(RUN, client);
         }));
     }
-    if let (Some(ms), Some(cut)) = (plan.cut_ms, cut) {
+    if let (Some(fault), Some(proxy)) = (plan.cut, cut) {
         let history = history.clone();
         side.push(tokio::spawn(async move {
-            sleep(Duration::from_millis(ms)).await;
-            history.record(RUN, What::Cut { client: 0 });
-            cut();
+            sleep(Duration::from_millis(fault.at_ms)).await;
+            history.record(
+                RUN,
+                What::Cut {
+                    client: 0,
+                    replies_only: fault.replies_only,
+                },
+            );
+            if fault.replies_only {
+                proxy.cut_replies();
+            } else {
+                proxy.cut();
+            }
+            if let Some(ms) = fault.heal_after_ms {
+                sleep(Duration::from_millis(ms)).await;
+                history.record(RUN, What::Healed { client: 0 });
+                proxy.heal();
+            }
         }));
     }
     let tasks: Vec<JoinHandle<()>> = plan

@@ -146,8 +146,21 @@ pub(crate) struct Plan {
     pub(crate) tasks: Vec<TaskPlan>,
     /// A client shut down this many ms into the run.
     pub(crate) shutdown: Option<(usize, u64)>,
-    /// Cut the faulty client off this many ms into the run (only with a fault hook).
-    pub(crate) cut_ms: Option<u64>,
+    /// Cut the faulty client off from its server (only with a fault hook).
+    pub(crate) cut: Option<CutPlan>,
+}
+
+/// A network fault between client 0 and its server.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CutPlan {
+    /// When, in ms into the run.
+    pub(crate) at_ms: u64,
+    /// Only the server's replies are lost (requests still act on the server);
+    /// otherwise every byte both ways.
+    pub(crate) replies_only: bool,
+    /// The network comes back this many ms after the cut (connections made before
+    /// are closed at their next byte); `None`: it stays cut.
+    pub(crate) heal_after_ms: Option<u64>,
 }
 
 impl Plan {
@@ -234,7 +247,11 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
             rng.range(0, 3_000),
         )
     });
-    let cut_ms = (limits.can_cut && rng.chance(50)).then(|| rng.range(0, 3_000));
+    let cut = (limits.can_cut && rng.chance(50)).then(|| CutPlan {
+        at_ms: rng.range(0, 3_000),
+        replies_only: rng.chance(50),
+        heal_after_ms: rng.chance(50).then(|| rng.range(200, 3_000)),
+    });
     // Drawn last, so the rest of a seed's workload is what it was without them.
     if caps.read_write {
         for _ in 0..rng.range(1, 2) {
@@ -255,7 +272,7 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
         handles,
         tasks,
         shutdown,
-        cut_ms,
+        cut,
     }
 }
 

@@ -62,8 +62,10 @@ pub(crate) enum What {
     Lost { hold: HoldId, reason: String },
     /// A client was shut down (`done`: the call returned).
     Shutdown { client: usize, done: bool },
-    /// A client was cut off from the server.
-    Cut { client: usize },
+    /// A client was cut off from the server (or only from its replies).
+    Cut { client: usize, replies_only: bool },
+    /// The network between that client and its server came back.
+    Healed { client: usize },
     /// Anything else worth seeing in an excerpt.
     Note(String),
 }
@@ -345,7 +347,18 @@ impl fmt::Display for Show<'_> {
                     if *done { "returned" } else { "called" }
                 )
             }
-            What::Cut { client } => write!(f, "c{client} cut off from the server"),
+            What::Cut {
+                client,
+                replies_only: false,
+            } => write!(f, "c{client} cut off from the server"),
+            What::Cut {
+                client,
+                replies_only: true,
+            } => write!(
+                f,
+                "c{client}'s replies lost from now on (requests still act)"
+            ),
+            What::Healed { client } => write!(f, "c{client}'s network back"),
             What::Note(note) => f.write_str(note),
         }
     }

@@ -66,9 +66,9 @@ impl Budget {
 /// behind a [`crate::proxy::Blackhole`].
 #[async_trait]
 pub trait CutOff: Send + Sync {
-    /// A backend whose clients all go through a fresh proxy, and what cuts that proxy
-    /// (every byte dropped both ways from then on).
-    async fn cuttable(&self) -> Result<(Arc<dyn Backend>, Box<dyn FnOnce() + Send>), String>;
+    /// A backend whose clients all go through a fresh proxy, and that proxy (which the
+    /// run cuts, cuts one way, and heals).
+    async fn cuttable(&self) -> Result<(Arc<dyn Backend>, Arc<crate::proxy::Blackhole>), String>;
 }
 
 /// One failing seed.
@@ -209,9 +209,9 @@ impl Runner {
     async fn once(&mut self, plan: &Plan) -> (Vec<Violation>, Counts) {
         self.runs += 1;
         let namespace = format!("checker-{}-{}-{}", self.run, plan.seed, self.runs);
-        let cuttable = match (&self.cut_off, plan.cut_ms) {
+        let cuttable = match (&self.cut_off, plan.cut) {
             (Some(hook), Some(_)) => match hook.cuttable().await {
-                Ok((backend, cut)) => Some(Cuttable { backend, cut }),
+                Ok((backend, proxy)) => Some(Cuttable { backend, proxy }),
                 Err(err) => return (vec![setup(err)], Counts::default()),
             },
             _ => None,
@@ -275,6 +275,11 @@ impl Runner {
         if plan.shutdown.is_some() {
             let mut p = plan.clone();
             p.shutdown = None;
+            out.push(p);
+        }
+        if plan.cut.is_some() {
+            let mut p = plan.clone();
+            p.cut = None;
             out.push(p);
         }
         out
@@ -375,7 +380,7 @@ fn describe(plan: &Plan) -> Vec<String> {
             .map(|h| format!("c{}:{:?}:{}", h.client, h.family, plan.names[h.name]))
             .collect::<Vec<_>>(),
         plan.shutdown,
-        plan.cut_ms
+        plan.cut
     )];
     for (i, task) in plan.tasks.iter().enumerate() {
         lines.push(format!("t{i} (c{}): {:?}", task.client, task.ops));
