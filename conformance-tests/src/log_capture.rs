@@ -6,13 +6,13 @@
 //! A subscriber is process-wide and set once: [`init`] sets this one, and every test
 //! entry point of this crate calls it before any lock is made.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use tracing::field::{Field, Visit};
-use tracing::{Event, Level, Subscriber};
+use tracing::{Event, Subscriber};
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
@@ -47,10 +47,10 @@ impl Warning {
     }
 }
 
-static WARNINGS: OnceLock<Mutex<Vec<Warning>>> = OnceLock::new();
+static WARNINGS: OnceLock<Mutex<VecDeque<Warning>>> = OnceLock::new();
 
-fn warnings() -> &'static Mutex<Vec<Warning>> {
-    WARNINGS.get_or_init(|| Mutex::new(Vec::new()))
+fn warnings() -> &'static Mutex<VecDeque<Warning>> {
+    WARNINGS.get_or_init(|| Mutex::new(VecDeque::new()))
 }
 
 /// Whether [`init`] set this process's subscriber.
@@ -120,10 +120,8 @@ pub async fn expect_warning(lock: &str, message: &str, limit: Duration) -> Warni
 struct Capture;
 
 impl<S: Subscriber> Layer<S> for Capture {
+    // Only warnings and errors get here (the layer's `LevelFilter::WARN`).
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
-        if *event.metadata().level() > Level::WARN {
-            return;
-        }
         let mut warning = Warning {
             message: String::new(),
             fields: BTreeMap::new(),
@@ -131,9 +129,9 @@ impl<S: Subscriber> Layer<S> for Capture {
         event.record(&mut Fields(&mut warning));
         let mut kept = warnings().lock().unwrap_or_else(|p| p.into_inner());
         if kept.len() >= KEPT {
-            kept.remove(0);
+            kept.pop_front();
         }
-        kept.push(warning);
+        kept.push_back(warning);
     }
 }
 

@@ -337,15 +337,9 @@ impl<B: LockBackend> Acquisition<B> {
                         tracing::debug!(key = %held.key, error = %err, "release retry failed");
                     }
                     Err(err) => {
-                        tracing::warn!(
-                            lock = %held.key,
-                            kind = crate::telemetry::kind_label(held.kind),
-                            backend = acquisition.handle.backend().name(),
-                            owner = %held.owner,
-                            token = held.fence,
-                            error = %err,
-                            "gave up releasing; the lease will expire"
-                        );
+                        if let Some(identity) = state.identity() {
+                            identity.release_abandoned(&err);
+                        }
                         return;
                     }
                 }

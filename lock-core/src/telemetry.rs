@@ -376,6 +376,19 @@ impl LeaseIdentity {
         );
     }
 
+    /// A release that kept failing was given up; the lease expires on its own.
+    pub(crate) fn release_abandoned(&self, error: &crate::Error) {
+        tracing::warn!(
+            lock = %self.key,
+            kind = kind_label(self.kind),
+            backend = self.telemetry.backend,
+            owner = %self.owner,
+            token = self.fence(),
+            %error,
+            "gave up releasing; the lease will expire"
+        );
+    }
+
     /// The first failed renewal of a run of them.
     pub(crate) fn renewal_failed(&self, error: &str) {
         tracing::warn!(

@@ -669,12 +669,7 @@ impl LockBackend for RedisBackend {
 
     async fn inspect(&self, key: &LockKey, family: LockFamily) -> Result<LockInfo> {
         let call = calls::holders(&self.keys(key), family);
-        // Bytes: another client's value need not be UTF-8.
         let reply: Vec<Vec<u8>> = self.node.call("inspect", &call).await?;
-        let reply: Vec<String> = reply
-            .iter()
-            .map(|b| String::from_utf8_lossy(b).into_owned())
-            .collect();
         crate::holders::lock_info(&reply)
     }
 }

@@ -61,39 +61,47 @@ fn description_of(request: &str) -> Option<String> {
 /// One holder from its stored `value`, of `kind`, whose lease ends at `expiry_ms`
 /// (server clock, ms since the epoch; negative: no expiry).
 fn holder(kind: LockKind, value: &str, expiry_ms: i64) -> HolderInfo {
-    let mut info = HolderInfo::new(kind);
     let ours = value.rsplit_once(':').and_then(|(rest, fence)| {
         let fence = fence.parse::<u64>().ok()?;
         let (owner, request) = rest.rsplit_once(':')?;
         Some((owner, request, fence))
     });
-    info = match ours {
-        Some((owner, request, fence)) => {
-            info = info.with_owner(owner).with_fencing_token(fence);
-            // A token is the server clock in microseconds at the grant
-            // (`next_fence.lua`), or just above it when grants came faster than one a
-            // microsecond; a smaller one is a counter from before that floor.
-            if fence >= CLOCK_FENCES_FROM {
-                info = info.with_acquired_at(SystemTime::UNIX_EPOCH + Duration::from_micros(fence));
-            }
-            match description_of(request) {
-                Some(description) => info.with_description(description),
-                None => info,
-            }
-        }
-        None => info.with_owner(value),
+    let Some((owner, request, fence)) = ours else {
+        return expiring(HolderInfo::new(kind).with_owner(value), expiry_ms);
     };
+    let mut info = HolderInfo::new(kind)
+        .with_owner(owner)
+        .with_fencing_token(fence);
+    // A token is the server clock in microseconds at the grant (`next_fence.lua`), or
+    // just above it when grants came faster than one a microsecond; a smaller one is a
+    // counter from before that floor.
+    if fence >= CLOCK_FENCES_FROM {
+        info = info.with_acquired_at(SystemTime::UNIX_EPOCH + Duration::from_micros(fence));
+    }
+    if let Some(description) = description_of(request) {
+        info = info.with_description(description);
+    }
+    expiring(info, expiry_ms)
+}
+
+/// `info` with its lease's end, if the key has one.
+fn expiring(mut info: HolderInfo, expiry_ms: i64) -> HolderInfo {
     if let Ok(ms) = u64::try_from(expiry_ms) {
         info = info.with_expires_at(SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
     }
     info
 }
 
-/// Decodes the reply of `holders.lua`.
-pub(crate) fn lock_info(reply: &[String]) -> Result<LockInfo> {
+/// Decodes the reply of `holders.lua` (bytes: another client's value need not be
+/// UTF-8).
+pub(crate) fn lock_info(reply: &[Vec<u8>]) -> Result<LockInfo> {
+    let reply: Vec<String> = reply
+        .iter()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .collect();
     let unexpected =
         || lock_core::Error::from(Error::UnexpectedReply(format!("inspect: {reply:?}")));
-    let [_now, waiters, rest @ ..] = reply else {
+    let [waiters, rest @ ..] = &reply[..] else {
         return Err(unexpected());
     };
     if rest.len() % 3 != 0 {
@@ -141,8 +149,7 @@ mod tests {
     #[test]
     fn holders_are_read_from_stored_values() {
         let request = request_id("web-3 pid 77");
-        let reply: Vec<String> = [
-            "1700000000000",
+        let reply: Vec<Vec<u8>> = [
             "2",
             "r",
             &format!("c1:4:{request}:1700000000000041"),
@@ -152,7 +159,7 @@ mod tests {
             "-1",
         ]
         .iter()
-        .map(|s| s.to_string())
+        .map(|s| s.as_bytes().to_vec())
         .collect();
         let info = lock_info(&reply).unwrap();
         assert_eq!(info.waiters, Some(2));
@@ -173,7 +180,7 @@ mod tests {
         assert_eq!(foreign.owner.as_deref(), Some("redis-py-token"));
         assert_eq!(foreign.fencing_token, None);
         assert_eq!(foreign.expires_at, None);
-        assert!(lock_info(&["1".into()]).is_err());
-        assert!(lock_info(&["1".into(), "-1".into(), "x".into()]).is_err());
+        assert!(lock_info(&[]).is_err());
+        assert!(lock_info(&[b"-1".to_vec(), b"x".to_vec()]).is_err());
     }
 }

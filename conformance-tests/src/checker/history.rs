@@ -349,15 +349,14 @@ impl fmt::Display for Show<'_> {
             }
             What::Cut {
                 client,
-                replies_only: false,
-            } => write!(f, "c{client} cut off from the server"),
-            What::Cut {
-                client,
-                replies_only: true,
-            } => write!(
-                f,
-                "c{client}'s replies lost from now on (requests still act)"
-            ),
+                replies_only,
+            } => match replies_only {
+                false => write!(f, "c{client} cut off from the server"),
+                true => write!(
+                    f,
+                    "c{client}'s replies lost from now on (requests still act)"
+                ),
+            },
             What::Healed { client } => write!(f, "c{client}'s network back"),
             What::Note(note) => f.write_str(note),
         }

@@ -2,12 +2,12 @@
 -- KEYS[1] exclusive key, KEYS[2] fair holder, KEYS[3] fair waiter expiries (zset),
 -- KEYS[4] rw writer, KEYS[5] rw readers
 -- ARGV[1] 'e' (exclusive), 'f' (fair) or 'rw'
--- Returns {now ms, waiters or -1 when waiters leave no trace, then per holder: kind
+-- Returns {waiters or -1 when waiters leave no trace, then per holder: kind
 -- ('e', 'f', 'w' or 'r'), stored value, expiry ms by the server clock or -1}.
 -- Values are strings: `owner:request:fence` for ours, a bare token for other clients'.
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local out = {tostring(now), '-1'}
+local out = {'-1'}
 -- A string lease key's holder, if it is a string (another layout's key is no holder).
 local function add_string(kind, key)
   local value = redis.pcall('get', key)
@@ -29,7 +29,7 @@ if family == 'e' then
 elseif family == 'f' then
   add_string('f', KEYS[2])
   -- Waiters refresh their expiry while they wait; a lapsed one is gone.
-  out[2] = tostring(redis.call('zcount', KEYS[3], '(' .. now, '+inf'))
+  out[1] = tostring(redis.call('zcount', KEYS[3], '(' .. now, '+inf'))
 else
   add_string('w', KEYS[4])
   local readers = redis.pcall('hgetall', KEYS[5])
