@@ -190,6 +190,23 @@ fn reason_label(reason: &LeaseLoss) -> &'static str {
     }
 }
 
+/// A `warn` event about the lease of `$identity` (a [`LeaseIdentity`]) with the fields
+/// every lock warning carries: the lock, its kind, backend, owner and token, and the
+/// error.
+macro_rules! warn_of_lease {
+    ($identity:expr, $error:expr, $message:literal) => {
+        tracing::warn!(
+            lock = %$identity.key,
+            kind = kind_label($identity.kind),
+            backend = $identity.telemetry.backend,
+            owner = %$identity.owner,
+            token = $identity.fence(),
+            error = %$error,
+            $message
+        )
+    };
+}
+
 /// One client's metrics and events.
 pub(crate) struct Telemetry {
     backend: &'static str,
@@ -365,39 +382,19 @@ impl LeaseIdentity {
             t.labels(&self.key, self.kind)
         )
         .increment(1);
-        tracing::warn!(
-            lock = %self.key,
-            kind = kind_label(self.kind),
-            backend = t.backend,
-            owner = %self.owner,
-            token = self.fence(),
-            %error,
-            "release failed"
-        );
+        warn_of_lease!(self, error, "release failed");
     }
 
     /// A release that kept failing was given up; the lease expires on its own.
     pub(crate) fn release_abandoned(&self, error: &crate::Error) {
-        tracing::warn!(
-            lock = %self.key,
-            kind = kind_label(self.kind),
-            backend = self.telemetry.backend,
-            owner = %self.owner,
-            token = self.fence(),
-            %error,
-            "gave up releasing; the lease will expire"
-        );
+        warn_of_lease!(self, error, "gave up releasing; the lease will expire");
     }
 
     /// The first failed renewal of a run of them.
     pub(crate) fn renewal_failed(&self, error: &str) {
-        tracing::warn!(
-            lock = %self.key,
-            kind = kind_label(self.kind),
-            backend = self.telemetry.backend,
-            owner = %self.owner,
-            token = self.fence(),
-            %error,
+        warn_of_lease!(
+            self,
+            error,
             "lease renewal failed; retrying until the lease runs out"
         );
         self.event(LockEventKind::RenewalFailed {
