@@ -95,7 +95,8 @@ impl SqlBackend {
     /// Cancel safe: dropping the future closes what it opened.
     pub async fn connect(options: SqlOptions) -> Result<Self> {
         options.validate()?;
-        let url = crate::url::parse(&options.url)?;
+        let mut url = crate::url::parse(&options.url)?;
+        url.driver_url = crate::tls::with_tls(&url.driver_url, url.dialect, options.tls.as_ref())?;
         if options.strategy == Strategy::ForUpdate && url.dialect == Dialect::Sqlite {
             return Err(Error::Unsupported {
                 backend: "sqlite",
@@ -129,9 +130,9 @@ impl SqlBackend {
         })
     }
 
-    /// [`connect`](Self::connect) with the options a URL gives
-    /// ([`SqlOptions::from_url`]: `lock_strategy`, `lock_table_prefix`), the rest
-    /// default.
+    /// [`connect`](Self::connect) with every setting the URL gives
+    /// ([`SqlOptions::from_url`]: strategy, table prefix, pool, timeouts, TLS, ...),
+    /// the rest default. An unknown URL key is an error.
     ///
     /// # Errors
     /// As for [`connect`](Self::connect) and [`SqlOptions::from_url`].

@@ -76,7 +76,9 @@ mod local_wake;
 mod options;
 mod pessimistic;
 mod sql;
+mod tls;
 mod url;
+mod url_settings;
 mod wait;
 
 pub use backend::{SqlBackend, SqlLease};

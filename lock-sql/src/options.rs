@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lock_core::{Error, Result};
+use lock_core::{Error, Result, TlsOptions};
 
 use crate::dialect::validate_table_prefix;
 
@@ -61,6 +61,7 @@ pub struct SqlOptions {
     pub(crate) poll_max: Duration,
     pub(crate) queue_ttl: Duration,
     pub(crate) session_sql: Vec<String>,
+    pub(crate) tls: Option<TlsOptions>,
 }
 
 impl std::fmt::Debug for SqlOptions {
@@ -77,6 +78,7 @@ impl std::fmt::Debug for SqlOptions {
             .field("poll_max", &self.poll_max)
             .field("queue_ttl", &self.queue_ttl)
             .field("session_sql", &self.session_sql)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -101,53 +103,47 @@ impl SqlOptions {
             poll_max: Duration::from_millis(250),
             queue_ttl: Duration::from_secs(10),
             session_sql: Vec::new(),
+            tls: None,
         }
     }
 
-    /// Options from a URL that may carry this crate's own settings as query
-    /// parameters, which are removed before the URL reaches the driver:
-    /// `lock_strategy=lease|for-update` and `lock_table_prefix=NAME`. This is how
-    /// `distributed_locks::connect` and the `lock-holder` tool pick them.
+    /// Options from a URL whose query carries this crate's settings beside the
+    /// driver's. Every setting of [`SqlOptions`] but the session statements has a key;
+    /// the driver's own keys (`sslmode`, `application_name`, ... for PostgreSQL;
+    /// `ssl-mode`, `charset`, ... for MySQL; `mode`, `cache`, ... for SQLite) stay in
+    /// the URL the driver gets; any other key is an error, not ignored. This is how
+    /// `distributed_locks::connect`, `lockctl` and [`SqlBackend::connect_url`](crate::SqlBackend::connect_url)
+    /// read a URL.
+    ///
+    /// | key | setting | example |
+    /// |---|---|---|
+    /// | `lock_strategy` | [`strategy`](Self::strategy) | `lease`, `for-update` |
+    /// | `lock_table_prefix` | [`table_prefix`](Self::table_prefix) | `app_locks` |
+    /// | `pool_max` | [`max_connections`](Self::max_connections) | `20` |
+    /// | `max_held_locks` | [`max_held_locks`](Self::max_held_locks) | `100` |
+    /// | `connect_timeout` | [`connect_timeout`](Self::connect_timeout) | `5s` |
+    /// | `request_timeout` | [`request_timeout`](Self::request_timeout) | `10s` |
+    /// | `poll_min`, `poll_max` | [`poll_interval`](Self::poll_interval) | `5ms`, `250ms` |
+    /// | `queue_ttl` | [`queue_ttl`](Self::queue_ttl) | `10s` |
+    /// | `tls_ca`, `tls_cert`, `tls_key` | [`tls`](Self::tls) (PEM files) | `/etc/locks/ca.pem` |
+    ///
+    /// Durations take a unit (`500ms`, `10s`, `2m`; a bare number is seconds).
     ///
     /// ```
     /// use lock_sql::{SqlOptions, Strategy};
-    /// let o = SqlOptions::from_url("postgres://h/db?sslmode=disable&lock_strategy=for-update&lock_table_prefix=app")?;
+    /// let o = SqlOptions::from_url("postgres://h/db?sslmode=disable&lock_strategy=for-update&lock_table_prefix=app&pool_max=20")?;
     /// assert_eq!(o.get_table_prefix(), "app");
     /// assert_eq!(o.get_strategy(), Strategy::ForUpdate);
     /// assert_eq!(o.get_url(), "postgres://h/db?sslmode=disable");
+    /// assert!(SqlOptions::from_url("postgres://h/db?pool_size=20").is_err());
     /// # Ok::<(), lock_core::Error>(())
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an unknown strategy.
+    /// [`Error::InvalidArgument`] for an unknown key, a key given twice, or a value
+    /// that is not what its key takes, naming the key.
     pub fn from_url(url: &str) -> Result<Self> {
-        let Some((base, query)) = url.split_once('?') else {
-            return Ok(SqlOptions::new(url));
-        };
-        let (mut strategy, mut prefix, mut rest) = (Strategy::Lease, None, Vec::new());
-        for param in query.split('&').filter(|p| !p.is_empty()) {
-            match param.split_once('=') {
-                Some(("lock_strategy", "lease")) => strategy = Strategy::Lease,
-                Some(("lock_strategy", "for-update")) => strategy = Strategy::ForUpdate,
-                Some(("lock_strategy", other)) => {
-                    return Err(Error::invalid_argument(format!(
-                        "unknown lock_strategy {other:?}: use lease or for-update"
-                    )))
-                }
-                Some(("lock_table_prefix", p)) => prefix = Some(p.to_owned()),
-                _ => rest.push(param),
-            }
-        }
-        let url = if rest.is_empty() {
-            base.to_owned()
-        } else {
-            format!("{base}?{}", rest.join("&"))
-        };
-        let mut options = SqlOptions::new(url).strategy(strategy);
-        if let Some(prefix) = prefix {
-            options = options.table_prefix(prefix);
-        }
-        Ok(options)
+        crate::url_settings::options_from_url(url)
     }
 
     /// The URL the driver gets.
@@ -234,6 +230,18 @@ impl SqlOptions {
     /// example `SET application_name = 'billing'`). Trusted input: it is sent as is.
     pub fn session_statement(mut self, sql: impl Into<String>) -> Self {
         self.session_sql.push(sql.into());
+        self
+    }
+
+    /// TLS to PostgreSQL or MySQL/MariaDB (the `tls` feature, rustls): the CA to
+    /// trust and an optional client certificate, PEM files. Unless the URL sets
+    /// `sslmode` (PostgreSQL) or `ssl-mode` (MySQL) itself, the connection then
+    /// requires TLS and checks that the server's certificate names the URL's host
+    /// (`verify-full`, `VERIFY_IDENTITY`). Without this, the driver's own URL keys
+    /// apply (`?sslmode=require`, `?ssl-mode=REQUIRED&ssl-ca=...`). The drivers check
+    /// the URL's host: [`TlsOptions::server_name`] is refused at connect.
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = Some(tls);
         self
     }
 

@@ -1,0 +1,211 @@
+//! The settings a database URL may carry: this crate's own (read into [`SqlOptions`]
+//! and taken out of the URL) and the driver's (left in it). A key that is neither is
+//! an error, where the driver would ignore it.
+
+use lock_core::backend::QuerySettings;
+use lock_core::{Error, Result};
+
+use crate::dialect::Dialect;
+use crate::options::{SqlOptions, Strategy};
+
+/// The query keys the driver of each database reads, passed through to it as they are.
+fn driver_keys(dialect: Dialect) -> &'static [&'static str] {
+    match dialect {
+        Dialect::Postgres => &[
+            "sslmode",
+            "ssl-mode",
+            "sslrootcert",
+            "ssl-root-cert",
+            "ssl-ca",
+            "sslcert",
+            "ssl-cert",
+            "sslkey",
+            "ssl-key",
+            "statement-cache-capacity",
+            "host",
+            "hostaddr",
+            "port",
+            "dbname",
+            "user",
+            "password",
+            "application_name",
+            "options",
+        ],
+        Dialect::MySql => &[
+            "sslmode",
+            "ssl-mode",
+            "sslca",
+            "ssl-ca",
+            "sslcert",
+            "ssl-cert",
+            "sslkey",
+            "ssl-key",
+            "charset",
+            "collation",
+            "statement-cache-capacity",
+            "socket",
+            "timezone",
+            "time-zone",
+        ],
+        Dialect::Sqlite => &["mode", "cache", "immutable", "vfs"],
+    }
+}
+
+/// The dialect a URL's scheme names, checked later with the rest of the URL.
+fn dialect_of(url: &str) -> Option<Dialect> {
+    match url.split_once(':')?.0.to_ascii_lowercase().as_str() {
+        "postgres" | "postgresql" => Some(Dialect::Postgres),
+        "mysql" | "mariadb" => Some(Dialect::MySql),
+        "sqlite" => Some(Dialect::Sqlite),
+        _ => None,
+    }
+}
+
+/// Reads this crate's settings out of `url` (see [`SqlOptions::from_url`]).
+pub(crate) fn options_from_url(url: &str) -> Result<SqlOptions> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok(SqlOptions::new(url));
+    };
+    let Some(dialect) = dialect_of(url) else {
+        // The scheme is refused, with the rest, when connecting.
+        return Ok(SqlOptions::new(url));
+    };
+    let pairs = url::form_urlencoded::parse(query.as_bytes())
+        .map(|(key, value)| (key.into_owned(), value.into_owned()));
+    let mut query = QuerySettings::new(pairs)?;
+
+    let mut driver = url::form_urlencoded::Serializer::new(String::new());
+    for key in driver_keys(dialect) {
+        if let Some(value) = query.text(key) {
+            driver.append_pair(key, &value);
+        }
+    }
+    let driver = driver.finish();
+    let url = if driver.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{driver}")
+    };
+
+    let mut options = SqlOptions::new(url);
+    if let Some(strategy) = query.text("lock_strategy") {
+        options = options.strategy(match strategy.as_str() {
+            "lease" => Strategy::Lease,
+            "for-update" => Strategy::ForUpdate,
+            other => {
+                return Err(Error::invalid_argument(format!(
+                    "unknown lock_strategy {other:?}: use lease or for-update"
+                )))
+            }
+        });
+    }
+    if let Some(prefix) = query.text("lock_table_prefix") {
+        options = options.table_prefix(prefix);
+    }
+    if let Some(max) = query.number("pool_max")? {
+        options = options.max_connections(max);
+    }
+    if let Some(max) = query.number("max_held_locks")? {
+        options = options.max_held_locks(max);
+    }
+    if let Some(timeout) = query.duration("connect_timeout")? {
+        options = options.connect_timeout(timeout);
+    }
+    if let Some(timeout) = query.duration("request_timeout")? {
+        options = options.request_timeout(timeout);
+    }
+    let poll_min = query.duration("poll_min")?;
+    let poll_max = query.duration("poll_max")?;
+    if poll_min.is_some() || poll_max.is_some() {
+        let (min, max) = (
+            poll_min.unwrap_or(options.poll_min),
+            poll_max.unwrap_or(options.poll_max),
+        );
+        options = options.poll_interval(min, max);
+    }
+    if let Some(ttl) = query.duration("queue_ttl")? {
+        options = options.queue_ttl(ttl);
+    }
+    if let Some(tls) = query.tls() {
+        options = options.tls(tls);
+    }
+    query.finish(dialect.name())?;
+    Ok(options)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn every_setting_from_the_url() {
+        let options = options_from_url(
+            "postgres://u:p@db:5432/app?sslmode=verify-full&lock_strategy=for-update\
+             &lock_table_prefix=app&pool_max=20&max_held_locks=7&connect_timeout=3s\
+             &request_timeout=1500ms&poll_min=2ms&poll_max=1s&queue_ttl=20s\
+             &application_name=billing&tls_ca=/etc/ca.pem",
+        )
+        .unwrap();
+        assert_eq!(
+            options.get_url(),
+            "postgres://u:p@db:5432/app?sslmode=verify-full&application_name=billing"
+        );
+        assert_eq!(options.get_strategy(), Strategy::ForUpdate);
+        assert_eq!(options.get_table_prefix(), "app");
+        assert_eq!(options.max_connections, 20);
+        assert_eq!(options.max_held_locks, 7);
+        assert_eq!(options.connect_timeout, Duration::from_secs(3));
+        assert_eq!(options.request_timeout, Duration::from_millis(1500));
+        assert_eq!(
+            (options.poll_min, options.poll_max),
+            (Duration::from_millis(2), Duration::from_secs(1))
+        );
+        assert_eq!(options.queue_ttl, Duration::from_secs(20));
+        let tls = options.tls.as_ref().unwrap();
+        assert_eq!(
+            tls.ca_file.as_deref(),
+            Some(std::path::Path::new("/etc/ca.pem"))
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_naming_the_known_ones() {
+        for (url, unknown) in [
+            ("postgres://h/db?pool_maxx=3", "pool_maxx"),
+            ("mysql://h/db?sslrootcert=/ca.pem", "sslrootcert"),
+            ("sqlite://x.db?connect_timout=1s", "connect_timout"),
+        ] {
+            let err = options_from_url(url).unwrap_err().to_string();
+            assert!(err.contains(unknown), "{url}: {err}");
+            assert!(err.contains("connect_timeout"), "{url}: {err}");
+        }
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        for (url, key) in [
+            ("postgres://h/db?pool_max=many", "pool_max"),
+            ("postgres://h/db?connect_timeout=soon", "connect_timeout"),
+            ("postgres://h/db?lock_strategy=optimistic", "lock_strategy"),
+            ("postgres://h/db?pool_max=1&pool_max=2", "pool_max"),
+        ] {
+            let err = options_from_url(url).unwrap_err().to_string();
+            assert!(err.contains(key), "{url}: {err}");
+        }
+    }
+
+    #[test]
+    fn driver_keys_stay_in_the_url() {
+        let lite = options_from_url("sqlite://x.db?mode=rw&pool_max=2").unwrap();
+        assert_eq!(lite.get_url(), "sqlite://x.db?mode=rw");
+        let my = options_from_url("mysql://h/db?ssl-mode=REQUIRED&charset=utf8mb4").unwrap();
+        assert_eq!(
+            my.get_url(),
+            "mysql://h/db?ssl-mode=REQUIRED&charset=utf8mb4"
+        );
+        let plain = options_from_url("postgres://h/db?lock_table_prefix=x").unwrap();
+        assert_eq!(plain.get_url(), "postgres://h/db");
+    }
+}
