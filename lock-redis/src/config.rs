@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::{Error, Result};
+use lock_core::{Error, Result, TlsOptions};
 use redis::{ConnectionAddr, IntoConnectionInfo};
 
 /// How long a connection attempt may take unless configured.
@@ -28,6 +28,20 @@ pub const DEFAULT_FAILOVER_GRACE: Duration = Duration::from_secs(60);
 /// `rediss://...` for TLS. An invalid URL or timeout is an
 /// [`Error::InvalidArgument`], never a panic. The password never appears in `Debug`
 /// output or errors.
+///
+/// Every setting can also come from the URL's query (`redis://h:6379/0?command_timeout=1s`);
+/// a builder setter called afterwards overrides it, and an unknown key is an error:
+///
+/// | key | setting | example |
+/// |---|---|---|
+/// | `connect_timeout` | [`RedisConfigBuilder::connect_timeout`] | `500ms` |
+/// | `command_timeout` | [`RedisConfigBuilder::command_timeout`] | `2s` |
+/// | `waiter_lease` | [`RedisConfigBuilder::waiter_lease`] | `6s` |
+/// | `silent_holder_poll` | [`RedisConfigBuilder::silent_holder_poll`] | `150ms` |
+/// | `failover_grace` | [`RedisConfigBuilder::failover_grace`] (Sentinel) | `60s` |
+/// | `sentinel_username`, `sentinel_password` | the sentinels' credentials | |
+/// | `replica_acks`, `replica_acks_timeout`, `replica_acks_on_too_few` | [`RedisConfigBuilder::replica_acks`] | `1`, `500ms` (the default), `release` or `keep-and-warn` |
+/// | `tls_ca`, `tls_cert`, `tls_key` | [`RedisConfigBuilder::tls`] (`rediss://`, PEM files) | `/etc/locks/ca.pem` |
 ///
 /// ```
 /// use std::time::Duration;
@@ -63,6 +77,7 @@ pub struct RedisConfig {
     silent_holder_poll: Duration,
     failover_grace: Duration,
     replica_acks: Option<ReplicaAcks>,
+    tls: Option<TlsOptions>,
 }
 
 /// Where Sentinel is asked for the primary.
@@ -127,8 +142,9 @@ impl RedisConfig {
 
     /// A builder starting from `url`; the URL is checked by [`RedisConfigBuilder::build`].
     pub fn builder(url: &str) -> RedisConfigBuilder {
-        RedisConfigBuilder {
-            url: url.to_owned(),
+        let (url, query) = crate::url_settings::split_query(url);
+        let mut builder = RedisConfigBuilder {
+            url,
             username: None,
             password: None,
             sentinel_username: None,
@@ -139,7 +155,15 @@ impl RedisConfig {
             silent_holder_poll: DEFAULT_SILENT_HOLDER_POLL,
             failover_grace: DEFAULT_FAILOVER_GRACE,
             replica_acks: None,
+            tls: None,
+            url_error: None,
+        };
+        if let Some(query) = query {
+            if let Err(err) = crate::url_settings::apply(&mut builder, &query) {
+                builder.url_error = Some(err.to_string());
+            }
         }
+        builder
     }
 
     /// How long a connection attempt may take before the call fails with
@@ -187,9 +211,20 @@ impl RedisConfig {
 
     /// The client of the one server.
     pub(crate) fn client(&self) -> Result<redis::Client> {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            return redis::Client::build_with_tls(self.info.clone(), certificates(tls)?).map_err(
+                |err| Error::invalid_argument(format!("invalid Redis TLS settings: {err}")),
+            );
+        }
         redis::Client::open(self.info.clone()).map_err(|err| {
             Error::invalid_argument(format!("invalid Redis connection settings: {err}"))
         })
+    }
+
+    /// The TLS settings beyond `rediss://`'s defaults, if any.
+    pub fn tls(&self) -> Option<&TlsOptions> {
+        self.tls.as_ref()
     }
 
     pub(crate) fn sentinel(&self) -> Option<&SentinelSettings> {
@@ -257,6 +292,7 @@ impl fmt::Debug for RedisConfig {
             .field("silent_holder_poll", &self.silent_holder_poll)
             .field("failover_grace", &self.failover_grace)
             .field("replica_acks", &self.replica_acks)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -275,6 +311,9 @@ pub struct RedisConfigBuilder {
     silent_holder_poll: Duration,
     failover_grace: Duration,
     replica_acks: Option<ReplicaAcks>,
+    tls: Option<TlsOptions>,
+    /// What was wrong with the URL's settings, reported by `build`.
+    url_error: Option<String>,
 }
 
 impl fmt::Debug for RedisConfigBuilder {
@@ -296,11 +335,21 @@ impl fmt::Debug for RedisConfigBuilder {
             .field("silent_holder_poll", &self.silent_holder_poll)
             .field("failover_grace", &self.failover_grace)
             .field("replica_acks", &self.replica_acks)
+            .field("tls", &self.tls)
             .finish()
     }
 }
 
 impl RedisConfigBuilder {
+    /// TLS to a `rediss://` server beyond the system's defaults: the CA to trust and a
+    /// client certificate (mutual TLS), PEM files read at connect. The server's
+    /// certificate is checked against the URL's host (`tls_server_name` is refused:
+    /// the client cannot check another name).
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// The ACL user name the sentinels want (Sentinel only; the URL's credentials are
     /// the data nodes').
     pub fn sentinel_username(mut self, username: impl Into<String>) -> Self {
@@ -409,7 +458,13 @@ impl RedisConfigBuilder {
     /// # Errors
     /// [`Error::InvalidArgument`] saying what is wrong.
     pub fn build(self) -> Result<RedisConfig> {
+        if let Some(message) = &self.url_error {
+            return Err(Error::invalid_argument(message.clone()));
+        }
         let scheme = self.url.split_once("://").map(|(scheme, _)| scheme);
+        if let Some(tls) = &self.tls {
+            check_tls(tls, scheme)?;
+        }
         let mut sentinel = None;
         let mut cluster = None;
         let mut url = self.url.clone();
@@ -502,8 +557,46 @@ impl RedisConfigBuilder {
             silent_holder_poll: self.silent_holder_poll,
             failover_grace: self.failover_grace,
             replica_acks: self.replica_acks,
+            tls: self.tls,
         })
     }
+}
+
+/// TLS settings go with a `rediss://` URL, and only with what the client can do.
+fn check_tls(tls: &TlsOptions, scheme: Option<&str>) -> Result<()> {
+    if scheme != Some("rediss") {
+        return Err(Error::invalid_argument(format!(
+            "TLS settings (tls_ca, tls_cert, tls_key) need a rediss:// URL, not {}://",
+            scheme.unwrap_or("?")
+        )));
+    }
+    if tls.server_name.is_some() {
+        return Err(Error::invalid_argument(
+            "Redis checks the server's certificate against the URL's host: put that name in the URL instead of tls_server_name",
+        ));
+    }
+    tls.check()
+}
+
+/// The PEM files of `tls`, as the Redis client takes them.
+#[cfg(feature = "tls")]
+fn certificates(tls: &TlsOptions) -> Result<redis::TlsCertificates> {
+    let root_cert = tls
+        .ca_file
+        .as_deref()
+        .map(|path| TlsOptions::read(path, "CA certificate"))
+        .transpose()?;
+    let client_tls = match (&tls.client_cert_file, &tls.client_key_file) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: TlsOptions::read(cert, "client certificate")?,
+            client_key: TlsOptions::read(key, "client key")?,
+        }),
+        _ => None,
+    };
+    Ok(redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    })
 }
 
 /// The default port of a sentinel.

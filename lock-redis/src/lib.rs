@@ -147,6 +147,7 @@ mod primary;
 mod pubsub;
 mod redlock;
 mod scripts;
+mod url_settings;
 
 pub use backend::RedisBackend;
 pub use config::{
