@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::{Error, Result};
+use lock_core::{Error, Result, TlsOptions};
 
 /// How long connecting (and logging in) may take unless configured.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -20,6 +20,15 @@ pub const DEFAULT_PORT: u16 = 2379;
 /// cluster are separated by commas; the port defaults to 2379. User and password may be
 /// percent-encoded. An invalid URL or timeout is an [`Error::InvalidArgument`], never a
 /// panic, and the password never appears in `Debug` output or errors.
+///
+/// Every setting can also come from the URL's query (`etcd://h:2379?request_timeout=1s`);
+/// a builder setter called afterwards overrides it, and an unknown key is an error:
+///
+/// | key | setting | example |
+/// |---|---|---|
+/// | `connect_timeout` | [`EtcdConfigBuilder::connect_timeout`] | `2s` |
+/// | `request_timeout` | [`EtcdConfigBuilder::request_timeout`] | `2s` |
+/// | `tls_ca`, `tls_cert`, `tls_key`, `tls_server_name` | [`EtcdConfigBuilder::tls`] (`etcd+https://`, PEM files) | `/etc/etcd/ca.pem` |
 ///
 /// ```
 /// use std::time::Duration;
@@ -43,6 +52,7 @@ pub struct EtcdConfig {
     user: Option<(String, String)>,
     tls: bool,
     ca_pem: Option<Vec<u8>>,
+    tls_files: Option<TlsOptions>,
     connect_timeout: Duration,
     request_timeout: Duration,
 }
@@ -59,13 +69,25 @@ impl EtcdConfig {
 
     /// A builder starting from `url`; the URL is checked by [`EtcdConfigBuilder::build`].
     pub fn builder(url: &str) -> EtcdConfigBuilder {
-        EtcdConfigBuilder {
+        let (url, query) = match url.split_once('?') {
+            Some((url, query)) => (url, Some(query)),
+            None => (url, None),
+        };
+        let mut builder = EtcdConfigBuilder {
             url: url.to_owned(),
             user: None,
             ca_pem: None,
+            tls_files: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            url_error: None,
+        };
+        if let Some(query) = query {
+            if let Err(err) = crate::url_settings::apply(&mut builder, query) {
+                builder.url_error = Some(err.to_string());
+            }
         }
+        builder
     }
 
     /// The endpoints as etcd-client takes them (`http://host:port` or `https://...`).
@@ -125,6 +147,20 @@ impl EtcdConfig {
         if let Some(pem) = &self.ca_pem {
             tls = tls.ca_certificate(etcd_client::Certificate::from_pem(pem));
         }
+        if let Some(files) = &self.tls_files {
+            if let Some(ca) = &files.ca_file {
+                let pem = TlsOptions::read(ca, "CA certificate")?;
+                tls = tls.ca_certificate(etcd_client::Certificate::from_pem(pem));
+            }
+            if let (Some(cert), Some(key)) = (&files.client_cert_file, &files.client_key_file) {
+                let cert = TlsOptions::read(cert, "client certificate")?;
+                let key = TlsOptions::read(key, "client key")?;
+                tls = tls.identity(etcd_client::Identity::from_pem(cert, key));
+            }
+            if let Some(name) = &files.server_name {
+                tls = tls.domain_name(name.clone());
+            }
+        }
         Ok(options.with_tls(tls))
     }
 
@@ -133,7 +169,10 @@ impl EtcdConfig {
         &self,
         options: etcd_client::ConnectOptions,
     ) -> Result<etcd_client::ConnectOptions> {
-        debug_assert!(!self.tls && self.ca_pem.is_none(), "checked by build()");
+        debug_assert!(
+            !self.tls && self.ca_pem.is_none() && self.tls_files.is_none(),
+            "checked by build()"
+        );
         Ok(options)
     }
 }
@@ -145,6 +184,7 @@ impl fmt::Debug for EtcdConfig {
             .field("user", &self.user())
             .field("password", &self.user.as_ref().map(|_| "<redacted>"))
             .field("tls", &self.tls)
+            .field("tls_files", &self.tls_files)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .finish()
@@ -157,8 +197,11 @@ pub struct EtcdConfigBuilder {
     url: String,
     user: Option<(String, String)>,
     ca_pem: Option<Vec<u8>>,
+    tls_files: Option<TlsOptions>,
     connect_timeout: Duration,
     request_timeout: Duration,
+    /// What was wrong with the URL's settings, reported by `build`.
+    url_error: Option<String>,
 }
 
 impl fmt::Debug for EtcdConfigBuilder {
@@ -187,6 +230,15 @@ impl EtcdConfigBuilder {
         self
     }
 
+    /// TLS files for `etcd+https://` URLs (needs the `tls` feature): the CA that
+    /// signed the servers' certificates, a client certificate and key (for
+    /// `--client-cert-auth`), and the name to check the servers' certificates against
+    /// if not the URL's host. Files are PEM, read at connect.
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.tls_files = Some(tls);
+        self
+    }
+
     /// How long connecting and logging in may take (default [`DEFAULT_CONNECT_TIMEOUT`]).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
@@ -204,6 +256,9 @@ impl EtcdConfigBuilder {
     /// # Errors
     /// [`Error::InvalidArgument`] saying what is wrong.
     pub fn build(self) -> Result<EtcdConfig> {
+        if let Some(message) = &self.url_error {
+            return Err(Error::invalid_argument(message.clone()));
+        }
         let shown = redact(&self.url);
         let (tls, rest) = match self.url.split_once("://") {
             Some(("etcd", rest)) => (false, rest),
@@ -219,10 +274,13 @@ impl EtcdConfigBuilder {
                 "etcd+https:// URLs need lock-etcd's `tls` feature",
             ));
         }
-        if self.ca_pem.is_some() && !tls {
+        if (self.ca_pem.is_some() || self.tls_files.is_some()) && !tls {
             return Err(Error::invalid_argument(
-                "a CA certificate is only used with etcd+https:// URLs",
+                "TLS settings (a CA, tls_cert, tls_key, tls_server_name) are only used with etcd+https:// URLs",
             ));
+        }
+        if let Some(files) = &self.tls_files {
+            files.check()?;
         }
         let (userinfo, hosts) = match rest.rsplit_once('@') {
             Some((userinfo, hosts)) => (Some(userinfo), hosts),
@@ -270,6 +328,7 @@ impl EtcdConfigBuilder {
             user,
             tls,
             ca_pem: self.ca_pem,
+            tls_files: self.tls_files,
             connect_timeout: self.connect_timeout,
             request_timeout: self.request_timeout,
         })

@@ -118,6 +118,7 @@ mod key_watch;
 mod keys;
 mod lease;
 mod queries;
+mod url_settings;
 mod writes;
 
 pub use backend::{EtcdBackend, EtcdLease};
