@@ -2,124 +2,24 @@
 #![cfg(feature = "etcd")]
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use async_trait::async_trait;
 use conformance_tests::checker::{self, Budget};
+use conformance_tests::run_suite;
 use conformance_tests::server::{specs::ETCD, TestServer};
-use conformance_tests::{run_suite, Backend, ClientOptions, HolderSpec};
-use lock_core::backend::LockBackend;
-use lock_core::{LockFamily, LockKey, LockProvider};
-use lock_etcd::{EtcdBackend, EtcdConfig};
 
-struct Etcd {
-    url: String,
-    /// For the fault hooks: a backend of its own, like an operator's.
-    admin: EtcdBackend,
-}
-
-impl Etcd {
-    fn config(&self) -> EtcdConfig {
-        EtcdConfig::builder(&self.url)
-            .connect_timeout(Duration::from_secs(2))
-            .request_timeout(Duration::from_secs(2))
-            .build()
-            .expect("valid URL")
-    }
-}
-
-#[async_trait]
-impl Backend for Etcd {
-    fn name(&self) -> &str {
-        "etcd"
-    }
-
-    async fn client(&self, options: ClientOptions) -> lock_core::Result<Arc<dyn LockProvider>> {
-        options.client(EtcdBackend::connect(self.config()).await?)
-    }
-
-    async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, String> {
-        // Every lock of the namespace lives under `namespace/`; tokens are revisions,
-        // so nothing stays by design.
-        let options = lock_etcd::etcd_client::GetOptions::new()
-            .with_prefix()
-            .with_keys_only();
-        let found = self
-            .admin
-            .client()
-            .kv_client()
-            .get(format!("{namespace}/"), Some(options))
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(found
-            .kvs()
-            .iter()
-            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-            .collect())
-    }
-
-    async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
-        self.admin
-            .force_unlock(key, family)
-            .await
-            .map(drop)
-            .map_err(|e| e.to_string())
-    }
-
-    fn holder_command(&self, spec: &HolderSpec) -> Option<tokio::process::Command> {
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_lock-holder"));
-        cmd.args(["--url", &self.url, "--namespace", &spec.namespace]);
-        cmd.args(["--name", &spec.name]);
-        cmd.args([
-            "--watchdog-lease-ms",
-            &spec.watchdog_lease.as_millis().to_string(),
-        ]);
-        Some(cmd)
-    }
-
-    /// etcd's TTLs are whole seconds and at least its minimum (about 2 s with the
-    /// default election settings): a 600 ms lease would live 2 s on the server.
-    fn short_lease(&self) -> Duration {
-        Duration::from_secs(2)
-    }
-
-    /// etcd sweeps expired leases every 500 ms and the session lease outlives the
-    /// watchdog lease by a third (rounded up to a second): a lock of a vanished holder
-    /// comes free up to about 1.5 s after the lease the client asked for.
-    fn slack(&self) -> Duration {
-        Duration::from_secs(3)
-    }
-}
-
-/// Waits until the fresh server has elected itself and serves requests.
-async fn ready(url: &str) -> EtcdBackend {
-    let started = tokio::time::Instant::now();
-    loop {
-        match EtcdBackend::connect_url(url).await {
-            Ok(backend) => {
-                let key = LockKey::new(
-                    lock_core::Namespace::new("probe").unwrap(),
-                    lock_core::LockName::new("probe").unwrap(),
-                );
-                if backend.is_locked(&key, LockFamily::Exclusive).await.is_ok() {
-                    return backend;
-                }
-            }
-            Err(err) if started.elapsed() > Duration::from_secs(30) => {
-                panic!("etcd at {url} did not serve within 30 s: {err}")
-            }
-            Err(_) => {}
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+mod etcd_support;
+use etcd_support::{ready, Etcd};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_conformance() {
     let server = TestServer::start(&ETCD).await.expect("etcd starts");
     let url = server.url();
     let admin = ready(&url).await;
-    let etcd = Arc::new(Etcd { url, admin });
+    let etcd = Arc::new(Etcd {
+        name: "etcd",
+        url,
+        admin,
+    });
     let report = run_suite(etcd.clone()).await;
     assert!(report.failed.is_empty(), "{}", report.summary());
     checker::check(etcd, Budget::seeds(checker::SERVER_SEEDS))

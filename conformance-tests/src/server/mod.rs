@@ -52,6 +52,8 @@ mod redis_procs;
 #[cfg(feature = "redis")]
 pub mod sentinel;
 pub mod specs;
+pub mod tls;
+pub mod tls_specs;
 
 pub use container::{ContainerSpec, ServerContainer};
 pub use probe::Probe;
@@ -129,7 +131,9 @@ pub enum TestServer {
 
 impl TestServer {
     /// Uses `spec.env_url` if set, else starts the server from the [`Source`]
-    /// `LOCK_TEST_SERVERS` names and waits until it serves.
+    /// `LOCK_TEST_SERVERS` names and waits until it serves. A spec without a
+    /// container (the TLS servers, whose certificates are made by the test) runs as a
+    /// local process in either mode.
     ///
     /// # Errors
     /// Why it could not start, with the end of its log.
@@ -137,7 +141,7 @@ impl TestServer {
         if let Ok(url) = std::env::var(spec.env_url) {
             return Ok(TestServer::External { url });
         }
-        if Source::from_env()? == Source::Containers {
+        if Source::from_env()? == Source::Containers && spec.container.is_some() {
             return ServerContainer::start(spec)
                 .await
                 .map(|c| TestServer::Container(Box::new(c)));

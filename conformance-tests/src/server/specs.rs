@@ -53,8 +53,13 @@ pub const ETCD: ServerSpec = ServerSpec {
 /// etcd 3.4 with every URL moved to loopback: moving only the client port would leave
 /// the peer port on its default 2380, shared with any other etcd on the machine.
 fn etcd_command(port: u16, dir: &Path) -> Command {
+    etcd_command_on(port, dir, "http")
+}
+
+/// [`ETCD`]'s command with clients served over `scheme` (`http` or `https`).
+pub(super) fn etcd_command_on(port: u16, dir: &Path, scheme: &str) -> Command {
     let peer = free_port().expect("a free peer port");
-    let client_url = format!("http://127.0.0.1:{port}");
+    let client_url = format!("{scheme}://127.0.0.1:{port}");
     let peer_url = format!("http://127.0.0.1:{peer}");
     let mut cmd = Command::new("etcd");
     cmd.arg("--data-dir").arg(dir.join("data"));
@@ -162,7 +167,7 @@ pub async fn zookeeper_serving(port: u16, limit: std::time::Duration) -> Result<
     }
 }
 
-fn running_as_root() -> bool {
+pub(super) fn running_as_root() -> bool {
     // The effective uid, without a libc dependency.
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -175,7 +180,7 @@ fn running_as_root() -> bool {
 }
 
 /// The uid and gid of a local user, from /etc/passwd.
-fn user_ids(user: &str) -> Option<(u32, u32)> {
+pub(super) fn user_ids(user: &str) -> Option<(u32, u32)> {
     let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
     passwd.lines().find_map(|line| {
         let f: Vec<&str> = line.split(':').collect();
@@ -184,7 +189,7 @@ fn user_ids(user: &str) -> Option<(u32, u32)> {
     })
 }
 
-fn sh_quote(p: &Path) -> String {
+pub(super) fn sh_quote(p: &Path) -> String {
     format!("'{}'", p.display().to_string().replace('\'', "'\\''"))
 }
 
@@ -235,7 +240,7 @@ fn postgres_command(port: u16, dir: &Path) -> Command {
     )
 }
 
-fn postgres_command_with(port: u16, dir: &Path, settings: &str) -> Command {
+pub(super) fn postgres_command_with(port: u16, dir: &Path, settings: &str) -> Command {
     let bin = pg_bindir();
     let data = dir.join("data");
     let (d, q) = (sh_quote(&data), sh_quote(dir));
@@ -280,6 +285,11 @@ pub const MARIADB: ServerSpec = ServerSpec {
 };
 
 fn mariadb_command(port: u16, dir: &Path) -> Command {
+    mariadb_command_with(port, dir, "")
+}
+
+/// [`MARIADB`]'s command with `extra` options for `mariadbd`.
+pub(super) fn mariadb_command_with(port: u16, dir: &Path, extra: &str) -> Command {
     let data = sh_quote(&dir.join("data"));
     let sock = sh_quote(&dir.join("mysqld.sock"));
     let install_log = sh_quote(&dir.join("install.log"));
@@ -293,7 +303,7 @@ fn mariadb_command(port: u16, dir: &Path) -> Command {
          --auth-root-authentication-method=normal --user={user} --skip-test-db >{install_log} 2>&1 || exit 1; \
          exec mariadbd --no-defaults --datadir={data} --port={port} --bind-address=127.0.0.1 \
          --socket={sock} --user={user} --skip-log-bin --skip-name-resolve \
-         --innodb-flush-log-at-trx-commit=0 --max-connections=500"
+         --innodb-flush-log-at-trx-commit=0 --max-connections=500 {extra}"
     );
     let mut cmd = Command::new("sh");
     cmd.args(["-c", &script]);

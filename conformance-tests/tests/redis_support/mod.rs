@@ -19,7 +19,7 @@ use tokio::time::Instant;
 /// the lease they freed would have: the exclusive lock's bare key `ns:name` and the
 /// `{ns:name}:...` keys.
 pub async fn leftovers(url: &str, namespace: &str) -> Result<Vec<String>, String> {
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let client = plain_client(url)?;
     let mut conn = client
         .get_multiplexed_async_connection()
         .await
@@ -37,6 +37,36 @@ pub async fn leftovers(url: &str, namespace: &str) -> Result<Vec<String>, String
         );
     }
     Ok(left)
+}
+
+/// A client of redis-rs itself for the server at `url`; for the TLS test server
+/// (`tls_*` settings in the URL), one that trusts the test CA and presents the client
+/// certificate.
+pub fn plain_client(url: &str) -> Result<redis::Client, String> {
+    let Some((base, _settings)) = url.split_once('?') else {
+        return redis::Client::open(url).map_err(|e| e.to_string());
+    };
+    tls_client(base)
+}
+
+#[cfg(feature = "tls")]
+fn tls_client(base: &str) -> Result<redis::Client, String> {
+    let certs = conformance_tests::server::tls::test_certs();
+    let read =
+        |path: std::path::PathBuf| std::fs::read(&path).map_err(|e| format!("{path:?}: {e}"));
+    let tls = redis::TlsCertificates {
+        client_tls: Some(redis::ClientTlsConfig {
+            client_cert: read(certs.client_cert())?,
+            client_key: read(certs.client_key())?,
+        }),
+        root_cert: Some(read(certs.ca())?),
+    };
+    redis::Client::build_with_tls(base, tls).map_err(|e| e.to_string())
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_client(base: &str) -> Result<redis::Client, String> {
+    Err(format!("{base} with TLS settings needs the `tls` feature"))
 }
 
 /// Where the suite looks for leftover keys.

@@ -5,6 +5,7 @@
 
 pub mod extra;
 pub mod servers;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,8 +40,16 @@ impl Sql {
         }
     }
 
+    /// The same database under another name in reports (`postgres+tls`, ...).
+    pub fn labelled(mut self, label: impl Into<String>) -> Self {
+        self.label = label.into();
+        self
+    }
+
+    /// The URL's settings (TLS, ...), with this strategy, prefix and a small pool.
     pub fn options(&self) -> SqlOptions {
-        SqlOptions::new(self.url.clone())
+        SqlOptions::from_url(&self.url)
+            .expect("a test URL with valid settings")
             .strategy(self.strategy)
             .table_prefix(self.prefix.clone())
             .max_connections(4)

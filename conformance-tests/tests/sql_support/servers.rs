@@ -9,9 +9,12 @@ use lock_sql::sqlx;
 pub async fn wait_until_ready(url: &str) {
     sqlx::any::install_default_drivers();
     let (connect_url, create) = if url.starts_with("mysql:") {
-        let (base, db) = url.rsplit_once('/').expect("database in URL");
+        // The database is made first, through a URL without it (driver keys kept).
+        let (path, query) = url.split_once('?').unwrap_or((url, ""));
+        let (base, db) = path.rsplit_once('/').expect("database in URL");
+        let sep = if query.is_empty() { "" } else { "?" };
         (
-            base.to_owned(),
+            format!("{base}{sep}{query}"),
             Some(format!(
                 "CREATE DATABASE IF NOT EXISTS `{db}` CHARACTER SET utf8mb4"
             )),

@@ -1,0 +1,76 @@
+//! The conformance suite over TLS against a real redis-server that has only a TLS
+//! port and asks for a client certificate, with certificates made by the test, and the
+//! refusals of clients without TLS or trusting another CA.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+mod redis_support;
+use conformance_tests::checker::{self, Budget};
+use conformance_tests::run_suite;
+use conformance_tests::server::tls::test_certs;
+use conformance_tests::server::{tls_specs::REDIS_TLS, TestServer};
+use lock_core::{DistributedLockExt as _, LockClient};
+use lock_redis::{RedisBackend, RedisConfig};
+use redis_support::{Inspect, Redis};
+
+/// How long a refused client may take to be told: its timeouts and slack.
+const TIMEOUT: Duration = Duration::from_secs(2);
+const SLACK: Duration = Duration::from_secs(10);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_tls() {
+    let server = TestServer::start(&REDIS_TLS)
+        .await
+        .expect("redis-server with TLS starts");
+    let url = server.url();
+    let redis = Arc::new(Redis::new(
+        "redis+tls",
+        Inspect::Url(url.clone()),
+        url.clone(),
+    ));
+    let report = run_suite(redis.clone()).await;
+    assert!(report.failed.is_empty(), "{}", report.summary());
+    checker::check(redis, Budget::seeds(checker::SERVER_SEEDS))
+        .await
+        .assert_ok();
+
+    let port = server.port().expect("started here");
+    let err = refused(&format!("redis://127.0.0.1:{port}")).await;
+    println!("redis+tls: a client without TLS is refused: {err}");
+    let wrong_ca = url.replace(
+        &test_certs().ca().display().to_string(),
+        &test_certs().other_ca().display().to_string(),
+    );
+    let err = refused(&wrong_ca).await;
+    println!("redis+tls: a client trusting another CA is refused: {err}");
+    assert!(
+        err.to_lowercase().contains("certificate"),
+        "a wrong CA should be named as a certificate error: {err}"
+    );
+}
+
+/// Takes a lock through `url` and expects a refusal within the timeouts and slack.
+async fn refused(url: &str) -> String {
+    let config = RedisConfig::builder(url)
+        .connect_timeout(TIMEOUT)
+        .command_timeout(TIMEOUT)
+        .build()
+        .expect("valid settings");
+    let client = LockClient::new(RedisBackend::new(config).expect("a backend"));
+    let started = tokio::time::Instant::now();
+    let attempt = async { client.lock("tls-check")?.try_acquire().await };
+    let outcome = tokio::time::timeout(2 * TIMEOUT + SLACK, attempt)
+        .await
+        .unwrap_or_else(|_| panic!("{url}: no answer within {:?}", 2 * TIMEOUT + SLACK));
+    match outcome {
+        Ok(got) => panic!(
+            "{url}: answered ({:?}), but the server requires TLS with the test CA",
+            got.is_some()
+        ),
+        Err(err) => {
+            println!("  after {:?}", started.elapsed());
+            err.to_string()
+        }
+    }
+}
