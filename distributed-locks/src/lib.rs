@@ -20,13 +20,22 @@
 //! | feature | URLs | backend crate |
 //! |---|---|---|
 //! | (none) | `memory://` | [`lock_core::memory`] |
-//! | `redis` | `redis://`, `rediss://` (with `lock-redis/tls`), `redis+sentinel://`, `redis+cluster://`, `redlock://` | `lock-redis` |
+//! | `redis` | `redis://`, `rediss://` (with `tls`), `redis+sentinel://`, `redis+cluster://`, `redlock://` | `lock-redis` |
 //! | `zookeeper` | `zk://` | `lock-zookeeper` |
-//! | `etcd` | `etcd://`, `etcd+https://` (with `lock-etcd/tls`) | `lock-etcd` (needs `protoc` to build) |
+//! | `etcd` | `etcd://`, `etcd+https://` (with `tls`) | `lock-etcd` (needs `protoc` to build) |
 //! | `postgres` | `postgres://`, `postgresql://` | `lock-sql` with PostgreSQL's driver |
 //! | `mysql` | `mysql://`, `mariadb://` | `lock-sql` with MySQL's driver |
 //! | `sqlite` | `sqlite://path` | `lock-sql` with SQLite compiled in |
 //! | `sql` | all three databases | `lock-sql` |
+//! | `tls` | TLS (rustls) for the backends above that have it: `rediss://`, `etcd+https://`, PostgreSQL and MySQL/MariaDB (`sslmode`, `ssl-mode`, `tls_ca`, ...) | their `tls` features |
+//!
+//! # Settings in the URL
+//!
+//! Each backend reads its production settings from the URL's query, in the same
+//! words (`connect_timeout=3s`, `request_timeout=1s`, `tls_ca=/etc/ca.pem`, ...), and
+//! refuses a key it does not know. The tables: `lock_redis::RedisConfig`,
+//! `lock_etcd::EtcdConfig`, `lock_sql::SqlOptions::from_url` and
+//! `lock_zookeeper::ZkConfig::from_url`.
 //!
 //! [`schemes`] lists what a build understands; [`connect`] refuses any other scheme,
 //! naming the feature.

@@ -82,8 +82,10 @@ impl ZkConfig {
 
     /// Parses `zk://[user:password@]host:port[,host:port...][/chroot][?options]`.
     ///
-    /// Options: `session_timeout_ms`, `connect_timeout_ms`, `request_timeout_ms`.
-    /// `user:password` turns on
+    /// Options: `session_timeout`, `connect_timeout` and `request_timeout`, durations
+    /// with a unit (`6s`, `300ms`), as every backend names them; `session_timeout_ms`,
+    /// `connect_timeout_ms` and `request_timeout_ms` take milliseconds. Any other key
+    /// is an error. `user:password` turns on
     /// digest authentication and a creator-only ACL (see [`with_digest`](Self::with_digest)).
     ///
     /// # Errors
@@ -121,31 +123,8 @@ impl ZkConfig {
             }
             config = config.with_digest(user, password);
         }
-        for pair in query.into_iter().flat_map(|q| q.split('&')) {
-            if pair.is_empty() {
-                continue;
-            }
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let millis = || -> Result<Duration> {
-                value
-                    .parse::<u64>()
-                    .map(Duration::from_millis)
-                    .map_err(|_| {
-                        Error::invalid_argument(format!(
-                            "zookeeper URL option {name}={value:?} is not a number of milliseconds"
-                        ))
-                    })
-            };
-            config = match name {
-                "session_timeout_ms" => config.with_session_timeout(millis()?)?,
-                "connect_timeout_ms" => config.with_connect_timeout(millis()?)?,
-                "request_timeout_ms" => config.with_request_timeout(millis()?)?,
-                other => {
-                    return Err(Error::invalid_argument(format!(
-                        "unknown zookeeper URL option {other:?} (known: session_timeout_ms, connect_timeout_ms, request_timeout_ms)"
-                    )))
-                }
-            };
+        if let Some(query) = query {
+            config = with_url_settings(config, query)?;
         }
         Ok(config)
     }
@@ -287,9 +266,61 @@ fn check_timeout(what: &str, timeout: Duration) -> Result<Duration> {
     )
 }
 
+/// The timeouts of a URL's query, read into `config`; unknown keys are refused.
+fn with_url_settings(mut config: ZkConfig, query: &str) -> Result<ZkConfig> {
+    let pairs = query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (key.to_owned(), value.to_owned())
+        });
+    let mut query = lock_core::backend::QuerySettings::new(pairs)?;
+    let mut timeout = |name: &str| -> Result<Option<Duration>> {
+        let with_unit = query.duration(name)?;
+        let millis = query.number::<u64>(&format!("{name}_ms"))?;
+        match (with_unit, millis) {
+            (Some(_), Some(_)) => Err(Error::invalid_argument(format!(
+                "zookeeper URL gives both {name} and {name}_ms"
+            ))),
+            (with_unit, millis) => Ok(with_unit.or(millis.map(Duration::from_millis))),
+        }
+    };
+    let session = timeout("session_timeout")?;
+    let connect = timeout("connect_timeout")?;
+    let request = timeout("request_timeout")?;
+    query.finish("zookeeper")?;
+    if let Some(session) = session {
+        config = config.with_session_timeout(session)?;
+    }
+    if let Some(connect) = connect {
+        config = config.with_connect_timeout(connect)?;
+    }
+    if let Some(request) = request {
+        config = config.with_request_timeout(request)?;
+    }
+    Ok(config)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timeouts_with_units_as_on_every_backend() {
+        let c = ZkConfig::from_url(
+            "zk://h?session_timeout=6s&connect_timeout=300ms&request_timeout=1s",
+        )
+        .unwrap();
+        assert_eq!(c.session_timeout(), Duration::from_secs(6));
+        assert_eq!(c.connect_timeout(), Duration::from_millis(300));
+        assert_eq!(c.request_timeout(), Duration::from_secs(1));
+        let err =
+            ZkConfig::from_url("zk://h?session_timeout=6s&session_timeout_ms=6000").unwrap_err();
+        assert!(err.to_string().contains("both"), "{err}");
+        let err = ZkConfig::from_url("zk://h?sesion_timeout=6s").unwrap_err();
+        assert!(err.to_string().contains("session_timeout"), "{err}");
+    }
 
     #[test]
     fn urls_parse() {

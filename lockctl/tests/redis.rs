@@ -15,6 +15,20 @@ async fn lockctl_on_redis() {
     common::all_scenarios(&server.url(), "redis").await;
 }
 
+/// `lockctl --url rediss://...?tls_ca=...` against a server with only a TLS port that
+/// asks for a client certificate: the runs serialise as over plain TCP.
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockctl_over_tls_on_redis() {
+    use conformance_tests::server::tls_specs::REDIS_TLS;
+    let server = TestServer::start(&REDIS_TLS)
+        .await
+        .expect("redis server with TLS");
+    assert!(server.url().starts_with("rediss://"), "{}", server.url());
+    common::two_runs_serialise(&server.url(), "redis").await;
+    common::no_wait_fails_at_once_while_held(&server.url()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_command_group_on_redis() {
     let server = TestServer::start(&specs::REDIS)
