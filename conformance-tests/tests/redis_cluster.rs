@@ -62,6 +62,59 @@ async fn names_with_braces_stay_distinct_locks_in_one_slot() {
     }
 }
 
+/// Connections each node has accepted since it started (`total_connections_received`).
+async fn connections_received(port: u16) -> u64 {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let stats: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap()
+}
+
+/// A fresh client whose first calls all start at once connects to the cluster once,
+/// not once per call: otherwise a burst of acquires (a storm of waiters) opens a
+/// cluster connection each, to every node, and over TLS the handshakes alone outlast
+/// the calls' timeouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_that_start_together_share_one_connection() {
+    const CALLS: usize = 200;
+    let cluster = ClusterDeployment::start().await.expect("the cluster forms");
+    let ports = cluster.primaries().await.unwrap();
+    let mut before = Vec::new();
+    for port in &ports {
+        before.push(connections_received(*port).await);
+    }
+    let locks = client(config(&cluster.url()), "burst");
+    let calls = (0..CALLS).map(|i| {
+        let lock = locks.lock(&format!("name-{i}")).unwrap();
+        async move { lock.is_locked().await }
+    });
+    for answer in futures::future::join_all(calls).await {
+        assert!(!answer.expect("an answer"));
+    }
+    let mut made = 0;
+    for (port, before) in ports.iter().zip(before) {
+        // Less our own INFO connection.
+        made += connections_received(*port).await - before - 1;
+    }
+    println!(
+        "{CALLS} first calls at once made {made} connections to {} primaries",
+        ports.len()
+    );
+    assert!(
+        made <= 2 * ports.len() as u64,
+        "{CALLS} first calls at once made {made} connections to {} primaries",
+        ports.len()
+    );
+}
+
 /// Script calls each primary has served since its stats were reset.
 async fn script_calls(port: u16) -> u64 {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
