@@ -90,6 +90,10 @@ struct NodeInner {
     /// Made on first use, inside the runtime (the manager spawns a task), for the
     /// primary of the generation beside it.
     conn: Mutex<Option<(u64, Conn)>>,
+    /// Held while a cluster connection is being made, so calls that find none wait for
+    /// that one instead of each making its own (a burst of first calls would otherwise
+    /// open one connection per call to every node).
+    cluster_connecting: tokio::sync::Mutex<()>,
     /// Idle connections for grants under replica acknowledgement, with the primary
     /// generation each was made for (see [`AcksConn`]).
     acks_pool: Arc<Mutex<Vec<(u64, MultiplexedConnection)>>>,
@@ -116,6 +120,7 @@ impl Node {
                 primary,
                 cluster,
                 conn: Mutex::new(None),
+                cluster_connecting: tokio::sync::Mutex::new(()),
                 acks_pool: Arc::default(),
                 pubsub,
                 cleanups: Cleanups::default(),
@@ -195,8 +200,12 @@ impl Node {
         if let Some((_, conn)) = &*lock() {
             return Ok((0, conn.clone()));
         }
+        // One connect at a time; a caller dropped while connecting lets the next try.
+        let _connecting = self.inner.cluster_connecting.lock().await;
+        if let Some((_, conn)) = &*lock() {
+            return Ok((0, conn.clone()));
+        }
         let made = crate::cluster::connect(cluster, self.inner.config.call_timeout()).await?;
-        // Another call may have connected meanwhile: keep the first connection.
         let conn = lock().get_or_insert((0, Conn::Cluster(made))).1.clone();
         Ok((0, conn))
     }
