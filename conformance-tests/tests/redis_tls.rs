@@ -1,6 +1,7 @@
 //! The conformance suite over TLS against a real redis-server that has only a TLS
 //! port and asks for a client certificate, with certificates made by the test, and the
-//! refusals of clients without TLS or trusting another CA.
+//! refusals of clients without TLS or trusting another CA; then against a Redis
+//! Cluster over TLS.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use std::time::Duration;
 mod redis_support;
 use conformance_tests::checker::{self, Budget};
 use conformance_tests::run_suite;
+use conformance_tests::server::redis_cluster::ClusterDeployment;
 use conformance_tests::server::tls::test_certs;
 use conformance_tests::server::{tls_specs::REDIS_TLS, TestServer};
 use lock_core::{DistributedLockExt as _, LockClient};
@@ -48,6 +50,26 @@ async fn redis_tls() {
         err.to_lowercase().contains("certificate"),
         "a wrong CA should be named as a certificate error: {err}"
     );
+}
+
+/// The suite and the checker on a Redis Cluster over TLS (`rediss+cluster://`): every
+/// node serves clients, its bus and its replica over TLS, and redirects TLS clients to
+/// TLS ports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_tls() {
+    let cluster = Arc::new(
+        ClusterDeployment::start_tls()
+            .await
+            .expect("the cluster forms with TLS"),
+    );
+    let url = cluster.tls_url().expect("started with TLS");
+    let backend = Redis::new("redis-cluster+tls", Inspect::Cluster(cluster.clone()), url);
+    let backend = Arc::new(backend);
+    let report = run_suite(backend.clone()).await;
+    assert!(report.failed.is_empty(), "{}", report.summary());
+    checker::check(backend, Budget::seeds(checker::SERVER_SEEDS))
+        .await
+        .assert_ok();
 }
 
 /// Takes a lock through `url` and expects a refusal within the timeouts and slack.

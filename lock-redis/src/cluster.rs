@@ -70,6 +70,10 @@ pub(crate) fn client(
     if let Some(password) = settings.password() {
         builder = builder.password(password);
     }
+    #[cfg(feature = "tls")]
+    if let Some(tls) = config.tls() {
+        builder = builder.certs(crate::config::certificates(tls)?);
+    }
     if let Some(push) = push {
         builder = builder
             .use_protocol(redis::ProtocolVersion::RESP3)

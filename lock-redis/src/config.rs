@@ -25,7 +25,7 @@ pub const DEFAULT_FAILOVER_GRACE: Duration = Duration::from_secs(60);
 /// The connection settings of one Redis server: its URL, credentials and timeouts.
 ///
 /// URLs are `redis://[user[:password]@]host[:port][/db]` and, with the `tls` feature,
-/// `rediss://...` for TLS. An invalid URL or timeout is an
+/// `rediss://...` for TLS (`rediss+cluster://` for a Redis Cluster over TLS). An invalid URL or timeout is an
 /// [`Error::InvalidArgument`], never a panic. The password never appears in `Debug`
 /// output or errors.
 ///
@@ -211,8 +211,10 @@ impl RedisConfig {
 
     /// The client of the one server.
     pub(crate) fn client(&self) -> Result<redis::Client> {
+        // A cluster's `info` is only its credentials: its nodes' clients get the
+        // certificates in `cluster::client`.
         #[cfg(feature = "tls")]
-        if let Some(tls) = &self.tls {
+        if let (Some(tls), ConnectionAddr::TcpTls { .. }) = (&self.tls, self.info.addr()) {
             return redis::Client::build_with_tls(self.info.clone(), certificates(tls)?).map_err(
                 |err| Error::invalid_argument(format!("invalid Redis TLS settings: {err}")),
             );
@@ -265,7 +267,10 @@ impl RedisConfig {
         if let Some(nodes) = &self.cluster {
             let nodes: Vec<&str> = nodes
                 .iter()
-                .map(|n| n.trim_start_matches("redis://"))
+                .map(|n| {
+                    n.trim_start_matches("redis://")
+                        .trim_start_matches("rediss://")
+                })
                 .collect();
             return format!("cluster {}", nodes.join(","));
         }
@@ -480,19 +485,24 @@ impl RedisConfigBuilder {
                 url = data_url;
             }
             Some("redis+cluster") => {
-                let (nodes, data_url) = parse_cluster_url(&self.url)?;
+                let (nodes, data_url) = parse_cluster_url(&self.url, false)?;
+                cluster = Some(nodes);
+                url = data_url;
+            }
+            Some("rediss+cluster") if cfg!(feature = "tls") => {
+                let (nodes, data_url) = parse_cluster_url(&self.url, true)?;
                 cluster = Some(nodes);
                 url = data_url;
             }
             Some("rediss") if cfg!(feature = "tls") => {}
-            Some("rediss") => {
-                return Err(Error::invalid_argument(
-                    "rediss:// URLs need lock-redis's `tls` feature",
-                ))
+            Some(tls @ ("rediss" | "rediss+cluster")) => {
+                return Err(Error::invalid_argument(format!(
+                    "{tls}:// URLs need lock-redis's `tls` feature"
+                )))
             }
             _ => {
                 return Err(Error::invalid_argument(format!(
-                    "Redis URL must start with redis://, rediss://, redis+sentinel:// or redis+cluster:// (got {:?})",
+                    "Redis URL must start with redis://, rediss://, redis+sentinel://, redis+cluster:// or rediss+cluster:// (got {:?})",
                     redact(&self.url)
                 )))
             }
@@ -564,9 +574,9 @@ impl RedisConfigBuilder {
 
 /// TLS settings go with a `rediss://` URL, and only with what the client can do.
 fn check_tls(tls: &TlsOptions, scheme: Option<&str>) -> Result<()> {
-    if scheme != Some("rediss") {
+    if !matches!(scheme, Some("rediss" | "rediss+cluster")) {
         return Err(Error::invalid_argument(format!(
-            "TLS settings (tls_ca, tls_cert, tls_key) need a rediss:// URL, not {}://",
+            "TLS settings (tls_ca, tls_cert, tls_key) need a rediss:// or rediss+cluster:// URL, not {}://",
             scheme.unwrap_or("?")
         )));
     }
@@ -580,7 +590,7 @@ fn check_tls(tls: &TlsOptions, scheme: Option<&str>) -> Result<()> {
 
 /// The PEM files of `tls`, as the Redis client takes them.
 #[cfg(feature = "tls")]
-fn certificates(tls: &TlsOptions) -> Result<redis::TlsCertificates> {
+pub(crate) fn certificates(tls: &TlsOptions) -> Result<redis::TlsCertificates> {
     let root_cert = tls
         .ca_file
         .as_deref()
@@ -642,18 +652,24 @@ fn parse_sentinel_url(url: &str) -> Result<(SentinelSettings, String)> {
     Ok((settings, format!("redis://{userinfo}127.0.0.1/{db}")))
 }
 
-/// Splits `redis+cluster://[userinfo@]hosts[/]` into the seed nodes and a `redis://`
-/// URL carrying the credentials (its host is only a placeholder).
-fn parse_cluster_url(url: &str) -> Result<(Vec<String>, String)> {
+/// Splits `redis+cluster://[userinfo@]hosts[/]` (`rediss+cluster://` with `tls`) into
+/// the seed nodes (`rediss://` ones with `tls`) and a `redis://` URL carrying the
+/// credentials (its host is only a placeholder).
+fn parse_cluster_url(url: &str, tls: bool) -> Result<(Vec<String>, String)> {
     let bad = |why: &str| {
         Error::invalid_argument(format!(
             "invalid Redis Cluster URL {:?}: {why}",
             redact(url)
         ))
     };
+    let scheme = if tls {
+        "rediss+cluster://"
+    } else {
+        "redis+cluster://"
+    };
     let rest = url
-        .strip_prefix("redis+cluster://")
-        .ok_or_else(|| bad("expected redis+cluster://"))?;
+        .strip_prefix(scheme)
+        .ok_or_else(|| bad(&format!("expected {scheme}")))?;
     let (userinfo, rest) = match rest.rfind('@') {
         Some(at) => (&rest[..=at], &rest[at + 1..]),
         None => ("", rest),
@@ -664,7 +680,11 @@ fn parse_cluster_url(url: &str) -> Result<(Vec<String>, String)> {
     }
     let mut nodes = Vec::new();
     for host in hosts.split(',') {
-        nodes.push(address(host, CLUSTER_PORT).ok_or_else(|| bad("bad node address"))?);
+        let node = address(host, CLUSTER_PORT).ok_or_else(|| bad("bad node address"))?;
+        nodes.push(match tls {
+            true => node.replacen("redis://", "rediss://", 1),
+            false => node,
+        });
     }
     Ok((nodes, format!("redis://{userinfo}127.0.0.1")))
 }

@@ -37,6 +37,8 @@ const LIMIT: Duration = Duration::from_secs(60);
 #[derive(Debug)]
 pub struct ClusterDeployment {
     nodes: Vec<Proc>,
+    /// With TLS: each node's TLS port, beside the plain one the harness uses.
+    tls_ports: Option<Vec<u16>>,
     dir: tempfile::TempDir,
 }
 
@@ -77,12 +79,32 @@ impl ClusterDeployment {
     /// # Errors
     /// What did not start or did not get ready, with the logs.
     pub async fn start() -> Result<Self, String> {
+        Self::start_with(false).await
+    }
+
+    /// [`start`](Self::start), with every node also serving clients over TLS on a port
+    /// of its own (asking them for a certificate of the test CA, see
+    /// [`test_certs`](super::tls::test_certs)) and the cluster bus and replication over
+    /// TLS. Nodes tell TLS clients their TLS ports (`CLUSTER SLOTS`, `MOVED`); the
+    /// harness's own queries keep to the plain ports. [`tls_url`](Self::tls_url) is the
+    /// `rediss+cluster://` URL.
+    ///
+    /// # Errors
+    /// As for [`start`](Self::start).
+    pub async fn start_tls() -> Result<Self, String> {
+        Self::start_with(true).await
+    }
+
+    async fn start_with(tls: bool) -> Result<Self, String> {
         let dir = tempfile::Builder::new()
             .prefix("lock-test-redis-cluster-")
             .tempdir()
             .map_err(|e| format!("temp dir: {e}"))?;
         let mut nodes = Vec::new();
+        let mut tls_ports = Vec::new();
         for i in 0..NODES {
+            // The TLS port the last start attempt asked for.
+            let tls_port = std::sync::Mutex::new(0);
             let node_args = |port: u16, bus: u16| {
                 let mut args = data_args(port, dir.path(), None);
                 let conf = dir.path().join(format!("nodes-{port}.conf"));
@@ -96,11 +118,22 @@ impl ClusterDeployment {
                     "--cluster-node-timeout".into(),
                     NODE_TIMEOUT.as_millis().to_string(),
                 ]);
+                if tls {
+                    let port = super::free_port().map_err(|e| e.to_string())?;
+                    *tls_port.lock().unwrap_or_else(|p| p.into_inner()) = port;
+                    args.extend(tls_args(port));
+                }
                 Ok(args)
             };
             nodes.push(Proc::start(&format!("node{i}"), dir.path(), node_args).await?);
+            tls_ports.push(tls_port.into_inner().unwrap_or_else(|p| p.into_inner()));
         }
-        let mut cluster = ClusterDeployment { nodes, dir };
+        let tls_ports = tls.then_some(tls_ports);
+        let mut cluster = ClusterDeployment {
+            nodes,
+            tls_ports,
+            dir,
+        };
         cluster.create().await?;
         cluster.wait(|c| Box::pin(c.formed())).await?;
         Ok(cluster)
@@ -195,6 +228,19 @@ impl ClusterDeployment {
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
         format!("redis+cluster://{}", nodes.join(","))
+    }
+
+    /// The URL of a client over TLS: `rediss+cluster://` with every node's TLS port and
+    /// the `tls_*` settings of the test client certificate; `None` unless started by
+    /// [`start_tls`](Self::start_tls).
+    pub fn tls_url(&self) -> Option<String> {
+        let ports = self.tls_ports.as_ref()?;
+        let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        Some(format!(
+            "rediss+cluster://{}?{}",
+            nodes.join(","),
+            super::tls::test_certs().url_settings()
+        ))
     }
 
     /// The temporary directory everything lives in.
@@ -310,4 +356,32 @@ impl ClusterDeployment {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// A node's TLS settings: clients on `port` with a certificate of the test CA, the
+/// cluster bus and replication over TLS.
+fn tls_args(port: u16) -> Vec<String> {
+    let certs = super::tls::test_certs();
+    let path = |p: std::path::PathBuf| p.display().to_string();
+    vec![
+        "--tls-port".into(),
+        port.to_string(),
+        "--tls-cert-file".into(),
+        path(certs.server_cert()),
+        "--tls-key-file".into(),
+        path(certs.server_key()),
+        "--tls-ca-cert-file".into(),
+        path(certs.ca()),
+        // The nodes' own connections to each other (bus, replication) are clients too.
+        "--tls-client-cert-file".into(),
+        path(certs.client_cert()),
+        "--tls-client-key-file".into(),
+        path(certs.client_key()),
+        "--tls-auth-clients".into(),
+        "yes".into(),
+        "--tls-cluster".into(),
+        "yes".into(),
+        "--tls-replication".into(),
+        "yes".into(),
+    ]
 }
