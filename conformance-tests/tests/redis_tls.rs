@@ -1,7 +1,7 @@
 //! The conformance suite over TLS against a real redis-server that has only a TLS
 //! port and asks for a client certificate, with certificates made by the test, and the
 //! refusals of clients without TLS or trusting another CA; then against a Redis
-//! Cluster over TLS.
+//! Cluster and a Sentinel deployment over TLS.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,11 +10,12 @@ mod redis_support;
 use conformance_tests::checker::{self, Budget};
 use conformance_tests::run_suite;
 use conformance_tests::server::redis_cluster::ClusterDeployment;
+use conformance_tests::server::sentinel::SentinelDeployment;
 use conformance_tests::server::tls::test_certs;
 use conformance_tests::server::{tls_specs::REDIS_TLS, TestServer};
 use lock_core::{DistributedLockExt as _, LockClient};
 use lock_redis::{RedisBackend, RedisConfig};
-use redis_support::{Inspect, Redis};
+use redis_support::{holder_and_waiter_across, Inspect, Redis};
 
 /// How long a refused client may take to be told: its timeouts and slack.
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -70,6 +71,40 @@ async fn redis_cluster_tls() {
     checker::check(backend, Budget::seeds(checker::SERVER_SEEDS))
         .await
         .assert_ok();
+}
+
+/// The suite and the checker through Redis Sentinel over TLS (`rediss+sentinel://`):
+/// sentinels and data nodes serve clients, replication and each other over TLS; then a
+/// planned failover while one client holds a lock and another waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_sentinel_tls() {
+    let deployment = Arc::new(
+        SentinelDeployment::start_tls(1)
+            .await
+            .expect("the Sentinel deployment starts with TLS"),
+    );
+    let url = deployment.tls_url().expect("started with TLS");
+    let backend = Redis::new(
+        "redis-sentinel+tls",
+        Inspect::Sentinel(deployment.clone()),
+        url.clone(),
+    );
+    let backend = Arc::new(backend);
+    let report = run_suite(backend.clone()).await;
+    assert!(report.failed.is_empty(), "{}", report.summary());
+    checker::check(backend, Budget::seeds(checker::SERVER_SEEDS))
+        .await
+        .assert_ok();
+    holder_and_waiter_across(&url, "job", || async {
+        let old = deployment.primary_port().await.expect("a primary");
+        deployment.failover().await.expect("SENTINEL FAILOVER");
+        let new = deployment
+            .wait_for_new_primary(old)
+            .await
+            .expect("a new primary");
+        format!("SENTINEL FAILOVER over TLS from port {old} to {new}")
+    })
+    .await;
 }
 
 /// Takes a lock through `url` and expects a refusal within the timeouts and slack.

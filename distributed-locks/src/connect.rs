@@ -15,6 +15,7 @@ pub fn schemes() -> Vec<&'static str> {
         "redis",
         "rediss",
         "redis+sentinel",
+        "rediss+sentinel",
         "redis+cluster",
         "rediss+cluster",
         "redlock",
@@ -79,7 +80,7 @@ impl ConnectOptions {
 /// |---|---|---|
 /// | `memory://` | a new in-memory backend (this process only) | always |
 /// | `redis://`, `rediss://` | one Redis server (`lock_redis::RedisBackend`) | `redis` |
-/// | `redis+sentinel://host:port,host:port/service[/db]` | the primary Redis Sentinel names for `service`, followed across failovers (`lock_redis::RedisBackend`) | `redis` |
+/// | `redis+sentinel://host:port,host:port/service[/db]`, `rediss+sentinel://...` | the primary Redis Sentinel names for `service`, followed across failovers (`lock_redis::RedisBackend`) | `redis` (and `tls`) |
 /// | `redis+cluster://host:port,host:port`, `rediss+cluster://...` | a Redis Cluster, found through any listed node (`lock_redis::RedisBackend`) | `redis` (and `tls`) |
 /// | `redlock://host:port,host:port,...[/db]` | RedLock over independent Redis masters (`lock_redis::RedLockBackend`, exclusive locks only; user, password and `/db` apply to every master) | `redis` |
 /// | `zk://` | a ZooKeeper ensemble (`lock_zookeeper::ZkBackend`, URL as `ZkConfig::from_url`) | `zookeeper` |
@@ -105,7 +106,8 @@ pub async fn connect(url: &str, options: ConnectOptions) -> Result<Arc<dyn LockP
     match scheme {
         "memory" => options.client(lock_core::memory::MemoryBackend::new()),
         #[cfg(feature = "redis")]
-        "redis" | "rediss" | "redis+sentinel" | "redis+cluster" | "rediss+cluster" => {
+        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
+        | "rediss+cluster" => {
             let config = lock_redis::RedisConfig::from_url(url)?;
             options.client(lock_redis::RedisBackend::connect(config).await?)
         }

@@ -25,7 +25,8 @@ pub const DEFAULT_FAILOVER_GRACE: Duration = Duration::from_secs(60);
 /// The connection settings of one Redis server: its URL, credentials and timeouts.
 ///
 /// URLs are `redis://[user[:password]@]host[:port][/db]` and, with the `tls` feature,
-/// `rediss://...` for TLS (`rediss+cluster://` for a Redis Cluster over TLS). An invalid URL or timeout is an
+/// `rediss://...` for TLS (`rediss+sentinel://` and `rediss+cluster://` for Sentinel
+/// and Cluster over TLS). An invalid URL or timeout is an
 /// [`Error::InvalidArgument`], never a panic. The password never appears in `Debug`
 /// output or errors.
 ///
@@ -88,10 +89,13 @@ pub(crate) struct SentinelSettings {
     pub(crate) service: String,
     pub(crate) username: Option<String>,
     pub(crate) password: Option<String>,
+    /// TLS to the sentinels and the data nodes (`rediss+sentinel://`).
+    pub(crate) tls: bool,
 }
 
 impl SentinelSettings {
-    /// A `redis://` URL for each sentinel, with the sentinels' credentials.
+    /// A `redis://` (`rediss://`) URL for each sentinel, with the sentinels'
+    /// credentials.
     pub(crate) fn urls(&self) -> Vec<redis::ConnectionInfo> {
         let mut settings = redis::RedisConnectionInfo::default();
         if let Some(username) = &self.username {
@@ -259,9 +263,10 @@ impl RedisConfig {
     pub(crate) fn address(&self) -> String {
         if let Some(sentinel) = &self.sentinel {
             return format!(
-                "sentinel {}/{}",
+                "sentinel {}/{}{}",
                 sentinel.sentinels.join(","),
-                sentinel.service
+                sentinel.service,
+                if sentinel.tls { " (TLS)" } else { "" }
             );
         }
         if let Some(nodes) = &self.cluster {
@@ -475,7 +480,9 @@ impl RedisConfigBuilder {
         let mut url = self.url.clone();
         match scheme {
             Some("redis") => {}
-            Some("redis+sentinel") => {
+            Some(scheme @ ("redis+sentinel" | "rediss+sentinel"))
+                if scheme == "redis+sentinel" || cfg!(feature = "tls") =>
+            {
                 let (settings, data_url) = parse_sentinel_url(&self.url)?;
                 sentinel = Some(SentinelSettings {
                     username: self.sentinel_username.clone(),
@@ -495,14 +502,14 @@ impl RedisConfigBuilder {
                 url = data_url;
             }
             Some("rediss") if cfg!(feature = "tls") => {}
-            Some(tls @ ("rediss" | "rediss+cluster")) => {
+            Some(tls @ ("rediss" | "rediss+cluster" | "rediss+sentinel")) => {
                 return Err(Error::invalid_argument(format!(
                     "{tls}:// URLs need lock-redis's `tls` feature"
                 )))
             }
             _ => {
                 return Err(Error::invalid_argument(format!(
-                    "Redis URL must start with redis://, rediss://, redis+sentinel://, redis+cluster:// or rediss+cluster:// (got {:?})",
+                    "Redis URL must start with redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or rediss+cluster:// (got {:?})",
                     redact(&self.url)
                 )))
             }
@@ -574,9 +581,12 @@ impl RedisConfigBuilder {
 
 /// TLS settings go with a `rediss://` URL, and only with what the client can do.
 fn check_tls(tls: &TlsOptions, scheme: Option<&str>) -> Result<()> {
-    if !matches!(scheme, Some("rediss" | "rediss+cluster")) {
+    if !matches!(
+        scheme,
+        Some("rediss" | "rediss+cluster" | "rediss+sentinel")
+    ) {
         return Err(Error::invalid_argument(format!(
-            "TLS settings (tls_ca, tls_cert, tls_key) need a rediss:// or rediss+cluster:// URL, not {}://",
+            "TLS settings (tls_ca, tls_cert, tls_key) need a rediss://, rediss+sentinel:// or rediss+cluster:// URL, not {}://",
             scheme.unwrap_or("?")
         )));
     }
@@ -619,9 +629,14 @@ fn parse_sentinel_url(url: &str) -> Result<(SentinelSettings, String)> {
     let bad = |why: &str| {
         Error::invalid_argument(format!("invalid Sentinel URL {:?}: {why}", redact(url)))
     };
-    let rest = url
-        .strip_prefix("redis+sentinel://")
-        .ok_or_else(|| bad("expected redis+sentinel://"))?;
+    let (rest, tls) = match url.strip_prefix("rediss+sentinel://") {
+        Some(rest) => (rest, true),
+        None => (
+            url.strip_prefix("redis+sentinel://")
+                .ok_or_else(|| bad("expected redis+sentinel://"))?,
+            false,
+        ),
+    };
     let (userinfo, rest) = match rest.rfind('@') {
         Some(at) => (&rest[..=at], &rest[at + 1..]),
         None => ("", rest),
@@ -641,13 +656,18 @@ fn parse_sentinel_url(url: &str) -> Result<(SentinelSettings, String)> {
     }
     let mut sentinels = Vec::new();
     for host in hosts.split(',') {
-        sentinels.push(sentinel_address(host).ok_or_else(|| bad("bad sentinel address"))?);
+        let sentinel = sentinel_address(host).ok_or_else(|| bad("bad sentinel address"))?;
+        sentinels.push(match tls {
+            true => sentinel.replacen("redis://", "rediss://", 1),
+            false => sentinel,
+        });
     }
     let settings = SentinelSettings {
         sentinels,
         service: service.to_owned(),
         username: None,
         password: None,
+        tls,
     };
     Ok((settings, format!("redis://{userinfo}127.0.0.1/{db}")))
 }

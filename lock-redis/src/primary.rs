@@ -10,7 +10,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use lock_core::Result;
-use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 
 use crate::config::RedisConfig;
 use crate::error;
@@ -23,9 +23,8 @@ pub(crate) struct Primary {
 
 struct Lookup {
     /// Ordered by the async mutex: one question to the sentinels at a time.
-    sentinel: tokio::sync::Mutex<Sentinel>,
+    sentinel: tokio::sync::Mutex<SentinelClient>,
     service: String,
-    node: SentinelNodeConnectionInfo,
 }
 
 struct Current {
@@ -65,16 +64,13 @@ impl Primary {
                 }),
             });
         };
-        let sentinel = Sentinel::build(settings.urls()).map_err(|err| {
+        let sentinel = sentinel_client(config).map_err(|err| {
             lock_core::Error::invalid_argument(format!("invalid Sentinel settings: {err}"))
         })?;
-        let node = SentinelNodeConnectionInfo::default()
-            .set_redis_connection_info(config.redis_settings().clone());
         Ok(Primary {
             lookup: Some(Lookup {
                 sentinel: tokio::sync::Mutex::new(sentinel),
                 service: settings.service.clone(),
-                node,
             }),
             current: Mutex::new(Current {
                 generation: 0,
@@ -122,9 +118,9 @@ impl Primary {
             if let Some(client) = &self.current().client {
                 return Ok(client.clone());
             }
-            sentinel
-                .async_master_for(&lookup.service, Some(&lookup.node))
-                .await
+            // Boxed: the lookup's future type is deep enough to overflow rustc's
+            // layout queries in every crate whose futures hold this one.
+            Box::pin(sentinel.async_get_client()).await
         })
         .await?;
         let mut current = self.current();
@@ -162,4 +158,51 @@ impl Primary {
             current.client = None;
         }
     }
+}
+
+/// The client that asks the sentinels for the primary of `config`'s service and hands
+/// back a client of it, with the data nodes' credentials and database, and TLS to both
+/// the sentinels and the data nodes for `rediss+sentinel://`.
+fn sentinel_client(config: &RedisConfig) -> lock_core::Result<SentinelClient> {
+    let settings = config
+        .sentinel()
+        .ok_or_else(|| lock_core::Error::invalid_argument("not a Sentinel deployment"))?;
+    let sentinels = settings
+        .urls()
+        .into_iter()
+        .map(|info| info.addr().clone())
+        .collect::<Vec<_>>();
+    let redis = config.redis_settings();
+    let mut builder = SentinelClientBuilder::new(
+        sentinels,
+        settings.service.clone(),
+        SentinelServerType::Master,
+    )
+    .map_err(error::map)?
+    .set_client_to_redis_db(redis.db());
+    if let Some(username) = redis.username() {
+        builder = builder.set_client_to_redis_username(username);
+    }
+    if let Some(password) = redis.password() {
+        builder = builder.set_client_to_redis_password(password);
+    }
+    if let Some(username) = &settings.username {
+        builder = builder.set_client_to_sentinel_username(username);
+    }
+    if let Some(password) = &settings.password {
+        builder = builder.set_client_to_sentinel_password(password);
+    }
+    #[cfg(feature = "tls")]
+    if settings.tls {
+        builder = builder
+            .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+            .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure);
+        if let Some(tls) = config.tls() {
+            let certs = crate::config::certificates(tls)?;
+            builder = builder
+                .set_client_to_redis_certificates(certs.clone())
+                .set_client_to_sentinel_certificates(certs);
+        }
+    }
+    builder.build().map_err(error::map)
 }

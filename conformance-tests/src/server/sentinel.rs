@@ -45,7 +45,16 @@ pub struct SentinelDeployment {
     /// Primary first, then the replicas.
     data: Vec<Proc>,
     sentinels: Vec<Proc>,
+    /// With TLS: the TLS port of each data node (in `data`'s order) and sentinel.
+    tls: Option<TlsPorts>,
     dir: tempfile::TempDir,
+}
+
+/// The TLS ports of a deployment started by [`SentinelDeployment::start_tls`].
+#[derive(Debug)]
+struct TlsPorts {
+    data: Vec<u16>,
+    sentinels: Vec<u16>,
 }
 
 impl SentinelDeployment {
@@ -56,28 +65,69 @@ impl SentinelDeployment {
     /// # Errors
     /// What did not start or did not get ready, with the logs.
     pub async fn start(replicas: usize) -> Result<Self, String> {
+        Self::start_with(replicas, false).await
+    }
+
+    /// [`start`](Self::start), with every data node and sentinel also serving clients
+    /// over TLS on a port of its own (asking them for a certificate of the test CA,
+    /// see [`test_certs`](super::tls::test_certs)), replication and the sentinels'
+    /// connections to the data nodes over TLS, so the sentinels name the primary's TLS
+    /// port. The harness's own queries keep to the plain ports;
+    /// [`tls_url`](Self::tls_url) is the `rediss+sentinel://` URL.
+    ///
+    /// # Errors
+    /// As for [`start`](Self::start).
+    pub async fn start_tls(replicas: usize) -> Result<Self, String> {
+        Self::start_with(replicas, true).await
+    }
+
+    async fn start_with(replicas: usize, tls: bool) -> Result<Self, String> {
         let dir = tempfile::Builder::new()
             .prefix("lock-test-redis-sentinel-")
             .tempdir()
             .map_err(|e| format!("temp dir: {e}"))?;
+        // The TLS port each start attempt asked for; the last one's stands.
+        let tls_port = std::sync::Mutex::new(0);
+        let take_tls_port = || -> Result<Option<u16>, String> {
+            if !tls {
+                return Ok(None);
+            }
+            let port = super::free_port().map_err(|e| e.to_string())?;
+            *tls_port.lock().unwrap_or_else(|p| p.into_inner()) = port;
+            Ok(Some(port))
+        };
+        let last_tls_port = || *tls_port.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tls_data = Vec::new();
         let primary = Proc::start("primary", dir.path(), |port, _| {
-            Ok(data_args(port, dir.path(), None))
+            let mut args = data_args(port, dir.path(), None);
+            if let Some(tls_port) = take_tls_port()? {
+                args.extend(tls_args(tls_port));
+            }
+            Ok(args)
         })
         .await?;
-        let primary_port = primary.port;
+        tls_data.push(last_tls_port());
+        // Replicas and sentinels reach the primary where clients do: on its TLS port.
+        let primary_port = if tls { last_tls_port() } else { primary.port };
         let mut data = vec![primary];
         for i in 0..replicas {
             let replica = Proc::start(&format!("replica{i}"), dir.path(), |port, _| {
-                Ok(data_args(port, dir.path(), Some(primary_port)))
+                let mut args = data_args(port, dir.path(), Some(primary_port));
+                if let Some(tls_port) = take_tls_port()? {
+                    args.extend(tls_args(tls_port));
+                }
+                Ok(args)
             })
             .await?;
+            tls_data.push(last_tls_port());
             data.push(replica);
         }
         let mut sentinels = Vec::new();
+        let mut tls_sentinels = Vec::new();
         for i in 0..SENTINELS {
             let sentinel_args = |port: u16, _| {
                 let conf = dir.path().join(format!("sentinel{i}.conf"));
-                let text = format!(
+                let mut text = format!(
                     "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
                      sentinel monitor {SERVICE} 127.0.0.1 {primary_port} {QUORUM}\n\
                      sentinel down-after-milliseconds {SERVICE} {down}\n\
@@ -86,14 +136,29 @@ impl SentinelDeployment {
                     dir = dir.path().display(),
                     down = DOWN_AFTER.as_millis(),
                 );
+                if let Some(tls_port) = take_tls_port()? {
+                    for pair in tls_args(tls_port).chunks(2) {
+                        text.push_str(&format!(
+                            "{} {}\n",
+                            pair[0].trim_start_matches("--"),
+                            pair[1]
+                        ));
+                    }
+                }
                 std::fs::write(&conf, text).map_err(|e| format!("sentinel config: {e}"))?;
                 Ok(vec![conf.display().to_string(), "--sentinel".into()])
             };
             sentinels.push(Proc::start(&format!("sentinel{i}"), dir.path(), sentinel_args).await?);
+            tls_sentinels.push(last_tls_port());
         }
+        let tls = tls.then_some(TlsPorts {
+            data: tls_data,
+            sentinels: tls_sentinels,
+        });
         let mut deployment = SentinelDeployment {
             data,
             sentinels,
+            tls,
             dir,
         };
         deployment.wait_ready(replicas).await?;
@@ -178,6 +243,27 @@ impl SentinelDeployment {
         format!("redis+sentinel://{}/{SERVICE}", sentinels.join(","))
     }
 
+    /// The URL of a client over TLS: `rediss+sentinel://` with every sentinel's TLS
+    /// port, the service and the `tls_*` settings of the test client certificate;
+    /// `None` unless started by [`start_tls`](Self::start_tls).
+    pub fn tls_url(&self) -> Option<String> {
+        let ports = &self.tls.as_ref()?.sentinels;
+        let sentinels: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        Some(format!(
+            "rediss+sentinel://{}/{SERVICE}?{}",
+            sentinels.join(","),
+            super::tls::test_certs().url_settings()
+        ))
+    }
+
+    /// The plain port of the data node whose TLS port is `port`, or `port` itself.
+    fn plain_port(&self, port: u16) -> u16 {
+        self.tls
+            .as_ref()
+            .and_then(|tls| tls.data.iter().position(|p| *p == port))
+            .map_or(port, |i| self.data[i].port)
+    }
+
     /// The `redis://` URL of the data node on `port`.
     pub fn node_url(port: u16) -> String {
         format!("redis://127.0.0.1:{port}")
@@ -203,7 +289,7 @@ impl SentinelDeployment {
                 .arg(SERVICE)
                 .clone();
             match query::<(String, u16)>(sentinel.port, &cmd).await {
-                Ok((_, port)) => return Ok(port),
+                Ok((_, port)) => return Ok(self.plain_port(port)),
                 Err(err) => last = err,
             }
         }
@@ -285,4 +371,30 @@ impl SentinelDeployment {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// A node's TLS settings, as command-line arguments: clients on `port` with a
+/// certificate of the test CA, replication and the sentinels' links over TLS.
+fn tls_args(port: u16) -> Vec<String> {
+    let certs = super::tls::test_certs();
+    let path = |p: std::path::PathBuf| p.display().to_string();
+    vec![
+        "--tls-port".into(),
+        port.to_string(),
+        "--tls-cert-file".into(),
+        path(certs.server_cert()),
+        "--tls-key-file".into(),
+        path(certs.server_key()),
+        "--tls-ca-cert-file".into(),
+        path(certs.ca()),
+        // Their own connections to each other are clients too.
+        "--tls-client-cert-file".into(),
+        path(certs.client_cert()),
+        "--tls-client-key-file".into(),
+        path(certs.client_key()),
+        "--tls-auth-clients".into(),
+        "yes".into(),
+        "--tls-replication".into(),
+        "yes".into(),
+    ]
 }
