@@ -20,7 +20,7 @@
 //! | feature | URLs | backend crate |
 //! |---|---|---|
 //! | (none) | `memory://` | [`lock_core::memory`] |
-//! | `redis` | `redis://`, `rediss://` (with `tls`), `redis+sentinel://`, `redis+cluster://`, `redlock://` | `lock-redis` |
+//! | `redis` | `redis://`, `redis+sentinel://`, `redis+cluster://`, `redlock://`; with `tls` also `rediss://`, `rediss+sentinel://`, `rediss+cluster://` | `lock-redis` |
 //! | `zookeeper` | `zk://` | `lock-zookeeper` |
 //! | `etcd` | `etcd://`, `etcd+https://` (with `tls`) | `lock-etcd` (needs `protoc` to build) |
 //! | `postgres` | `postgres://`, `postgresql://` | `lock-sql` with PostgreSQL's driver |
