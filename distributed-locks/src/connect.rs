@@ -21,7 +21,7 @@ pub fn schemes() -> Vec<&'static str> {
         "redlock",
     ]);
     #[cfg(feature = "zookeeper")]
-    schemes.push("zk");
+    schemes.extend(["zk", "zk+tls"]);
     #[cfg(feature = "postgres")]
     schemes.extend(["postgres", "postgresql"]);
     #[cfg(feature = "mysql")]
@@ -83,7 +83,7 @@ impl ConnectOptions {
 /// | `redis+sentinel://host:port,host:port/service[/db]`, `rediss+sentinel://...` | the primary Redis Sentinel names for `service`, followed across failovers (`lock_redis::RedisBackend`) | `redis` (and `tls`) |
 /// | `redis+cluster://host:port,host:port`, `rediss+cluster://...` | a Redis Cluster, found through any listed node (`lock_redis::RedisBackend`) | `redis` (and `tls`) |
 /// | `redlock://host:port,host:port,...[/db]` | RedLock over independent Redis masters (`lock_redis::RedLockBackend`, exclusive locks only; user, password and `/db` apply to every master) | `redis` |
-/// | `zk://` | a ZooKeeper ensemble (`lock_zookeeper::ZkBackend`, URL as `ZkConfig::from_url`) | `zookeeper` |
+/// | `zk://`, `zk+tls://` | a ZooKeeper ensemble (`lock_zookeeper::ZkBackend`, URL as `ZkConfig::from_url`) | `zookeeper` (and `tls`) |
 /// | `postgres://`, `postgresql://` | PostgreSQL (`lock_sql::SqlBackend`, URL as `SqlOptions::from_url`: `?lock_strategy=for-update` picks row locks) | `postgres` or `sql` |
 /// | `mysql://`, `mariadb://` | MySQL or MariaDB (the same) | `mysql` or `sql` |
 /// | `sqlite://path` | an SQLite file (the same) | `sqlite` or `sql` |
@@ -117,7 +117,7 @@ pub async fn connect(url: &str, options: ConnectOptions) -> Result<Arc<dyn LockP
             options.client(lock_redis::RedLockBackend::from_urls(masters)?)
         }
         #[cfg(feature = "zookeeper")]
-        "zk" => {
+        "zk" | "zk+tls" => {
             let config = lock_zookeeper::ZkConfig::from_url(url)?;
             options.client(lock_zookeeper::ZkBackend::connect(config).await?)
         }

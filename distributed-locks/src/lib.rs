@@ -21,13 +21,13 @@
 //! |---|---|---|
 //! | (none) | `memory://` | [`lock_core::memory`] |
 //! | `redis` | `redis://`, `redis+sentinel://`, `redis+cluster://`, `redlock://`; with `tls` also `rediss://`, `rediss+sentinel://`, `rediss+cluster://` | `lock-redis` |
-//! | `zookeeper` | `zk://` | `lock-zookeeper` |
+//! | `zookeeper` | `zk://`; with `tls` also `zk+tls://` | `lock-zookeeper` |
 //! | `etcd` | `etcd://`, `etcd+https://` (with `tls`) | `lock-etcd` (needs `protoc` to build) |
 //! | `postgres` | `postgres://`, `postgresql://` | `lock-sql` with PostgreSQL's driver |
 //! | `mysql` | `mysql://`, `mariadb://` | `lock-sql` with MySQL's driver |
 //! | `sqlite` | `sqlite://path` | `lock-sql` with SQLite compiled in |
 //! | `sql` | all three databases | `lock-sql` |
-//! | `tls` | TLS (rustls) for the backends above that have it: `rediss://`, `etcd+https://`, PostgreSQL and MySQL/MariaDB (`sslmode`, `ssl-mode`, `tls_ca`, ...) | their `tls` features |
+//! | `tls` | TLS (rustls) for the backends above: `rediss://`, `zk+tls://`, `etcd+https://`, PostgreSQL and MySQL/MariaDB (`sslmode`, `ssl-mode`, `tls_ca`, ...) | their `tls` features |
 //!
 //! # Settings in the URL
 //!

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::{Error, Result};
+use lock_core::{Error, Result, TlsOptions};
 
 /// The session timeout asked for unless configured (the server may clamp it to its
 /// `minSessionTimeout`..`maxSessionTimeout`).
@@ -44,6 +44,7 @@ pub struct ZkConfig {
     connect_timeout: Duration,
     request_timeout: Duration,
     digest: Option<(String, String)>,
+    tls: Option<TlsOptions>,
 }
 
 impl fmt::Debug for ZkConfig {
@@ -56,6 +57,7 @@ impl fmt::Debug for ZkConfig {
             .field("request_timeout", &self.request_timeout)
             // Never print the password.
             .field("digest_user", &self.digest.as_ref().map(|(user, _)| user))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -77,25 +79,34 @@ impl ZkConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             digest: None,
+            tls: None,
         })
     }
 
-    /// Parses `zk://[user:password@]host:port[,host:port...][/chroot][?options]`.
+    /// Parses `zk://[user:password@]host:port[,host:port...][/chroot][?options]`, and
+    /// `zk+tls://...` for TLS.
     ///
     /// Options: `session_timeout`, `connect_timeout` and `request_timeout`, durations
     /// with a unit (`6s`, `300ms`), as every backend names them; `session_timeout_ms`,
-    /// `connect_timeout_ms` and `request_timeout_ms` take milliseconds. Any other key
-    /// is an error. `user:password` turns on
+    /// `connect_timeout_ms` and `request_timeout_ms` take milliseconds; with
+    /// `zk+tls://`, `tls_ca`, `tls_cert` and `tls_key` ([`with_tls`](Self::with_tls)).
+    /// Any other key is an error. `user:password` turns on
     /// digest authentication and a creator-only ACL (see [`with_digest`](Self::with_digest)).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] saying what is wrong with the URL.
     pub fn from_url(url: &str) -> Result<Self> {
-        let rest = url.strip_prefix("zk://").ok_or_else(|| {
-            Error::invalid_argument(format!(
-                "zookeeper URL {url:?} must start with zk:// (zk://host:port[,host:port]/chroot)"
-            ))
-        })?;
+        let (rest, tls) = match url.strip_prefix("zk+tls://") {
+            Some(rest) => (rest, true),
+            None => (
+                url.strip_prefix("zk://").ok_or_else(|| {
+                    Error::invalid_argument(format!(
+                        "zookeeper URL {url:?} must start with zk:// or zk+tls:// (zk://host:port[,host:port]/chroot)"
+                    ))
+                })?,
+                false,
+            ),
+        };
         let (rest, query) = match rest.split_once('?') {
             Some((rest, query)) => (rest, Some(query)),
             None => (rest, None),
@@ -125,6 +136,14 @@ impl ZkConfig {
         }
         if let Some(query) = query {
             config = with_url_settings(config, query)?;
+        }
+        if tls && config.tls.is_none() {
+            config = config.with_tls(TlsOptions::default())?;
+        }
+        if !tls && config.tls.is_some() {
+            return Err(Error::invalid_argument(
+                "TLS settings (tls_ca, tls_cert, tls_key) need a zk+tls:// URL",
+            ));
         }
         Ok(config)
     }
@@ -184,6 +203,29 @@ impl ZkConfig {
         Ok(self)
     }
 
+    /// Connects over TLS (the servers' `secureClientPort`; needs the `tls` feature):
+    /// the CA to trust and a client certificate (for `ssl.clientAuth=need`), PEM files
+    /// read at connect. The servers' certificates are checked against their host names.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] without the `tls` feature, for a certificate without
+    /// its key, or for `server_name` (the client checks each host's own name).
+    pub fn with_tls(mut self, tls: TlsOptions) -> Result<Self> {
+        if !cfg!(feature = "tls") {
+            return Err(Error::invalid_argument(
+                "TLS to ZooKeeper (zk+tls://) needs lock-zookeeper's `tls` feature",
+            ));
+        }
+        if tls.server_name.is_some() {
+            return Err(Error::invalid_argument(
+                "ZooKeeper checks each server's certificate against its host: tls_server_name is not supported",
+            ));
+        }
+        tls.check()?;
+        self.tls = Some(tls);
+        Ok(self)
+    }
+
     /// Authenticates with ZooKeeper's `digest` scheme and creates every node (lock path
     /// containers and lock nodes) with a creator-only ACL, so clients without these
     /// credentials can neither create contenders nor delete this client's nodes
@@ -221,6 +263,11 @@ impl ZkConfig {
 
     pub(crate) fn digest(&self) -> Option<(&str, &str)> {
         self.digest.as_ref().map(|(u, p)| (u.as_str(), p.as_str()))
+    }
+
+    /// The TLS settings, if connections use TLS (`zk+tls://`).
+    pub fn tls(&self) -> Option<&TlsOptions> {
+        self.tls.as_ref()
     }
 
     /// The connect string the client takes (hosts only; the chroot is applied after
@@ -289,7 +336,11 @@ fn with_url_settings(mut config: ZkConfig, query: &str) -> Result<ZkConfig> {
     let session = timeout("session_timeout")?;
     let connect = timeout("connect_timeout")?;
     let request = timeout("request_timeout")?;
+    let tls = query.tls();
     query.finish("zookeeper")?;
+    if let Some(tls) = tls {
+        config = config.with_tls(tls)?;
+    }
     if let Some(session) = session {
         config = config.with_session_timeout(session)?;
     }

@@ -98,6 +98,8 @@ mod path;
 mod recipe;
 mod session;
 mod stats;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use backend::ZkBackend;
 pub use config::{

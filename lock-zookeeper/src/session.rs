@@ -127,8 +127,14 @@ impl Sessions {
         let client = tokio::time::timeout(self.config.connect_timeout(), connect)
             .await
             .map_err(|_| {
+                // The client retries a failed TLS handshake without saying why: name
+                // the likely causes.
+                let tls = match self.config.tls() {
+                    Some(_) => " (over TLS: a server certificate the CA did not sign, or a client certificate the server refuses, looks like this)",
+                    None => "",
+                };
                 error::unavailable(format!(
-                    "no session with {} within the connect timeout {:?}",
+                    "no session with {} within the connect timeout {:?}{tls}",
                     self.config.connect_string(),
                     self.config.connect_timeout()
                 ))
@@ -161,10 +167,24 @@ impl Sessions {
         if let Some((user, password)) = self.config.digest() {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
-        let client = connector
-            .connect(&self.config.connect_string())
-            .await
-            .map_err(error::map)?;
+        let client = match self.config.tls() {
+            #[cfg(feature = "tls")]
+            Some(tls) => {
+                connector = connector.with_tls(crate::tls::client_tls(tls)?);
+                connector
+                    .secure_connect(&self.config.connect_string())
+                    .await
+            }
+            // `ZkConfig::with_tls` refuses TLS settings without the feature.
+            #[cfg(not(feature = "tls"))]
+            Some(_) => {
+                return Err(Error::invalid_argument(
+                    "TLS to ZooKeeper needs lock-zookeeper's `tls` feature",
+                ))
+            }
+            None => connector.connect(&self.config.connect_string()).await,
+        }
+        .map_err(error::map)?;
         let Some(chroot) = self.config.chroot() else {
             return Ok(client);
         };

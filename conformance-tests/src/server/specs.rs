@@ -96,6 +96,15 @@ pub const ZOOKEEPER: ServerSpec = ServerSpec {
 /// A short tick lets sessions be as short as 400 ms, so expiry tests run fast; the
 /// container reaper runs every second instead of every minute.
 fn command(port: u16, dir: &Path) -> Command {
+    zookeeper_command_with(
+        dir,
+        &format!("clientPort={port}\nclientPortAddress=127.0.0.1\n"),
+    )
+}
+
+/// [`ZOOKEEPER`]'s command with `listen` (the lines that say where and how clients
+/// connect) in its configuration.
+pub(super) fn zookeeper_command_with(dir: &Path, listen: &str) -> Command {
     let data = dir.join("data");
     let config = dir.join("zoo.cfg");
     let text = format!(
@@ -105,8 +114,7 @@ fn command(port: u16, dir: &Path) -> Command {
          initLimit=10\n\
          syncLimit=5\n\
          dataDir={}\n\
-         clientPort={port}\n\
-         clientPortAddress=127.0.0.1\n\
+         {listen}\
          maxClientCnxns=0\n\
          admin.enableServer=false\n\
          4lw.commands.whitelist=srvr,ruok\n",
@@ -117,9 +125,17 @@ fn command(port: u16, dir: &Path) -> Command {
     let _ = std::fs::write(&config, text);
     let mut classpath = vec!["/etc/zookeeper/conf", "/usr/share/java/zookeeper.jar"];
     // Logging goes to stdout (the harness's log file) where log4j is installed.
+    // Netty serves TLS clients (`serverCnxnFactory` in the TLS server's configuration).
     for jar in [
         "/usr/share/java/slf4j-log4j12.jar",
         "/usr/share/java/log4j-1.2.jar",
+        "/usr/share/java/netty-buffer.jar",
+        "/usr/share/java/netty-codec.jar",
+        "/usr/share/java/netty-common.jar",
+        "/usr/share/java/netty-handler.jar",
+        "/usr/share/java/netty-resolver.jar",
+        "/usr/share/java/netty-transport.jar",
+        "/usr/share/java/netty-transport-native-unix-common.jar",
     ] {
         if Path::new(jar).exists() {
             classpath.push(jar);

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use super::specs::{
     etcd_command_on, mariadb_command_with, postgres_command_with, running_as_root, sh_quote,
-    user_ids,
+    user_ids, zookeeper_command_with,
 };
 use super::tls::{test_certs, TestCerts};
 use super::{Probe, ServerSpec};
@@ -164,4 +164,43 @@ fn etcd_tls_command(port: u16, dir: &Path) -> Command {
     cmd.arg("--trusted-ca-file").arg(&files.ca);
     cmd.arg("--client-cert-auth");
     cmd
+}
+
+/// ZooKeeper with only a TLS client port (`secureClientPort`, served by Netty), asking
+/// clients for a certificate signed by the test CA (`ssl.clientAuth=need`).
+pub const ZOOKEEPER_TLS: ServerSpec = ServerSpec {
+    name: "zookeeper-tls",
+    env_url: "LOCK_TEST_ZOOKEEPER_TLS_URL",
+    command: zookeeper_tls_command,
+    url: |port| format!("zk+tls://127.0.0.1:{port}?{}", test_certs().url_settings()),
+    // `srvr` gets no answer from a TLS port: ready once it accepts connections (the
+    // tests then wait until it serves sessions).
+    ready: Probe::Open,
+    container: None,
+};
+
+fn zookeeper_tls_command(port: u16, dir: &Path) -> Command {
+    let files = server_files(test_certs(), dir, None);
+    // ZooKeeper's PEM key store is one file: the key, then the certificate.
+    let keystore = dir.join("keystore.pem");
+    let key_and_cert = [&files.key, &files.cert]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .collect::<Vec<_>>()
+        .join("\n");
+    // A failure here shows up as the server failing to start, with its log.
+    let _ = std::fs::write(&keystore, key_and_cert);
+    let listen = format!(
+        "secureClientPort={port}\n\
+         secureClientPortAddress=127.0.0.1\n\
+         serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+         ssl.keyStore.location={}\n\
+         ssl.keyStore.type=PEM\n\
+         ssl.trustStore.location={}\n\
+         ssl.trustStore.type=PEM\n\
+         ssl.clientAuth=need\n",
+        keystore.display(),
+        files.ca.display()
+    );
+    zookeeper_command_with(dir, &listen)
 }
