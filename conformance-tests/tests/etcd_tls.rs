@@ -42,10 +42,7 @@ async fn etcd_tls() {
     let base = url.split_once('?').map_or(url.as_str(), |(base, _)| base);
     let err = refused(&format!("{base}?tls_ca={}", test_certs().ca().display())).await;
     println!("etcd+tls: a client without a certificate is refused: {err}");
-    let wrong_ca = url.replace(
-        &test_certs().ca().display().to_string(),
-        &test_certs().other_ca().display().to_string(),
-    );
+    let wrong_ca = test_certs().trusting_other_ca(&url);
     let err = refused(&wrong_ca).await;
     println!("etcd+tls: a client trusting another CA is refused: {err}");
     assert!(

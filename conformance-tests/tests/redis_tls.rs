@@ -41,10 +41,7 @@ async fn redis_tls() {
     let port = server.port().expect("started here");
     let err = refused(&format!("redis://127.0.0.1:{port}")).await;
     println!("redis+tls: a client without TLS is refused: {err}");
-    let wrong_ca = url.replace(
-        &test_certs().ca().display().to_string(),
-        &test_certs().other_ca().display().to_string(),
-    );
+    let wrong_ca = test_certs().trusting_other_ca(&url);
     let err = refused(&wrong_ca).await;
     println!("redis+tls: a client trusting another CA is refused: {err}");
     assert!(

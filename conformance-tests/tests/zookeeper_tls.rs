@@ -40,10 +40,7 @@ async fn zookeeper_tls() {
         .await
         .assert_ok();
 
-    let wrong_ca = url.replace(
-        &test_certs().ca().display().to_string(),
-        &test_certs().other_ca().display().to_string(),
-    );
+    let wrong_ca = test_certs().trusting_other_ca(&url);
     let err = refused(&wrong_ca).await;
     println!("zookeeper+tls: a client trusting another CA is refused: {err}");
     assert!(

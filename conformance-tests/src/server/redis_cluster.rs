@@ -24,7 +24,7 @@ use std::time::Duration;
 use lock_redis::redis;
 use tokio::time::Instant;
 
-use super::redis_procs::{data_args, query, Proc};
+use super::redis_procs::{data_args, query, tls_args, Proc};
 
 /// Three primaries, each with one replica.
 const NODES: usize = 6;
@@ -122,6 +122,7 @@ impl ClusterDeployment {
                     let port = super::free_port().map_err(|e| e.to_string())?;
                     *tls_port.lock().unwrap_or_else(|p| p.into_inner()) = port;
                     args.extend(tls_args(port));
+                    args.extend(["--tls-cluster".into(), "yes".into()]);
                 }
                 Ok(args)
             };
@@ -356,32 +357,4 @@ impl ClusterDeployment {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-}
-
-/// A node's TLS settings: clients on `port` with a certificate of the test CA, the
-/// cluster bus and replication over TLS.
-fn tls_args(port: u16) -> Vec<String> {
-    let certs = super::tls::test_certs();
-    let path = |p: std::path::PathBuf| p.display().to_string();
-    vec![
-        "--tls-port".into(),
-        port.to_string(),
-        "--tls-cert-file".into(),
-        path(certs.server_cert()),
-        "--tls-key-file".into(),
-        path(certs.server_key()),
-        "--tls-ca-cert-file".into(),
-        path(certs.ca()),
-        // The nodes' own connections to each other (bus, replication) are clients too.
-        "--tls-client-cert-file".into(),
-        path(certs.client_cert()),
-        "--tls-client-key-file".into(),
-        path(certs.client_key()),
-        "--tls-auth-clients".into(),
-        "yes".into(),
-        "--tls-cluster".into(),
-        "yes".into(),
-        "--tls-replication".into(),
-        "yes".into(),
-    ]
 }

@@ -189,3 +189,30 @@ pub(crate) async fn query<T: redis::FromRedisValue>(
         .map_err(|_| format!("no answer from port {port} within 2 s"))?
         .map_err(|e| format!("port {port}: {e}"))
 }
+
+/// A node's TLS settings, as command-line arguments: clients on `port` with a
+/// certificate of the test CA (see [`test_certs`](super::tls::test_certs)), and
+/// replication and the sentinels' links over TLS.
+pub(crate) fn tls_args(port: u16) -> Vec<String> {
+    let certs = super::tls::test_certs();
+    let path = |p: std::path::PathBuf| p.display().to_string();
+    vec![
+        "--tls-port".into(),
+        port.to_string(),
+        "--tls-cert-file".into(),
+        path(certs.server_cert()),
+        "--tls-key-file".into(),
+        path(certs.server_key()),
+        "--tls-ca-cert-file".into(),
+        path(certs.ca()),
+        // The nodes' own connections to each other are clients too.
+        "--tls-client-cert-file".into(),
+        path(certs.client_cert()),
+        "--tls-client-key-file".into(),
+        path(certs.client_key()),
+        "--tls-auth-clients".into(),
+        "yes".into(),
+        "--tls-replication".into(),
+        "yes".into(),
+    ]
+}

@@ -25,7 +25,7 @@ use std::time::Duration;
 use lock_redis::redis;
 use tokio::time::Instant;
 
-use super::redis_procs::{data_args, query, Proc};
+use super::redis_procs::{data_args, query, tls_args, Proc};
 
 /// The Sentinel service name the deployment's URL names.
 pub const SERVICE: &str = "locks";
@@ -371,30 +371,4 @@ impl SentinelDeployment {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-}
-
-/// A node's TLS settings, as command-line arguments: clients on `port` with a
-/// certificate of the test CA, replication and the sentinels' links over TLS.
-fn tls_args(port: u16) -> Vec<String> {
-    let certs = super::tls::test_certs();
-    let path = |p: std::path::PathBuf| p.display().to_string();
-    vec![
-        "--tls-port".into(),
-        port.to_string(),
-        "--tls-cert-file".into(),
-        path(certs.server_cert()),
-        "--tls-key-file".into(),
-        path(certs.server_key()),
-        "--tls-ca-cert-file".into(),
-        path(certs.ca()),
-        // Their own connections to each other are clients too.
-        "--tls-client-cert-file".into(),
-        path(certs.client_cert()),
-        "--tls-client-key-file".into(),
-        path(certs.client_key()),
-        "--tls-auth-clients".into(),
-        "yes".into(),
-        "--tls-replication".into(),
-        "yes".into(),
-    ]
 }

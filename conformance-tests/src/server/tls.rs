@@ -50,6 +50,15 @@ impl TestCerts {
         self.dir.join("client.key")
     }
 
+    /// `url` (with these [`url_settings`](Self::url_settings)) trusting the unrelated
+    /// CA instead, for the wrong-CA checks.
+    pub fn trusting_other_ca(&self, url: &str) -> String {
+        url.replace(
+            &self.ca().display().to_string(),
+            &self.other_ca().display().to_string(),
+        )
+    }
+
     /// The URL settings of a client that trusts the CA and presents the client
     /// certificate: `tls_ca=...&tls_cert=...&tls_key=...`.
     pub fn url_settings(&self) -> String {

@@ -35,10 +35,7 @@ pub async fn tls_suite(spec: &ServerSpec) {
     let err = refused(&plain).await;
     println!("{dialect}+tls: a client without TLS is refused: {err}");
 
-    let wrong_ca = url.replace(
-        &test_certs().ca().display().to_string(),
-        &test_certs().other_ca().display().to_string(),
-    );
+    let wrong_ca = test_certs().trusting_other_ca(&url);
     let err = refused(&wrong_ca).await;
     println!("{dialect}+tls: a client trusting another CA is refused: {err}");
     assert!(
