@@ -28,9 +28,19 @@ impl Scripts {
     }
 }
 
-/// `source` with every `publish` call made a sharded one.
+/// `source` with every `publish` call made a sharded one, however it is written
+/// (`call` or `pcall`, either quote).
 pub(crate) fn sharded(source: &str) -> String {
-    source.replace("redis.call('publish'", "redis.call('spublish'")
+    let mut out = source.to_owned();
+    for call in ["call", "pcall"] {
+        for quote in ['\'', '"'] {
+            out = out.replace(
+                &format!("redis.{call}({quote}publish{quote}"),
+                &format!("redis.{call}({quote}spublish{quote}"),
+            );
+        }
+    }
+    out
 }
 
 macro_rules! script {
@@ -111,5 +121,77 @@ impl Attempt {
             })),
             _ => Err(crate::error::Error::UnexpectedReply(format!("{reply:?}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every script file, by name.
+    const SOURCES: &[(&str, &str)] = &[
+        (
+            "exclusive_acquire.lua",
+            include_str!("lua/exclusive_acquire.lua"),
+        ),
+        (
+            "exclusive_release.lua",
+            include_str!("lua/exclusive_release.lua"),
+        ),
+        ("fair_acquire.lua", include_str!("lua/fair_acquire.lua")),
+        ("fair_leave.lua", include_str!("lua/fair_leave.lua")),
+        ("fair_release.lua", include_str!("lua/fair_release.lua")),
+        ("held.lua", include_str!("lua/held.lua")),
+        ("holders.lua", include_str!("lua/holders.lua")),
+        ("inspect.lua", include_str!("lua/inspect.lua")),
+        ("next_fence.lua", include_str!("lua/next_fence.lua")),
+        ("redlock_settle.lua", include_str!("lua/redlock_settle.lua")),
+        ("release_common.lua", include_str!("lua/release_common.lua")),
+        ("renew.lua", include_str!("lua/renew.lua")),
+        ("renew_on_node.lua", include_str!("lua/renew_on_node.lua")),
+        ("rw_acquire.lua", include_str!("lua/rw_acquire.lua")),
+        ("rw_leave.lua", include_str!("lua/rw_leave.lua")),
+        ("rw_release.lua", include_str!("lua/rw_release.lua")),
+    ];
+
+    #[test]
+    fn the_list_names_every_script_file() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/lua");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        let listed: Vec<&str> = SOURCES.iter().map(|(name, _)| *name).collect();
+        assert_eq!(files, listed);
+    }
+
+    /// A waiter on a cluster listens on a sharded channel: a plain `publish` left in a
+    /// script's cluster form would wake nobody (its waiters would sleep until their
+    /// poll or the holder's lease).
+    #[test]
+    fn the_cluster_form_publishes_only_on_sharded_channels() {
+        for (name, source) in SOURCES {
+            let cluster = sharded(source).to_ascii_lowercase();
+            let publishes = cluster.matches("publish").count();
+            let sharded_ones = cluster.matches("spublish").count();
+            // Every publish the source makes, in any spelling, became an spublish;
+            // mentions in comments are counted on both sides alike.
+            let in_comments = source
+                .lines()
+                .filter_map(|line| line.split_once("--").map(|(_, comment)| comment))
+                .map(|comment| comment.to_ascii_lowercase().matches("publish").count())
+                .sum::<usize>();
+            assert_eq!(
+                publishes - in_comments,
+                sharded_ones,
+                "{name}: a publish call the cluster form keeps"
+            );
+        }
+        let spellings = "redis.call('publish', a, b) redis.pcall(\"publish\", a, b)";
+        assert_eq!(
+            sharded(spellings),
+            "redis.call('spublish', a, b) redis.pcall(\"spublish\", a, b)"
+        );
     }
 }
