@@ -176,10 +176,23 @@ impl QuerySettings {
         if self.unread.is_empty() {
             return Ok(());
         }
-        let unknown: Vec<&str> = self.unread.keys().map(String::as_str).collect();
+        // A key with `@` in it is most likely the rest of a password whose `?` started
+        // the query too early: never echo it.
+        let credentials = self.unread.keys().any(|key| key.contains('@'));
+        let unknown: Vec<&str> = self
+            .unread
+            .keys()
+            .filter(|key| !key.contains('@'))
+            .map(String::as_str)
+            .collect();
         let mut known = self.read;
         known.sort();
         known.dedup();
+        if credentials {
+            return Err(Error::invalid_argument(format!(
+                "the {backend} URL's query starts inside its credentials: a `?`, `#` or `/` in a user name or password must be percent-encoded (%3F, %23, %2F)"
+            )));
+        }
         Err(Error::invalid_argument(format!(
             "unknown {backend} URL setting{} {}; known: {}",
             if unknown.len() > 1 { "s" } else { "" },
@@ -197,8 +210,8 @@ fn message(err: &Error) -> String {
     }
 }
 
-/// TLS to a server: the certificate authority to trust (the system's roots when none is
-/// given, where the client supports them), an optional client certificate and key
+/// TLS to a server: the certificate authority to trust (the public web roots when none
+/// is given; ZooKeeper's client needs one), an optional client certificate and key
 /// (mutual TLS), and the name to check the server's certificate against (the URL's host
 /// when none is given). Files are PEM. Every backend reads these the same way, from its
 /// config or from the URL settings `tls_ca`, `tls_cert`, `tls_key`, `tls_server_name`.
@@ -278,6 +291,14 @@ impl TlsOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_query_cut_out_of_a_password_is_not_echoed() {
+        let query = QuerySettings::new([("w@db.internal:6379/0", "")]).unwrap();
+        let err = query.finish("Redis").unwrap_err().to_string();
+        assert!(!err.contains("w@db"), "{err}");
+        assert!(err.contains("percent-encoded"), "{err}");
+    }
 
     #[test]
     fn durations_with_units_and_clear_errors() {

@@ -144,6 +144,15 @@ impl EtcdConfig {
             return Ok(options);
         }
         let mut tls = etcd_client::TlsOptions::new();
+        let own_ca = self.ca_pem.is_some()
+            || self
+                .tls_files
+                .as_ref()
+                .is_some_and(|files| files.ca_file.is_some());
+        if !own_ca {
+            // No CA of its own: the public web roots, as on the other backends.
+            tls = tls.with_webpki_roots();
+        }
         if let Some(pem) = &self.ca_pem {
             tls = tls.ca_certificate(etcd_client::Certificate::from_pem(pem));
         }

@@ -6,21 +6,18 @@ use lock_core::{Error, Result};
 
 use crate::config::{RedisConfigBuilder, TooFewReplicas};
 
-/// Splits `url` into the URL without its query and the query, keeping a fragment
-/// (`#insecure`) on the URL.
+/// Splits `url` into the URL without its query and the query, keeping the one
+/// fragment the client knows (`#insecure`) on the URL. Any other `#` stays where it
+/// is (a value such as a password keeps it).
 pub(crate) fn split_query(url: &str) -> (String, Option<String>) {
-    let (before, fragment) = match url.split_once('#') {
-        Some((before, fragment)) => (before, Some(fragment)),
-        None => (url, None),
+    let (before, fragment) = match url.strip_suffix("#insecure") {
+        Some(before) => (before, "#insecure"),
+        None => (url, ""),
     };
     let Some((base, query)) = before.split_once('?') else {
         return (url.to_owned(), None);
     };
-    let base = match fragment {
-        Some(fragment) => format!("{base}#{fragment}"),
-        None => base.to_owned(),
-    };
-    (base, Some(query.to_owned()))
+    (format!("{base}{fragment}"), Some(query.to_owned()))
 }
 
 /// Reads the settings of `query` into `builder`.
@@ -78,6 +75,11 @@ pub(crate) fn apply(builder: &mut RedisConfigBuilder, query: &str) -> Result<()>
     if let Some(tls) = query.tls() {
         next = next.tls(tls);
     }
+    if query.text("protocol").is_some() {
+        return Err(Error::invalid_argument(
+            "URL setting `protocol`: lock-redis chooses the protocol of each connection itself (RESP2, RESP3 for a cluster's sharded pub/sub)",
+        ));
+    }
     query.finish("Redis")?;
     *builder = next;
     Ok(())
@@ -103,6 +105,13 @@ mod tests {
             )
         );
         assert_eq!(split_query("redis://h"), ("redis://h".to_owned(), None));
+        assert_eq!(
+            split_query("redis+sentinel://h/locks?sentinel_password=a#b"),
+            (
+                "redis+sentinel://h/locks".to_owned(),
+                Some("sentinel_password=a#b".to_owned())
+            )
+        );
     }
 
     #[test]
@@ -145,6 +154,8 @@ mod tests {
                 "shrug",
             ),
             ("redis+cluster://h:1?command_timeout=1s&x=1", "x"),
+            ("redis://h?protocol=resp3", "chooses the protocol"),
+            ("redis://:p?w@h:6379/0", "percent-encoded"),
         ] {
             let err = RedisConfig::from_url(url).unwrap_err();
             assert!(matches!(err, Error::InvalidArgument { .. }), "{url}: {err}");

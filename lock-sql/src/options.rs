@@ -237,7 +237,9 @@ impl SqlOptions {
     /// trust and an optional client certificate, PEM files. Unless the URL sets
     /// `sslmode` (PostgreSQL) or `ssl-mode` (MySQL) itself, the connection then
     /// requires TLS and checks that the server's certificate names the URL's host
-    /// (`verify-full`, `VERIFY_IDENTITY`). Without this, the driver's own URL keys
+    /// (`verify-full`, `VERIFY_IDENTITY`). A mode that would encrypt without checking
+    /// the CA (`require`, `REQUIRED`) is raised to `verify-ca` / `VERIFY_CA`, and one
+    /// that may not encrypt at all (`disable`, `prefer`, ...) is refused at connect. Without this, the driver's own URL keys
     /// apply (`?sslmode=require`, `?ssl-mode=REQUIRED&ssl-ca=...`). The drivers check
     /// the URL's host: [`TlsOptions::server_name`] is refused at connect.
     pub fn tls(mut self, tls: TlsOptions) -> Self {

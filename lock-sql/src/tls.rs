@@ -78,16 +78,52 @@ pub(crate) fn with_tls(
             keys.append_pair(key, &path.to_string_lossy());
         }
     }
-    if mode.is_none() {
-        keys.append_pair(mode_key, strictest);
-    }
+    match mode.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None => keys.append_pair(mode_key, strictest),
+        // The drivers check the CA only in the verifying modes: a CA given beside a
+        // mode that encrypts without checking is raised to the mode that checks it.
+        Some("require") => keys.append_pair(mode_key, "verify-ca"),
+        Some("required") => keys.append_pair(mode_key, "VERIFY_CA"),
+        Some("verify-ca" | "verify-full" | "verify_ca" | "verify_identity") => &mut keys,
+        Some(weaker) => {
+            return Err(Error::invalid_argument(format!(
+                "{mode_key}={weaker} would not check the server's certificate (or not use TLS): with TLS settings use a verifying mode, or leave {mode_key} out"
+            )))
+        }
+    };
     let keys = keys.finish();
+    // A raised mode replaces the URL's own (the driver would read the first).
+    let driver_url = if keys.contains(&format!("{mode_key}=")) && mode.is_some() {
+        without_mode(driver_url)
+    } else {
+        driver_url.to_owned()
+    };
+    let driver_url = driver_url.as_str();
     let sep = if driver_url.contains('?') { '&' } else { '?' };
     Ok(if keys.is_empty() {
         driver_url.to_owned()
     } else {
         format!("{driver_url}{sep}{keys}")
     })
+}
+
+/// `url` without its `sslmode` / `ssl-mode` keys.
+fn without_mode(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.to_owned();
+    };
+    let mut kept = url::form_urlencoded::Serializer::new(String::new());
+    for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
+        if key != "sslmode" && key != "ssl-mode" {
+            kept.append_pair(&key, &value);
+        }
+    }
+    let kept = kept.finish();
+    if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{kept}")
+    }
 }
 
 #[cfg(test)]
@@ -120,9 +156,47 @@ mod tests {
         let pg = with_tls("postgres://h/db", Dialect::Postgres, Some(&tls)).unwrap();
         assert!(pg.starts_with("postgres://h/db?sslrootcert="), "{pg}");
         assert!(pg.ends_with("&sslmode=verify-full"), "{pg}");
+        // A mode that encrypts without checking is raised to one that checks the CA.
         let my = with_tls("mysql://h/db?ssl-mode=REQUIRED", Dialect::MySql, Some(&tls)).unwrap();
-        assert!(my.contains("&ssl-ca="), "{my}");
-        assert!(!my.contains("VERIFY_IDENTITY"), "{my}");
+        assert!(my.contains("ssl-ca="), "{my}");
+        assert!(my.contains("ssl-mode=VERIFY_CA"), "{my}");
+        assert!(!my.contains("REQUIRED"), "{my}");
+        let pg = with_tls(
+            "postgres://h/db?sslmode=require&application_name=x",
+            Dialect::Postgres,
+            Some(&tls),
+        )
+        .unwrap();
+        assert!(
+            pg.contains("sslmode=verify-ca") && !pg.contains("=require"),
+            "{pg}"
+        );
+        assert!(pg.contains("application_name=x"), "{pg}");
+        let full = with_tls(
+            "postgres://h/db?sslmode=verify-full",
+            Dialect::Postgres,
+            Some(&tls),
+        )
+        .unwrap();
+        assert!(
+            full.contains("sslmode=verify-full") && full.matches("sslmode").count() == 1,
+            "{full}"
+        );
+        // And one that would not check it (or not encrypt) is refused.
+        for weak in [
+            "postgres://h/db?sslmode=prefer",
+            "postgres://h/db?sslmode=disable",
+            "mysql://h/db?ssl-mode=DISABLED",
+            "mysql://h/db?ssl-mode=PREFERRED",
+        ] {
+            let dialect = if weak.starts_with("postgres") {
+                Dialect::Postgres
+            } else {
+                Dialect::MySql
+            };
+            let err = with_tls(weak, dialect, Some(&tls)).unwrap_err();
+            assert!(err.to_string().contains("would not check"), "{weak}: {err}");
+        }
     }
 
     #[test]

@@ -29,7 +29,6 @@ fn driver_keys(dialect: Dialect) -> &'static [&'static str] {
             "user",
             "password",
             "application_name",
-            "options",
         ],
         Dialect::MySql => &[
             "sslmode",
@@ -70,11 +69,17 @@ pub(crate) fn options_from_url(url: &str) -> Result<SqlOptions> {
         // The scheme is refused, with the rest, when connecting.
         return Ok(SqlOptions::new(url));
     };
-    let pairs = url::form_urlencoded::parse(query.as_bytes())
-        .map(|(key, value)| (key.into_owned(), value.into_owned()));
-    let mut query = QuerySettings::new(pairs)?;
-
     let mut driver = url::form_urlencoded::Serializer::new(String::new());
+    let mut pairs = Vec::new();
+    for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
+        // PostgreSQL's `options` (repeatable) and `options[name]` pass through as given.
+        if dialect == Dialect::Postgres && (key == "options" || key.starts_with("options[")) {
+            driver.append_pair(&key, &value);
+        } else {
+            pairs.push((key.into_owned(), value.into_owned()));
+        }
+    }
+    let mut query = QuerySettings::new(pairs)?;
     for key in driver_keys(dialect) {
         if let Some(value) = query.text(key) {
             driver.append_pair(key, &value);
@@ -194,6 +199,19 @@ mod tests {
             let err = options_from_url(url).unwrap_err().to_string();
             assert!(err.contains(key), "{url}: {err}");
         }
+    }
+
+    #[test]
+    fn postgres_options_pass_through_repeated_and_named() {
+        let pg = options_from_url(
+            "postgres://h/db?options=-c%20a%3D1&options=-c%20b%3D2&options[search_path]=app&pool_max=3",
+        )
+        .unwrap();
+        assert_eq!(
+            pg.get_url(),
+            "postgres://h/db?options=-c+a%3D1&options=-c+b%3D2&options%5Bsearch_path%5D=app"
+        );
+        assert_eq!(pg.max_connections, 3);
     }
 
     #[test]

@@ -138,7 +138,9 @@ impl ZkConfig {
             config = with_url_settings(config, query)?;
         }
         if tls && config.tls.is_none() {
-            config = config.with_tls(TlsOptions::default())?;
+            return Err(Error::invalid_argument(
+                "a zk+tls:// URL needs the CA to trust (tls_ca=/path/to/ca.pem): ZooKeeper's client has no built-in roots",
+            ));
         }
         if !tls && config.tls.is_some() {
             return Err(Error::invalid_argument(
@@ -204,12 +206,14 @@ impl ZkConfig {
     }
 
     /// Connects over TLS (the servers' `secureClientPort`; needs the `tls` feature):
-    /// the CA to trust and a client certificate (for `ssl.clientAuth=need`), PEM files
-    /// read at connect. The servers' certificates are checked against their host names.
+    /// the CA to trust (required: the client has no built-in roots) and a client
+    /// certificate (for `ssl.clientAuth=need`), PEM files read at connect. The servers'
+    /// certificates are checked against their host names.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] without the `tls` feature, for a certificate without
-    /// its key, or for `server_name` (the client checks each host's own name).
+    /// [`Error::InvalidArgument`] without the `tls` feature, without a CA, for a
+    /// certificate without its key, or for `server_name` (the client checks each
+    /// host's own name).
     pub fn with_tls(mut self, tls: TlsOptions) -> Result<Self> {
         if !cfg!(feature = "tls") {
             return Err(Error::invalid_argument(
@@ -219,6 +223,11 @@ impl ZkConfig {
         if tls.server_name.is_some() {
             return Err(Error::invalid_argument(
                 "ZooKeeper checks each server's certificate against its host: tls_server_name is not supported",
+            ));
+        }
+        if tls.ca_file.is_none() {
+            return Err(Error::invalid_argument(
+                "TLS to ZooKeeper needs the CA to trust (tls_ca): its client has no built-in roots",
             ));
         }
         tls.check()?;
@@ -315,13 +324,8 @@ fn check_timeout(what: &str, timeout: Duration) -> Result<Duration> {
 
 /// The timeouts of a URL's query, read into `config`; unknown keys are refused.
 fn with_url_settings(mut config: ZkConfig, query: &str) -> Result<ZkConfig> {
-    let pairs = query
-        .split('&')
-        .filter(|pair| !pair.is_empty())
-        .map(|pair| {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (key.to_owned(), value.to_owned())
-        });
+    let pairs = url::form_urlencoded::parse(query.as_bytes())
+        .map(|(key, value)| (key.into_owned(), value.into_owned()));
     let mut query = lock_core::backend::QuerySettings::new(pairs)?;
     let mut timeout = |name: &str| -> Result<Option<Duration>> {
         let with_unit = query.duration(name)?;
@@ -356,6 +360,22 @@ fn with_url_settings(mut config: ZkConfig, query: &str) -> Result<ZkConfig> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tls_urls_need_their_ca_and_values_are_decoded() {
+        let err = ZkConfig::from_url("zk+tls://h:2281").unwrap_err();
+        assert!(err.to_string().contains("tls_ca"), "{err}");
+        let err = ZkConfig::from_url("zk://h?tls_ca=/ca.pem").unwrap_err();
+        assert!(err.to_string().contains("zk+tls://"), "{err}");
+        let decoded = ZkConfig::from_url("zk+tls://h:2281?tls_ca=/etc/zk%20certs/ca.pem");
+        if cfg!(feature = "tls") {
+            let config = decoded.unwrap();
+            let ca = config.tls().unwrap().ca_file.clone().unwrap();
+            assert_eq!(ca, std::path::PathBuf::from("/etc/zk certs/ca.pem"));
+        } else {
+            assert!(decoded.unwrap_err().to_string().contains("`tls` feature"));
+        }
+    }
 
     #[test]
     fn timeouts_with_units_as_on_every_backend() {

@@ -2,8 +2,8 @@
 
 use lock_core::{Error, Result};
 
-/// The client's TLS settings: the CA (the client's default roots when none is given)
-/// and the client certificate, from their PEM files.
+/// The client's TLS settings: the CA (required by `ZkConfig::with_tls`) and the client
+/// certificate, from their PEM files.
 pub(crate) fn client_tls(tls: &lock_core::TlsOptions) -> Result<zookeeper_client::TlsOptions> {
     let bad = |err: zookeeper_client::Error| {
         Error::invalid_argument(format!("invalid ZooKeeper TLS settings: {err}"))

@@ -23,6 +23,11 @@ pub async fn tls_suite(spec: &ServerSpec) {
     let url = server.url();
     servers::wait_until_ready(&drivers_own_keys(&url)).await;
     let dialect = url.split(':').next().unwrap_or_default().to_owned();
+    if dialect == "mysql" {
+        // PostgreSQL asks for the client certificate in its pg_hba.conf; MariaDB per
+        // user: without it, a client that dropped its certificate would still pass.
+        require_client_certificate(&drivers_own_keys(&url)).await;
+    }
     let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let sql = Sql::new(&url, Strategy::Lease, &prefix).labelled(format!("{dialect}+tls"));
     run_suite(sql, 60).await;
@@ -35,6 +40,10 @@ pub async fn tls_suite(spec: &ServerSpec) {
     let err = refused(&plain).await;
     println!("{dialect}+tls: a client without TLS is refused: {err}");
 
+    let without_certificate = format!("{base}?tls_ca={}", test_certs().ca().display());
+    let err = refused(&without_certificate).await;
+    println!("{dialect}+tls: a client without a certificate is refused: {err}");
+
     let wrong_ca = test_certs().trusting_other_ca(&url);
     let err = refused(&wrong_ca).await;
     println!("{dialect}+tls: a client trusting another CA is refused: {err}");
@@ -42,6 +51,19 @@ pub async fn tls_suite(spec: &ServerSpec) {
         err.to_lowercase().contains("certificate"),
         "a wrong CA should be named as a certificate error: {err}"
     );
+}
+
+/// Makes the user of `url` (the driver's own TLS keys) present a certificate of the CA.
+async fn require_client_certificate(url: &str) {
+    use lock_sql::sqlx::{self, Connection as _};
+    let mut conn = sqlx::AnyConnection::connect(url)
+        .await
+        .expect("a TLS connection with the client certificate");
+    sqlx::raw_sql("ALTER USER CURRENT_USER() REQUIRE X509")
+        .execute(&mut conn)
+        .await
+        .expect("the test user requires a client certificate");
+    conn.close().await.expect("close");
 }
 
 /// Connects to `url` and expects a refusal within the connect timeout and slack.
