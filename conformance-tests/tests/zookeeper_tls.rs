@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backend::Zk;
-use conformance_tests::checker::{self, Budget};
 use conformance_tests::run_suite;
 use conformance_tests::server::tls::test_certs;
 use conformance_tests::server::{tls_specs::ZOOKEEPER_TLS, TestServer};
@@ -36,9 +35,6 @@ async fn zookeeper_tls() {
     });
     let report = run_suite(zk.clone()).await;
     assert!(report.failed.is_empty(), "{}", report.summary());
-    checker::check(zk, Budget::seeds(checker::SERVER_SEEDS))
-        .await
-        .assert_ok();
 
     let wrong_ca = test_certs().trusting_other_ca(&url);
     let err = refused(&wrong_ca).await;

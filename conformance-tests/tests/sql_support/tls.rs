@@ -1,6 +1,7 @@
 //! The suite over TLS against a server that requires it, and what a client gets when
 //! its TLS is missing or trusts the wrong CA: a clear error within its connect
-//! timeout, never a hang.
+//! timeout, never a hang. (The history checker runs over plain connections: what it
+//! checks does not depend on the transport.)
 
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use conformance_tests::server::tls::test_certs;
 use conformance_tests::server::{ServerSpec, TestServer};
 use lock_sql::{SqlBackend, SqlOptions, Strategy};
 
-use super::{run_suite, servers, Sql};
+use super::{run_cases, servers, Sql};
 
 /// How long a refused client may take to be told: its connect timeout and slack.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -30,7 +31,7 @@ pub async fn tls_suite(spec: &ServerSpec) {
     }
     let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let sql = Sql::new(&url, Strategy::Lease, &prefix).labelled(format!("{dialect}+tls"));
-    run_suite(sql, 60).await;
+    run_cases(std::sync::Arc::new(sql), 60).await;
 
     let base = url.split_once('?').map_or(url.as_str(), |(base, _)| base);
     let plain = match dialect.as_str() {
