@@ -582,7 +582,12 @@ async fn etcd_waiter_on_a_member_cut_off_from_the_leader_hears_the_release() {
                 println!(
                     "etcd: a waiter whose member was cut off from the leader got the lock {waited:.1?} after the release"
                 );
-                got.release().await.expect("release");
+                // Just healed, its member may not have found the leader yet: a release
+                // refused as retryable leaves the lease to run out, which is allowed.
+                if let Err(err) = got.release().await {
+                    assert!(err.is_retryable(), "release: {err}");
+                    println!("etcd: the release right after the heal was refused as retryable: {err}");
+                }
             }
             Err(err) if err.is_retryable() && waited < Duration::from_secs(15) => println!(
                 "etcd: a waiter whose member was cut off from the leader was told so {waited:.1?} after the release: {err}"
