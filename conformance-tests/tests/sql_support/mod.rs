@@ -4,6 +4,7 @@
 #![allow(dead_code, unreachable_pub)] // each target uses its own part
 
 pub mod extra;
+pub mod late_commits;
 pub mod servers;
 pub mod tls;
 
