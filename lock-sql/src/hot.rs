@@ -7,16 +7,16 @@ use std::time::Duration;
 
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::query::Query;
+use sqlx::Connection as _;
 use sqlx::{Any, AnyConnection, AnyPool};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::error::{classify, Class};
-
-/// A hot connection that sat idle this long and then fails is taken to have died while
-/// idle (a restarted server, a dropped link), before the statement reached it: the
-/// statement is run again on a pooled connection, which the pool checks first.
-const IDLE_DEATH: Duration = Duration::from_secs(1);
+/// A hot connection that sat idle this long is pinged before a statement is sent on
+/// it: a server restart or a dropped link while it was idle then costs nothing but the
+/// ping. A statement that fails is never sent again by itself: it may have run (a
+/// grant, a release) although its reply was lost.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 /// One connection, used by whoever finds it free; the others use the pool.
 #[derive(Debug, Default)]
@@ -42,39 +42,38 @@ impl HotConnection {
         pool: &AnyPool,
         make: impl Fn() -> Query<'static, Any, AnyArguments>,
     ) -> Result<Option<AnyRow>, sqlx::Error> {
-        if let Ok(mut slot) = self.slot.try_lock() {
-            let (mut conn, idle_for) = match slot.take() {
-                Some(idle) => (idle.conn, idle.since.elapsed()),
-                None => (pool.acquire().await?.detach(), Duration::ZERO),
-            };
-            match make().fetch_optional(&mut conn).await {
-                Ok(row) => {
-                    *slot = Some(Idle {
-                        conn,
-                        since: Instant::now(),
-                    });
-                    return Ok(row);
-                }
-                // The connection is dropped (closed) here either way.
-                Err(e) if !died_before(&e, idle_for) => return Err(e),
+        let Ok(mut slot) = self.slot.try_lock() else {
+            return first_after_commit(make(), &mut *pool.acquire().await?).await;
+        };
+        let mut conn = match slot.take() {
+            Some(idle) if idle.since.elapsed() < IDLE_CHECK => idle.conn,
+            Some(mut idle) => match idle.conn.ping().await {
+                Ok(()) => idle.conn,
                 Err(e) => {
-                    tracing::debug!(error = %e, "hot connection died while idle; using the pool")
+                    tracing::debug!(error = %e, "hot connection died while idle; opening another");
+                    pool.acquire().await?.detach()
                 }
-            }
-        }
-        make().fetch_optional(&mut *pool.acquire().await?).await
+            },
+            None => pool.acquire().await?.detach(),
+        };
+        // On an error the connection is dropped (closed), not put back.
+        let row = first_after_commit(make(), &mut conn).await?;
+        *slot = Some(Idle {
+            conn,
+            since: Instant::now(),
+        });
+        Ok(row)
     }
 }
 
-/// Whether `e` says the connection was gone before the statement could run: the
-/// server's notice that it terminated the session (SQLSTATE 57P01-57P03, sent to an
-/// idle session when it is killed or the server shuts down), or a broken connection
-/// after `idle_for` of silence.
-fn died_before(e: &sqlx::Error, idle_for: Duration) -> bool {
-    if let sqlx::Error::Database(db) = e {
-        if db.code().is_some_and(|c| c.starts_with("57P0")) {
-            return true;
-        }
-    }
-    classify(e) == Class::Unavailable && idle_for >= IDLE_DEATH
+/// The first row of an autocommitted statement, once its commit is done. PostgreSQL
+/// sends the rows before the implicit commit at the end of the statement, and
+/// `fetch_optional` returns with the first: a grant would count as won before its
+/// commit, which may still fail (a serialization failure, a deferred trigger, a
+/// crash) and leave the lock to someone else.
+async fn first_after_commit(
+    query: Query<'static, Any, AnyArguments>,
+    conn: &mut AnyConnection,
+) -> Result<Option<AnyRow>, sqlx::Error> {
+    Ok(query.fetch_all(conn).await?.into_iter().next())
 }

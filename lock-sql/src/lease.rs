@@ -106,17 +106,25 @@ impl Drop for Ticket {
 }
 
 async fn dequeue(db: &Db, key: &str, kind: LockKind, id: i64) -> Result<()> {
+    remove_ticket(db, key, kind, id).await.map(drop)
+}
+
+/// Deletes one queue ticket and tells whoever was behind it; returns whether it was
+/// there.
+async fn remove_ticket(db: &Db, key: &str, kind: LockKind, id: i64) -> Result<bool> {
     let done = q(&db.sql.dequeue)
         .bind(key.to_owned())
         .bind(kind_code(kind))
         .bind(id)
         .execute(&db.pool);
-    db.timed("removing a queue ticket", async {
-        done.await.map_err(|e| db.err(e))
-    })
-    .await?;
+    let done = db
+        .timed("removing a queue ticket", async {
+            done.await.map_err(|e| db.err(e))
+        })
+        .await?;
     // Whoever was behind this ticket may go now.
-    notify(db, key).await
+    notify(db, key).await?;
+    Ok(done.rows_affected() > 0)
 }
 
 /// What an attempt wrote that its caller has not taken over yet: a granted lease, a
@@ -127,8 +135,16 @@ struct PendingWrite {
     key: String,
     kind: LockKind,
     owner: String,
+    ttl_ms: i64,
+    queue_ttl_ms: i64,
     fence: Option<i64>,
     ticket: Option<i64>,
+    /// A grant may have committed although its reply never came back, so its fence is
+    /// unknown: the undo removes this owner's lease whatever its fence.
+    unknown_grant: bool,
+    /// Whether the write may still land after the undo starts (a commit or statement
+    /// that failed or timed out at the client, not at the server).
+    uncertain: bool,
 }
 
 impl PendingWrite {
@@ -138,36 +154,105 @@ impl PendingWrite {
             key: ask.key.hash.clone(),
             kind: ask.kind,
             owner: ask.owner.clone(),
+            ttl_ms: ask.ttl_ms,
+            queue_ttl_ms: ask.queue_ttl_ms,
             fence: None,
             ticket: None,
+            unknown_grant: false,
+            uncertain: false,
         }
+    }
+
+    /// The write's outcome is unknown: it may have landed, or may land later.
+    fn outcome_unknown(&mut self) {
+        self.uncertain = true;
     }
 
     /// The caller has taken over what was written.
     fn disarm(&mut self) {
         self.fence = None;
         self.ticket = None;
+        self.unknown_grant = false;
     }
 }
 
 impl Drop for PendingWrite {
     fn drop(&mut self) {
-        let (fence, ticket) = (self.fence.take(), self.ticket.take());
-        if fence.is_none() && ticket.is_none() {
+        let grant = match (self.fence.take(), std::mem::take(&mut self.unknown_grant)) {
+            (Some(fence), _) => Some(Some(fence)),
+            (None, true) => Some(None),
+            (None, false) => None,
+        };
+        let ticket = self.ticket.take();
+        if grant.is_none() && ticket.is_none() {
             return;
         }
-        let db = self.db.clone();
-        let (key, kind, owner) = (self.key.clone(), self.kind, self.owner.clone());
+        let undo = Undo {
+            db: self.db.clone(),
+            key: self.key.clone(),
+            kind: self.kind,
+            owner: self.owner.clone(),
+            grant,
+            ticket,
+        };
+        // A write that may still land is undone again until it could no longer
+        // matter: a lease or ticket expires by the server's clock, counted from its
+        // statement, which ran before now.
+        let margin = Duration::from_secs(1);
+        let lives_ms = match (undo.grant.is_some(), undo.ticket.is_some()) {
+            (true, true) => self.ttl_ms.max(self.queue_ttl_ms),
+            (true, false) => self.ttl_ms,
+            _ => self.queue_ttl_ms,
+        };
+        let until = Instant::now() + Duration::from_millis(lives_ms as u64) + margin;
+        let uncertain = self.uncertain;
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let cleanups = db.cleanups.clone();
-            cleanups.spawn_on(&rt, async move {
-                if let Some(fence) = fence {
-                    let _ = delete_lease(&db, &key, kind, &owner, fence).await;
+            let cleanups = self.db.cleanups.clone();
+            cleanups.spawn_on(&rt, undo.run(uncertain, until));
+        }
+    }
+}
+
+/// Removes what an attempt wrote and nobody took over.
+struct Undo {
+    db: Arc<Db>,
+    key: String,
+    kind: LockKind,
+    owner: String,
+    /// The granted lease: `Some(fence)`, or `None` when its fence is unknown.
+    grant: Option<Option<i64>>,
+    ticket: Option<i64>,
+}
+
+impl Undo {
+    /// Deletes the lease and the ticket. A write known to have landed is deleted once
+    /// (again only on errors); one that may still land (`uncertain`) is deleted again
+    /// and again until a delete finds it or `until` passes: a COMMIT the server still
+    /// holds (a synchronous standby that does not answer, a stalled disk) lands after a
+    /// first delete found nothing, and would then block the lock for its whole lease.
+    async fn run(mut self, uncertain: bool, until: Instant) {
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let mut again = false;
+            if let Some(fence) = self.grant {
+                match delete_lease(&self.db, &self.key, self.kind, &self.owner, fence).await {
+                    Ok(true) => self.grant = None,
+                    Ok(false) if !uncertain => self.grant = None,
+                    _ => again = true,
                 }
-                if let Some(id) = ticket {
-                    let _ = dequeue(&db, &key, kind, id).await;
+            }
+            if let Some(id) = self.ticket {
+                match remove_ticket(&self.db, &self.key, self.kind, id).await {
+                    Ok(true) => self.ticket = None,
+                    Ok(false) if !uncertain => self.ticket = None,
+                    _ => again = true,
                 }
-            });
+            }
+            if !again || Instant::now() + pause > until {
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
         }
     }
 }
@@ -334,7 +419,14 @@ async fn run_attempt(
         match fast_grant_postgres(db, ask, &mut pending).await {
             Ok(Some(outcome)) => return Some((Ok(outcome), ticket, pending)),
             Ok(None) => {} // Blocked: the transaction below learns how long, and queues.
-            Err(e) => return Some((Err(e), ticket, pending)),
+            Err(e) => {
+                if may_have_landed(&e) {
+                    // Granted perhaps, with a fence we never learnt.
+                    pending.unknown_grant = true;
+                    pending.outcome_unknown();
+                }
+                return Some((Err(e), ticket, pending));
+            }
         }
     }
     // Nothing is committed before `commit` below: dropping the transaction on the
@@ -353,12 +445,36 @@ async fn run_attempt(
         // Bounded, so a server that never answers cannot keep the task forever.
         let committed = tokio::time::timeout(db.request_timeout * 3, tx.commit())
             .await
-            .unwrap_or(Err(sqlx::Error::PoolTimedOut));
+            .unwrap_or_else(|_| {
+                Err(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "COMMIT did not answer",
+                )))
+            });
         if let Err(e) = committed {
+            if may_have_landed(&e) {
+                pending.outcome_unknown();
+            }
             return Some((Err(e), ticket, pending));
         }
     }
     Some((Ok(prepared.outcome), prepared.ticket, pending))
+}
+
+/// Whether a statement or COMMIT that failed with `e` may have been carried out all
+/// the same, now or later: the connection failed or timed out, or the server ended
+/// the session (SQLSTATE class 57: a session terminated while its COMMIT waited for
+/// a synchronous standby has committed). Any other error from the server rolled the
+/// transaction back.
+fn may_have_landed(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|code| code.starts_with("57") || code.starts_with("08")),
+        // No connection was had: nothing was sent.
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => false,
+        _ => true,
+    }
 }
 
 /// What one attempt's transaction decided, not yet committed.
@@ -661,22 +777,30 @@ async fn next_ticket(
     bump_counter(conn, db, q(&db.sql.ticket_bump).bind(khash.to_owned())).await
 }
 
-/// Deletes one live lease if key, kind, owner and fence match; tells waiters.
-/// Returns whether it was there.
+/// Deletes one live lease if key, kind, owner and fence match (any fence if `fence`
+/// is `None`: an owner is one acquisition); tells waiters. Returns whether it was
+/// there.
 async fn delete_lease(
     db: &Db,
     khash: &str,
     kind: LockKind,
     owner: &str,
-    fence: i64,
+    fence: Option<i64>,
 ) -> Result<bool> {
     let query = || {
-        q(&db.sql.release)
+        let stmt = match fence {
+            Some(_) => &db.sql.release,
+            None => &db.sql.undo_grant,
+        };
+        let query = q(stmt)
             .bind(khash.to_owned())
             .bind(kind_code(kind))
             .bind(holder_of(kind, owner).to_owned())
-            .bind(owner.to_owned())
-            .bind(fence)
+            .bind(owner.to_owned());
+        match fence {
+            Some(fence) => query.bind(fence),
+            None => query,
+        }
     };
     let deleted = db
         .timed("releasing a lock", async {
@@ -723,7 +847,7 @@ async fn notify(db: &Db, khash: &str) -> Result<()> {
 pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>) -> Result<()> {
     let fence = i64::try_from(lease.fence).unwrap_or(-1);
     let khash = &lease.data.key.hash;
-    if delete_lease(db, khash, lease.kind, lease.owner.as_str(), fence).await? {
+    if delete_lease(db, khash, lease.kind, lease.owner.as_str(), Some(fence)).await? {
         Ok(())
     } else {
         Err(Error::NotOwner {

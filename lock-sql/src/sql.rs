@@ -93,6 +93,9 @@ pub(crate) struct Statements {
     /// Deletes one live lease; PostgreSQL's version also notifies waiters and
     /// returns the count as a row.
     pub(crate) release: Stmt,
+    /// Deletes the live lease of one owner whatever its fence (an owner is one
+    /// acquisition): undoes a grant whose reply, and so its fence, was lost.
+    pub(crate) undo_grant: Stmt,
     pub(crate) force_unlock: Stmt,
     /// Deletes the live lease of a family with one fence (PostgreSQL: and notifies).
     pub(crate) force_unlock_holder: Stmt,
@@ -283,6 +286,9 @@ impl Statements {
         }
         };
         let release = st(with_notify(&release_where));
+        let undo_grant = st(with_notify(&format!(
+            "khash = ? AND kind = ? AND holder = ? AND owner = ? AND expires_ms > {now}"
+        )));
         let force_unlock = st(with_notify(&force_where));
         let force_unlock_holder = st(with_notify(&format!("{force_where} AND fence = ?")));
         let count_live = st(format!("SELECT COUNT(*) FROM {leases} WHERE {force_where}"));
@@ -405,6 +411,7 @@ impl Statements {
             refresh_ticket,
             dequeue,
             release,
+            undo_grant,
             force_unlock,
             force_unlock_holder,
             count_live,
