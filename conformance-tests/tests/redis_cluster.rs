@@ -266,3 +266,237 @@ async fn a_killed_slot_owner_is_replaced_and_the_waiter_still_gets_the_lock() {
     })
     .await;
 }
+
+/// Two waiters of one client wait on locks served by two primaries. The client's
+/// pub/sub connection to one primary is killed: the waiter there still hears its
+/// release (the cluster client reconnects and subscribes there again), and the other
+/// primary sees nothing of it: no new connection, no extra acquire attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_disconnection_wakes_only_the_waiters_on_that_node() {
+    let cluster = ClusterDeployment::start().await.expect("the cluster forms");
+    let ns = format!("disconnect-{}", std::process::id());
+    // Two names whose locks live on two different primaries.
+    let mut names: Vec<(String, u16)> = Vec::new();
+    for i in 0..200 {
+        let name = format!("n{i}");
+        let owner = cluster.owner_of(&format!("{ns}:{name}")).await.unwrap();
+        if names.iter().all(|(_, o)| *o != owner) {
+            names.push((name, owner));
+        }
+        if names.len() == 2 {
+            break;
+        }
+    }
+    let [(cut_name, cut_port), (other_name, other_port)] = &names[..] else {
+        panic!("no two names on two primaries");
+    };
+    let holder = client(config(&cluster.url()), &ns);
+    let waiters = client(config(&cluster.url()), &ns);
+    let lease = lock_core::AcquireOptions::try_once().lease(Duration::from_secs(60));
+    let mut held = Vec::new();
+    for name in [cut_name, other_name] {
+        let guard = holder.lock(name).unwrap().acquire_with(lease).await;
+        held.push(guard.expect("free"));
+    }
+    let waiting: Vec<_> = [cut_name, other_name]
+        .into_iter()
+        .map(|name| {
+            let lock = waiters.lock(name).unwrap();
+            tokio::spawn(async move {
+                let guard = lock.acquire_timeout(Duration::from_secs(60)).await;
+                (guard, tokio::time::Instant::now())
+            })
+        })
+        .collect();
+    // Both waiters subscribed (one pub/sub client on each primary) and asleep.
+    let started = tokio::time::Instant::now();
+    while pubsub_clients(*cut_port).await == 0 || pubsub_clients(*other_port).await == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "not subscribed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    reset_stats(*other_port).await;
+    let subscriber = pubsub_client_ids(*other_port).await;
+    kill_pubsub_clients(*cut_port).await;
+    // Time for the cluster client to reconnect and subscribe again.
+    let started = tokio::time::Instant::now();
+    while pubsub_clients(*cut_port).await == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the cluster client did not subscribe again on port {cut_port}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let (calls, subscriber_after) = (
+        script_calls(*other_port).await,
+        pubsub_client_ids(*other_port).await,
+    );
+    let mut held = held.into_iter();
+    let mut waiting = waiting.into_iter();
+    for name in [cut_name, other_name] {
+        let released = tokio::time::Instant::now();
+        held.next().unwrap().release().await.unwrap();
+        let (guard, at) = tokio::time::timeout(Duration::from_secs(30), waiting.next().unwrap())
+            .await
+            .expect("the waiter ended")
+            .unwrap();
+        let took = at - released;
+        assert!(
+            took < Duration::from_secs(10),
+            "the waiter of {name} got the lock {took:?} after its release"
+        );
+        guard.unwrap().release().await.unwrap();
+    }
+    assert!(
+        calls == 0 && subscriber_after == subscriber,
+        "killing the pub/sub connection to port {cut_port} made the primary on port \
+         {other_port} serve {calls} acquire attempts, and its pub/sub clients went from \
+         {subscriber:?} to {subscriber_after:?}"
+    );
+}
+
+/// How many pub/sub clients a node has.
+async fn pubsub_clients(port: u16) -> usize {
+    pubsub_client_ids(port).await.len()
+}
+
+/// The ids of a node's pub/sub clients (`CLIENT LIST TYPE pubsub`).
+async fn pubsub_client_ids(port: u16) -> Vec<String> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    list.lines()
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn kill_pubsub_clients(port: u16) {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+/// Drops every packet from one loopback port to another while it lives (an iptables
+/// rule, removed on drop): a connection that goes silent without closing, as behind a
+/// firewall or NAT that forgot it.
+struct Silenced(Vec<String>);
+
+impl Silenced {
+    fn from_to(from: u16, to: u16) -> Self {
+        let rule: Vec<String> = [
+            "OUTPUT",
+            "-o",
+            "lo",
+            "-p",
+            "tcp",
+            "--sport",
+            &from.to_string(),
+            "--dport",
+            &to.to_string(),
+            "-j",
+            "DROP",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let added = std::process::Command::new("iptables")
+            .arg("-I")
+            .args(&rule)
+            .status()
+            .expect("iptables runs (scripts/test installs it)");
+        assert!(added.success(), "iptables -I {rule:?} failed");
+        Silenced(rule)
+    }
+}
+
+impl Drop for Silenced {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("iptables")
+            .arg("-D")
+            .args(&self.0)
+            .status();
+    }
+}
+
+/// The client ports of a node's pub/sub clients (`addr=` of `CLIENT LIST TYPE pubsub`).
+async fn pubsub_client_ports(port: u16) -> Vec<u16> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    list.lines()
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("addr=")))
+        .filter_map(|addr| addr.rsplit_once(':')?.1.parse().ok())
+        .collect()
+}
+
+/// The waiter's sharded subscription goes silent (its node's packets to it dropped,
+/// nothing closed). The pub/sub connection is pinged, found silent and replaced, so
+/// the waiter still hears the release instead of waiting out the holder's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_subscription_went_silent_still_hears_the_release() {
+    let cluster = ClusterDeployment::start().await.expect("the cluster forms");
+    let ns = format!("silent-{}", std::process::id());
+    let owner = cluster.owner_of(&format!("{ns}:job")).await.unwrap();
+    let holder = client(config(&cluster.url()), &ns);
+    let waiters = client(config(&cluster.url()), &ns);
+    let lease = lock_core::AcquireOptions::try_once().lease(Duration::from_secs(60));
+    let held = holder.lock("job").unwrap().acquire_with(lease).await;
+    let held = held.expect("free");
+    let lock = waiters.lock("job").unwrap();
+    let waiting = tokio::spawn(async move {
+        let guard = lock.acquire_timeout(Duration::from_secs(90)).await;
+        (guard, tokio::time::Instant::now())
+    });
+    let started = tokio::time::Instant::now();
+    let mut subscribers = pubsub_client_ports(owner).await;
+    while subscribers.is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "not subscribed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        subscribers = pubsub_client_ports(owner).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _silenced: Vec<Silenced> = subscribers
+        .iter()
+        .map(|port| Silenced::from_to(owner, *port))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = tokio::time::Instant::now();
+    held.release().await.unwrap();
+    let (guard, at) = tokio::time::timeout(Duration::from_secs(90), waiting)
+        .await
+        .expect("the waiter ended")
+        .unwrap();
+    let took = at - released;
+    println!("the waiter was granted {took:?} after the release");
+    assert!(
+        took < Duration::from_secs(15),
+        "the waiter heard of the release only {took:?} after it (its subscription had gone \
+         silent; the holder's lease was 60 s)"
+    );
+    guard.unwrap().release().await.unwrap();
+}
