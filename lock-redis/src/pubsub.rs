@@ -13,7 +13,9 @@
 //! If the connection is lost, every waiter is woken; it retries, and its next
 //! [`Registration::ready`] reconnects and subscribes again. A connection that goes
 //! silent without closing is found by a PING every command timeout while anyone
-//! waits (on one server or under Sentinel), and dropped.
+//! waits, and dropped. On a Redis Cluster the connection is one per primary: when one
+//! of them drops, the cluster client reconnects it and subscribes there again, and
+//! only the waiters of the channels subscribed again are woken.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -64,6 +66,9 @@ struct Channel {
     waiters: Vec<Arc<Waiter>>,
     /// The connection generation on which the server confirmed the subscription.
     subscribed: Option<u64>,
+    /// Subscriptions sent here whose confirmation (a push on a cluster) has not been
+    /// read yet: a confirmation beyond them is the cluster client's own.
+    own_subscribes: u32,
 }
 
 #[derive(Debug, Default)]
@@ -109,6 +114,24 @@ impl State {
         }
     }
 
+    /// The server confirmed a subscription to `channel`. One that is not the answer
+    /// to a subscription sent here was made again by the cluster client after a
+    /// node's connection dropped or a slot moved: messages published meanwhile were
+    /// lost, so the channel's waiters look at their locks again.
+    fn confirmed(&mut self, channel: &str) {
+        let live = self.live;
+        let Some(entry) = self.channels.get_mut(channel) else {
+            return;
+        };
+        if entry.own_subscribes > 0 {
+            entry.own_subscribes -= 1;
+        } else if entry.subscribed.is_some() && entry.subscribed == live {
+            for waiter in &entry.waiters {
+                waiter.wake();
+            }
+        }
+    }
+
     fn wake_all(&self) {
         for entry in self.channels.values() {
             for waiter in &entry.waiters {
@@ -148,6 +171,26 @@ impl Sink {
         match self {
             Sink::Single(sink) => sink.unsubscribe(channel).await,
             Sink::Cluster(conn) => conn.sunsubscribe(channel).await,
+        }
+    }
+
+    /// A PING on the connection; on a cluster, on every primary's (where the
+    /// subscriptions are).
+    async fn ping(&mut self) -> RedisResult<()> {
+        match self {
+            Sink::Single(sink) => sink.ping::<redis::Value>().await.map(drop),
+            Sink::Cluster(conn) => {
+                use redis::cluster_routing::{
+                    MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo,
+                };
+                let every_primary = RoutingInfo::MultiNode((
+                    MultipleNodeRoutingInfo::AllMasters,
+                    Some(ResponsePolicy::AllSucceeded),
+                ));
+                conn.route_command(redis::cmd("PING"), every_primary)
+                    .await
+                    .map(drop)
+            }
         }
     }
 }
@@ -275,6 +318,9 @@ impl Registration {
         let Some((_, conn)) = sink.as_mut() else {
             return Err(error::Error::UnexpectedReply("pub/sub connection vanished".into()).into());
         };
+        if let Some(entry) = lock(&self.inner.state).channels.get_mut(&self.channel) {
+            entry.own_subscribes += 1;
+        }
         let result = error::within(
             "SUBSCRIBE",
             self.inner.command_timeout,
@@ -383,6 +429,7 @@ fn next_generation(inner: &Inner) -> u64 {
     state.live = Some(generation);
     for entry in state.channels.values_mut() {
         entry.subscribed = None;
+        entry.own_subscribes = 0;
     }
     generation
 }
@@ -400,11 +447,14 @@ async fn connect_cluster(
     if let Some(old) = lock(&inner.reader).replace(task.abort_handle()) {
         old.abort();
     }
+    tokio::spawn(keep_alive(Arc::downgrade(inner), generation));
     Ok((generation, Sink::Cluster(conn)))
 }
 
-/// Delivers sharded messages until a connection of the cluster drops (a node failed
-/// or the slot moved), then wakes everyone so they retry and subscribe again.
+/// Delivers sharded messages until the cluster connection ends, then wakes everyone so
+/// they retry and subscribe again. One node's connection dropping ends nothing: the
+/// cluster client reconnects it and subscribes there again, and each channel's
+/// confirmation wakes only that channel's waiters.
 async fn read_pushes(
     inner: Weak<Inner>,
     mut pushes: tokio::sync::mpsc::UnboundedReceiver<PushInfo>,
@@ -432,7 +482,12 @@ async fn read_pushes(
                     lock(&inner.state).resubscribe(&channel);
                 }
             }
-            PushKind::Disconnection => break,
+            PushKind::SSubscribe | PushKind::Subscribe => {
+                if let Some(redis::Value::BulkString(channel)) = push.data.first() {
+                    let channel = String::from_utf8_lossy(channel);
+                    lock(&inner.state).confirmed(&channel);
+                }
+            }
             _ => {}
         }
     }
@@ -501,13 +556,13 @@ async fn keep_alive(inner: Weak<Inner>, generation: u64) {
             }
         }
         let mut sink = inner.sink.lock().await;
-        let Some((live, Sink::Single(conn))) = sink.as_mut() else {
+        let Some((live, conn)) = sink.as_mut() else {
             return;
         };
         if *live != generation {
             return;
         }
-        let answer = tokio::time::timeout(inner.command_timeout, conn.ping::<redis::Value>()).await;
+        let answer = tokio::time::timeout(inner.command_timeout, conn.ping()).await;
         if matches!(answer, Ok(Ok(_))) {
             continue;
         }
