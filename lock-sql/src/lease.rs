@@ -1036,11 +1036,15 @@ async fn delete_and_wake(
 ) -> Result<bool> {
     db.timed("force-unlocking a lock", async {
         let n = if db.dialect == Dialect::Postgres {
-            let row = query
+            // All rows read: the count is only true once the commit is done.
+            let rows = query
                 .bind(db.sql.tables.channel.clone())
-                .fetch_one(&db.pool)
+                .fetch_all(&db.pool)
                 .await
                 .map_err(|e| db.err(e))?;
+            let row = rows
+                .first()
+                .ok_or_else(|| db.err(sqlx::Error::RowNotFound))?;
             row.try_get::<i64, _>(0).map_err(|e| db.err(e))?
         } else {
             let n = query
