@@ -16,6 +16,7 @@ use sqlx::{Any, AnyPool, AssertSqlSafe, Row};
 use crate::dialect::Dialect;
 use crate::error::{classify, convert, timed_out, Class};
 use crate::hot::HotConnection;
+use crate::lease::BlindUndos;
 use crate::options::{SqlOptions, Strategy};
 use crate::sql::{Statements, Stmt, SCHEMA_VERSION};
 use crate::url::DbUrl;
@@ -34,6 +35,8 @@ pub(crate) struct Db {
     pub(crate) cleanups: Cleanups,
     /// The connection of PostgreSQL's one-statement grants and releases.
     pub(crate) hot: HotConnection,
+    /// Undos of grants whose fence never came back (see [`BlindUndos`]).
+    pub(crate) blind_undos: BlindUndos,
     /// Where the lock tables are (the address without credentials, and the tables'
     /// prefix): names the backend's location and its in-process release topics.
     pub(crate) scope: String,
@@ -208,6 +211,7 @@ impl Db {
             request_timeout: options.request_timeout,
             cleanups: Cleanups::default(),
             hot: HotConnection::default(),
+            blind_undos: BlindUndos::default(),
             scope,
         };
         db.timed("creating the schema", db.ensure_schema()).await?;

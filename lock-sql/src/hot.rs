@@ -30,9 +30,25 @@ struct Idle {
     since: Instant,
 }
 
+/// A statement on the hot path that failed, and whether it may have reached the server.
+#[derive(Debug)]
+pub(crate) struct HotError {
+    pub(crate) error: sqlx::Error,
+    /// False if no connection was had (the pool, or the ping of an idle one, failed):
+    /// the statement never left.
+    pub(crate) sent: bool,
+}
+
+impl HotError {
+    fn not_sent(error: sqlx::Error) -> Self {
+        HotError { error, sent: false }
+    }
+}
+
 impl HotConnection {
     /// Runs the query `make` builds and returns its first row, on the hot connection
-    /// if it is free, else on a pooled one.
+    /// if it is free, else on a pooled one. The idle connection's ping is bounded by
+    /// `limit`.
     ///
     /// # Cancel safety
     /// Dropped mid-statement, the statement may or may not have run, as with any
@@ -40,21 +56,26 @@ impl HotConnection {
     pub(crate) async fn fetch_optional(
         &self,
         pool: &AnyPool,
+        limit: Duration,
         make: impl Fn() -> Query<'static, Any, AnyArguments>,
-    ) -> Result<Option<AnyRow>, sqlx::Error> {
+    ) -> Result<Option<AnyRow>, HotError> {
         let Ok(mut slot) = self.slot.try_lock() else {
-            return first_after_commit(make(), &mut *pool.acquire().await?).await;
+            let mut conn = pool.acquire().await.map_err(HotError::not_sent)?;
+            return first_after_commit(make(), &mut conn).await;
         };
         let mut conn = match slot.take() {
             Some(idle) if idle.since.elapsed() < IDLE_CHECK => idle.conn,
-            Some(mut idle) => match idle.conn.ping().await {
-                Ok(()) => idle.conn,
-                Err(e) => {
-                    tracing::debug!(error = %e, "hot connection died while idle; opening another");
-                    pool.acquire().await?.detach()
+            Some(mut idle) => {
+                let ping = tokio::time::timeout(limit, idle.conn.ping()).await;
+                match ping {
+                    Ok(Ok(())) => idle.conn,
+                    failed => {
+                        tracing::debug!(?failed, "hot connection died while idle; opening another");
+                        pool.acquire().await.map_err(HotError::not_sent)?.detach()
+                    }
                 }
-            },
-            None => pool.acquire().await?.detach(),
+            }
+            None => pool.acquire().await.map_err(HotError::not_sent)?.detach(),
         };
         // On an error the connection is dropped (closed), not put back.
         let row = first_after_commit(make(), &mut conn).await?;
@@ -74,6 +95,9 @@ impl HotConnection {
 async fn first_after_commit(
     query: Query<'static, Any, AnyArguments>,
     conn: &mut AnyConnection,
-) -> Result<Option<AnyRow>, sqlx::Error> {
-    Ok(query.fetch_all(conn).await?.into_iter().next())
+) -> Result<Option<AnyRow>, HotError> {
+    match query.fetch_all(conn).await {
+        Ok(rows) => Ok(rows.into_iter().next()),
+        Err(error) => Err(HotError { error, sent: true }),
+    }
 }

@@ -1,0 +1,308 @@
+//! Taking a lease: the wait loop, one attempt in a task of its own, PostgreSQL's
+//! one-statement grant and the general transaction that decides on the key's rows.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{Error, LockKind, Result};
+
+use lock_core::backend::{AcquireRequest, Grant};
+use sqlx::any::AnyArguments;
+use sqlx::query::Query;
+use sqlx::{Any, Row};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::db::{q, Db};
+use crate::dialect::Dialect;
+use crate::error::{classify, timed_out, Class};
+use crate::key::{holder_of, kind_code, KeyId};
+use crate::listen::Listener;
+use crate::local_wake;
+use crate::sql::{Arg, FastGrant};
+use crate::wait::{until_released, Backoff};
+use crate::SqlLease;
+
+use super::transaction::prepare;
+use super::undo::{may_have_landed, PendingWrite, Ticket};
+use super::{millis, Ask, Outcome, Timing};
+use crate::hot::HotError;
+
+/// Takes a lease, waiting until the request's deadline.
+pub(crate) async fn acquire(
+    db: &Arc<Db>,
+    listener: Option<&Listener>,
+    timing: Timing,
+    req: AcquireRequest<'_>,
+) -> Result<Option<Grant<SqlLease>>> {
+    let ask = Arc::new(Ask {
+        key: KeyId::of(req.key),
+        kind: req.kind,
+        owner: req.owner.as_str().to_owned(),
+        ttl_ms: millis(req.ttl),
+        queue_ttl_ms: millis(timing.queue_ttl),
+        description: req.holder.to_owned(),
+    });
+    let key = &ask.key;
+    // A downgrade asked again carries the owner of an earlier one, whose grant may
+    // still be being undone.
+    db.blind_undos.stop(&key.hash, ask.kind, &ask.owner).await;
+    let waits = !req.deadline.has_passed();
+    let queued_kind = matches!(req.kind, LockKind::Fair | LockKind::Write);
+    let mut ticket = Ticket {
+        db: db.clone(),
+        key: key.hash.clone(),
+        kind: req.kind,
+        id: None,
+    };
+    let mut backoff = Backoff::new(timing.poll_min, timing.poll_max);
+    let wake_topic: Arc<str> = match listener {
+        Some(_) => key.hash.as_str().into(),
+        None => local_wake::topic(&db.scope, &key.hash),
+    };
+    loop {
+        // Subscribe before looking, so a release right after the look is not missed:
+        // PostgreSQL's notifications, else this process's own announcements.
+        let mut wake = listener.map_or_else(local_wake::subscribe, Listener::subscribe);
+        let enqueue = waits && queued_kind;
+        // The lease's expiry is set by the database during this attempt.
+        let attempt_sent = Instant::now();
+        let outcome = attempt(db, &ask, &mut ticket.id, enqueue).await?;
+        let wake_in_ms = match outcome {
+            Outcome::Granted(fence) => {
+                // The grant removed the ticket in its transaction.
+                ticket.id = None;
+                return Ok(Some(Grant {
+                    fence,
+                    started_at: attempt_sent,
+                    data: SqlLease::lease(key.clone()),
+                }));
+            }
+            Outcome::Blocked { wake_in_ms } => wake_in_ms,
+        };
+        if req.deadline.has_passed() {
+            ticket.remove().await;
+            return Ok(None);
+        }
+        let mut nap = match listener {
+            // Notified on release; the timeout only covers a lost notification.
+            Some(_) => timing.poll_max * 4,
+            // Only releases in this process are announced: keep polling for the rest.
+            None => backoff.next_pause(),
+        };
+        if let Some(ms) = wake_in_ms {
+            // Never sleep past the blocker's expiry (by the server's clock).
+            nap = nap.min(Duration::from_millis(ms.max(0) as u64 + 1));
+        }
+        if ticket.id.is_some() {
+            // Keep the ticket alive.
+            nap = nap.min(timing.queue_ttl / 3);
+        }
+        let until = req.deadline.min(Instant::now() + nap);
+        until_released(&mut wake, &wake_topic, until).await;
+    }
+}
+
+/// One try, retried on transient conflicts.
+pub(super) async fn attempt(
+    db: &Arc<Db>,
+    ask: &Arc<Ask>,
+    ticket: &mut Option<i64>,
+    enqueue: bool,
+) -> Result<Outcome> {
+    let mut tries = 0;
+    loop {
+        let (outcome, next, mut pending) = match tokio::time::timeout(
+            db.request_timeout,
+            attempt_in_task(db, ask, *ticket, enqueue),
+        )
+        .await
+        {
+            Ok(answer) => answer?,
+            Err(_) => return Err(timed_out(db.name(), "acquiring a lock", db.request_timeout)),
+        };
+        match outcome {
+            Ok(outcome) => {
+                *ticket = next;
+                pending.disarm();
+                return Ok(outcome);
+            }
+            Err(e) if classify(&e) == Class::Transient && tries < 20 => {
+                // A deadlock or a busy database file: the transaction rolled back
+                // (dropping `pending` undoes anything it may have committed).
+                tries += 1;
+                drop(pending);
+                let pause = rand::random_range(1..=5 * tries);
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+            }
+            Err(e) => return Err(db.err(e)),
+        }
+    }
+}
+
+pub(super) type AttemptAnswer = (
+    std::result::Result<Outcome, sqlx::Error>,
+    Option<i64>,
+    PendingWrite,
+);
+
+/// Runs one attempt in a task of its own, which always sees how its commit ended: it
+/// hands back the outcome, the ticket, and what it wrote armed for undoing. A caller
+/// that went away before the commit was sent costs nothing (the transaction is rolled
+/// back); one that went away later leaves the answer untaken, and dropping it undoes
+/// the grant or removes the new ticket, after the commit, so a commit can never land
+/// after its clean-up.
+pub(super) async fn attempt_in_task(
+    db: &Arc<Db>,
+    ask: &Arc<Ask>,
+    ticket: Option<i64>,
+    enqueue: bool,
+) -> Result<AttemptAnswer> {
+    let (mut reply, answer) = oneshot::channel();
+    let (task_db, task_ask) = (db.clone(), ask.clone());
+    // Counted as a clean-up: a caller that leaves mid-attempt leaves this task to undo
+    // what the attempt commits.
+    db.cleanups
+        .spawn_on(&tokio::runtime::Handle::current(), async move {
+            if let Some(answer) =
+                run_attempt(&task_db, &task_ask, ticket, enqueue, &mut reply).await
+            {
+                let _ = reply.send(answer);
+            }
+        });
+    answer
+        .await
+        .map_err(|_| Error::backend(db.name(), "an acquire attempt ended without an answer"))
+}
+
+/// The body of [`attempt_in_task`]; `None` if the caller went away before anything
+/// was committed.
+pub(super) async fn run_attempt(
+    db: &Arc<Db>,
+    ask: &Ask,
+    ticket: Option<i64>,
+    enqueue: bool,
+    reply: &mut oneshot::Sender<AttemptAnswer>,
+) -> Option<AttemptAnswer> {
+    let mut pending = PendingWrite::new(db, ask);
+    if db.dialect == Dialect::Postgres && ticket.is_none() {
+        // The statement commits by itself: once sent, wait for its answer.
+        if reply.is_closed() {
+            return None;
+        }
+        match fast_grant_postgres(db, ask, &mut pending).await {
+            Ok(Some(outcome)) => return Some((Ok(outcome), ticket, pending)),
+            Ok(None) => {} // Blocked: the transaction below learns how long, and queues.
+            Err(HotError { error, sent }) => {
+                if sent && may_have_landed(&error) {
+                    // Granted perhaps, with a fence we never learnt.
+                    pending.unknown_grant = true;
+                    pending.outcome_unknown();
+                }
+                return Some((Err(error), ticket, pending));
+            }
+        }
+    }
+    // Nothing is committed before `commit` below: dropping the transaction on the
+    // way there rolls it back.
+    let prepared = tokio::select! {
+        prepared = prepare(db, ask, ticket, enqueue) => prepared,
+        () = reply.closed() => return None,
+    };
+    let prepared = match prepared {
+        Ok(prepared) => prepared,
+        Err(e) => return Some((Err(e), ticket, pending)),
+    };
+    pending.fence = prepared.fence;
+    pending.ticket = prepared.new_ticket;
+    if let Some(tx) = prepared.tx {
+        // Bounded, so a server that never answers cannot keep the task forever.
+        let committed = tokio::time::timeout(db.request_timeout * 3, tx.commit())
+            .await
+            .unwrap_or_else(|_| Err(did_not_answer("COMMIT")));
+        if let Err(e) = committed {
+            if may_have_landed(&e) {
+                pending.outcome_unknown();
+            }
+            return Some((Err(e), ticket, pending));
+        }
+    }
+    Some((Ok(prepared.outcome), prepared.ticket, pending))
+}
+
+pub(super) fn fast_grant_of(db: &Db, kind: LockKind) -> &FastGrant {
+    &db.sql.fast_grant[kind_code(kind) as usize]
+}
+
+/// `grant`'s statement with the request's values bound in its order.
+pub(super) fn bind_args(
+    grant: &FastGrant,
+    ask: &Ask,
+    fence: i64,
+) -> Query<'static, Any, AnyArguments> {
+    grant
+        .args
+        .iter()
+        .fold(q(&grant.stmt), |query, arg| match arg {
+            Arg::Key => query.bind(ask.key.hash.clone()),
+            Arg::Namespace => query.bind(ask.key.namespace.clone()),
+            Arg::Name => query.bind(ask.key.name.clone()),
+            Arg::Kind => query.bind(kind_code(ask.kind)),
+            Arg::Holder => query.bind(holder_of(ask.kind, &ask.owner).to_owned()),
+            Arg::Owner => query.bind(ask.owner.to_owned()),
+            Arg::Fence => query.bind(fence),
+            Arg::Ttl => query.bind(ask.ttl_ms),
+            Arg::Description => query.bind(ask.description.clone()),
+        })
+}
+
+/// PostgreSQL: the whole uncontended acquisition in one statement (see
+/// [`FastGrant`]). `Some` outcome if the statement decided: a grant, or for an
+/// exclusive request also a refusal with how long the live lease has left; `None` if
+/// the general path must decide.
+///
+/// The fence is only known from the reply, so nothing could clean up a grant whose
+/// reply would be lost to a dropped future: it runs inside [`attempt_in_task`], and a
+/// grant is armed in `pending` as soon as it is known.
+pub(super) async fn fast_grant_postgres(
+    db: &Db,
+    ask: &Ask,
+    pending: &mut PendingWrite,
+) -> std::result::Result<Option<Outcome>, HotError> {
+    let grant = fast_grant_of(db, ask.kind);
+    // Bounded like a COMMIT (the statement commits), so a server that never answers
+    // cannot keep this task, and the client's shutdown, for ever.
+    let statement = db
+        .hot
+        .fetch_optional(&db.pool, db.request_timeout, || bind_args(grant, ask, 0));
+    let row = tokio::time::timeout(db.request_timeout * 3, statement)
+        .await
+        .unwrap_or_else(|_| {
+            Err(HotError {
+                error: did_not_answer("the grant statement"),
+                sent: true,
+            })
+        })?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let decoded = |error| HotError { error, sent: true };
+    let fence: Option<i64> = row.try_get(0).map_err(decoded)?;
+    pending.fence = fence;
+    if let Some(fence) = fence {
+        return Ok(Some(Outcome::Granted(fence as u64)));
+    }
+    // Only the exclusive statement answers a refusal (with a row of its own).
+    let left_ms: Option<i64> = row.try_get(1).map_err(decoded)?;
+    Ok(Some(Outcome::Blocked {
+        wake_in_ms: left_ms,
+    }))
+}
+
+/// The error of a statement or COMMIT that got no answer in time: it may still land.
+pub(super) fn did_not_answer(what: &str) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("{what} did not answer"),
+    ))
+}

@@ -1,0 +1,168 @@
+//! Releasing and renewing leases: single statements guarded by owner and fence.
+
+use std::time::Duration;
+
+use lock_core::{Error, LockKind, Result};
+
+use lock_core::backend::{HeldLease, Renewal};
+use sqlx::Row;
+
+use crate::db::{q, Db};
+use crate::dialect::Dialect;
+use crate::key::{holder_of, kind_code};
+use crate::local_wake;
+use crate::SqlLease;
+
+use super::millis;
+
+/// Leases renewed per statement; more are split into several statements.
+pub(super) const RENEW_CHUNK: usize = 100;
+
+/// Deletes one live lease if key, kind, owner and fence match (any fence if `fence`
+/// is `None`: an owner is one acquisition); tells waiters. Returns whether it was
+/// there.
+pub(super) async fn delete_lease(
+    db: &Db,
+    khash: &str,
+    kind: LockKind,
+    owner: &str,
+    fence: Option<i64>,
+) -> Result<bool> {
+    let query = || {
+        let stmt = match fence {
+            Some(_) => &db.sql.release,
+            None => &db.sql.undo_grant,
+        };
+        let query = q(stmt)
+            .bind(khash.to_owned())
+            .bind(kind_code(kind))
+            .bind(holder_of(kind, owner).to_owned())
+            .bind(owner.to_owned());
+        match fence {
+            Some(fence) => query.bind(fence),
+            None => query,
+        }
+    };
+    let deleted = db
+        .timed("releasing a lock", async {
+            if db.dialect == Dialect::Postgres {
+                let with_channel = || query().bind(db.sql.tables.channel.clone());
+                let row = db
+                    .hot
+                    .fetch_optional(&db.pool, db.request_timeout, with_channel)
+                    .await
+                    .map_err(|e| e.error)
+                    .and_then(|row| row.ok_or(sqlx::Error::RowNotFound))
+                    .map_err(|e| db.err(e))?;
+                row.try_get::<i64, _>(0).map_err(|e| db.err(e))
+            } else {
+                let done = query().execute(&db.pool).await.map_err(|e| db.err(e))?;
+                Ok(done.rows_affected() as i64)
+            }
+        })
+        .await?;
+    if deleted > 0 && db.dialect != Dialect::Postgres {
+        local_wake::announce(local_wake::topic(&db.scope, khash));
+    }
+    Ok(deleted > 0)
+}
+
+/// Tells waiters that `khash` may be free: PostgreSQL's through a notification, this
+/// process's elsewhere (other processes see it at their next poll).
+pub(super) async fn notify(db: &Db, khash: &str) -> Result<()> {
+    if db.dialect != Dialect::Postgres {
+        local_wake::announce(local_wake::topic(&db.scope, khash));
+        return Ok(());
+    }
+    let send = q(&db.sql.notify)
+        .bind(db.sql.tables.channel.clone())
+        .bind(khash.to_owned())
+        .execute(&db.pool);
+    db.timed("notifying waiters", async {
+        send.await.map(drop).map_err(|e| db.err(e))
+    })
+    .await
+}
+
+/// Releases one lease: [`Error::NotOwner`] if it is not the live lease of this owner
+/// and fence.
+pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>) -> Result<()> {
+    let fence = i64::try_from(lease.fence).unwrap_or(-1);
+    let khash = &lease.data.key.hash;
+    if delete_lease(db, khash, lease.kind, lease.owner.as_str(), Some(fence)).await? {
+        Ok(())
+    } else {
+        Err(Error::NotOwner {
+            name: lease.key.name().to_string(),
+        })
+    }
+}
+
+/// Renews every lease in one statement per [`RENEW_CHUNK`] leases.
+pub(crate) async fn renew(
+    db: &Db,
+    leases: &[&HeldLease<SqlLease>],
+    ttl: Duration,
+) -> Result<Vec<Renewal>> {
+    let mut out = Vec::with_capacity(leases.len());
+    for chunk in leases.chunks(RENEW_CHUNK) {
+        let renewed = db
+            .timed("renewing leases", renew_chunk(db, chunk, millis(ttl)))
+            .await?;
+        out.extend(chunk.iter().map(|l| {
+            let id = (l.data.key.hash.as_str(), kind_code(l.kind), l.fence as i64);
+            if renewed.iter().any(|(h, k, f)| (h.as_str(), *k, *f) == id) {
+                Renewal::Renewed
+            } else {
+                Renewal::Lost
+            }
+        }));
+    }
+    Ok(out)
+}
+
+pub(super) fn bind_leases<'q>(
+    mut query: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>,
+    leases: &[&HeldLease<SqlLease>],
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments> {
+    for l in leases {
+        query = query
+            .bind(l.data.key.hash.clone())
+            .bind(kind_code(l.kind))
+            .bind(holder_of(l.kind, l.owner.as_str()).to_owned())
+            .bind(l.owner.as_str().to_owned())
+            .bind(i64::try_from(l.fence).unwrap_or(-1));
+    }
+    query
+}
+
+/// The (key hash, kind, fence) of each lease of `chunk` that was renewed.
+pub(super) async fn renew_chunk(
+    db: &Db,
+    chunk: &[&HeldLease<SqlLease>],
+    ttl_ms: i64,
+) -> Result<Vec<(String, i64, i64)>> {
+    let stmt = db.sql.renew(chunk.len());
+    let query = bind_leases(q(&stmt).bind(ttl_ms), chunk);
+    let rows = if db.dialect == Dialect::MySql {
+        let done = query.execute(&db.pool).await.map_err(|e| db.err(e))?;
+        if done.rows_affected() as usize == chunk.len() {
+            return Ok(chunk
+                .iter()
+                .map(|l| (l.data.key.hash.clone(), kind_code(l.kind), l.fence as i64))
+                .collect());
+        }
+        // Some were not found: ask which are live (just renewed) to tell them apart.
+        let stmt = db.sql.live_of(chunk.len());
+        bind_leases(q(&stmt), chunk)
+            .fetch_all(&db.pool)
+            .await
+            .map_err(|e| db.err(e))?
+    } else {
+        query.fetch_all(&db.pool).await.map_err(|e| db.err(e))?
+    };
+    rows.iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+        .collect::<std::result::Result<_, sqlx::Error>>()
+        .map_err(|e| db.err(e))
+}

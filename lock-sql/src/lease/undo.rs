@@ -1,0 +1,304 @@
+//! What an acquire attempt leaves behind until its caller takes it over: a queue
+//! ticket, a grant armed before its commit, and the undo that removes them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{LockKind, Result};
+
+use tokio::time::Instant;
+
+use crate::db::{q, Db};
+use crate::error::{classify, Class};
+use crate::key::kind_code;
+
+use super::release::{delete_lease, notify};
+use super::Ask;
+
+/// A queue ticket this acquire holds; removed (by a spawned task if need be) however
+/// the acquire ends.
+pub(super) struct Ticket {
+    pub(super) db: Arc<Db>,
+    pub(super) key: String,
+    pub(super) kind: LockKind,
+    pub(super) id: Option<i64>,
+}
+
+impl Ticket {
+    /// Removes the ticket. The id is forgotten only once the delete is done: dropped
+    /// half-way, or failed, the ticket is removed again in the background on drop.
+    pub(super) async fn remove(&mut self) {
+        if let Some(id) = self.id {
+            if dequeue(&self.db, &self.key, self.kind, id).await.is_ok() {
+                self.id = None;
+            }
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            let (db, key, kind) = (self.db.clone(), self.key.clone(), self.kind);
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                let cleanups = db.cleanups.clone();
+                cleanups.spawn_on(&rt, async move {
+                    let _ = dequeue(&db, &key, kind, id).await;
+                });
+            }
+        }
+    }
+}
+
+pub(super) async fn dequeue(db: &Db, key: &str, kind: LockKind, id: i64) -> Result<()> {
+    remove_ticket(db, key, kind, id).await.map(drop)
+}
+
+/// Deletes one queue ticket and tells whoever was behind it; returns whether it was
+/// there.
+pub(super) async fn remove_ticket(db: &Db, key: &str, kind: LockKind, id: i64) -> Result<bool> {
+    let done = q(&db.sql.dequeue)
+        .bind(key.to_owned())
+        .bind(kind_code(kind))
+        .bind(id)
+        .execute(&db.pool);
+    let done = db
+        .timed("removing a queue ticket", async {
+            done.await.map_err(|e| db.err(e))
+        })
+        .await?;
+    let removed = done.rows_affected() > 0;
+    if removed {
+        // Whoever was behind this ticket may go now (or at its next poll, if this
+        // fails: the ticket is gone either way).
+        if let Err(err) = notify(db, key).await {
+            tracing::debug!(error = %err, "telling waiters of a removed ticket failed");
+        }
+    }
+    Ok(removed)
+}
+
+/// What an attempt wrote that its caller has not taken over yet: a granted lease, a
+/// new queue ticket. Armed before the commit, so that whatever happens to the reply,
+/// dropping it undoes the write (in a spawned task).
+pub(super) struct PendingWrite {
+    pub(super) db: Arc<Db>,
+    pub(super) key: String,
+    pub(super) kind: LockKind,
+    pub(super) owner: String,
+    pub(super) ttl_ms: i64,
+    pub(super) queue_ttl_ms: i64,
+    pub(super) fence: Option<i64>,
+    pub(super) ticket: Option<i64>,
+    /// A grant may have committed although its reply never came back, so its fence is
+    /// unknown: the undo removes this owner's lease whatever its fence.
+    pub(super) unknown_grant: bool,
+    /// Whether the write may still land after the undo starts (a commit or statement
+    /// that failed or timed out at the client, not at the server).
+    pub(super) uncertain: bool,
+}
+
+impl PendingWrite {
+    pub(super) fn new(db: &Arc<Db>, ask: &Ask) -> Self {
+        PendingWrite {
+            db: db.clone(),
+            key: ask.key.hash.clone(),
+            kind: ask.kind,
+            owner: ask.owner.clone(),
+            ttl_ms: ask.ttl_ms,
+            queue_ttl_ms: ask.queue_ttl_ms,
+            fence: None,
+            ticket: None,
+            unknown_grant: false,
+            uncertain: false,
+        }
+    }
+
+    /// The write's outcome is unknown: it may have landed, or may land later.
+    pub(super) fn outcome_unknown(&mut self) {
+        self.uncertain = true;
+    }
+
+    /// The caller has taken over what was written.
+    pub(super) fn disarm(&mut self) {
+        self.fence = None;
+        self.ticket = None;
+        self.unknown_grant = false;
+    }
+}
+
+impl Drop for PendingWrite {
+    fn drop(&mut self) {
+        let grant = match (self.fence.take(), std::mem::take(&mut self.unknown_grant)) {
+            (Some(fence), _) => Some(Some(fence)),
+            (None, true) => Some(None),
+            (None, false) => None,
+        };
+        let ticket = self.ticket.take();
+        if grant.is_none() && ticket.is_none() {
+            return;
+        }
+        let undo = Undo {
+            db: self.db.clone(),
+            key: self.key.clone(),
+            kind: self.kind,
+            owner: self.owner.clone(),
+            grant,
+            ticket,
+        };
+        // A write that may still land is undone again until it could no longer
+        // matter: a lease or ticket expires by the server's clock, counted from its
+        // statement, which ran before now.
+        let margin = Duration::from_secs(1);
+        let lives_ms = match (undo.grant.is_some(), undo.ticket.is_some()) {
+            (true, true) => self.ttl_ms.max(self.queue_ttl_ms),
+            (true, false) => self.ttl_ms,
+            _ => self.queue_ttl_ms,
+        };
+        let until = Instant::now() + Duration::from_millis(lives_ms as u64) + margin;
+        let uncertain = self.uncertain;
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let cleanups = self.db.cleanups.clone();
+            cleanups.spawn_on(&rt, undo.run(uncertain, until));
+        }
+    }
+}
+
+/// Removes what an attempt wrote and nobody took over.
+pub(super) struct Undo {
+    db: Arc<Db>,
+    key: String,
+    kind: LockKind,
+    owner: String,
+    /// The granted lease: `Some(fence)`, or `None` when its fence is unknown.
+    grant: Option<Option<i64>>,
+    ticket: Option<i64>,
+}
+
+impl Undo {
+    /// Deletes the lease and the ticket. A write known to have landed is deleted once
+    /// (again only on errors); one that may still land (`uncertain`) is deleted again
+    /// and again until a delete finds it or `until` passes: a COMMIT the server still
+    /// holds (a synchronous standby that does not answer, a stalled disk) lands after a
+    /// first delete found nothing, and would then block the lock for its whole lease.
+    async fn run(mut self, uncertain: bool, until: Instant) {
+        // Deleting by owner alone would also delete the lease of a downgrade asked
+        // again (it carries the same owner): such an acquire stops this undo first.
+        let blind = matches!(self.grant, Some(None))
+            .then(|| self.db.blind_undos.start(&self.key, self.kind, &self.owner));
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let stopped = match &blind {
+                Some(entry) => Some(entry.clone().lock_owned().await),
+                None => None,
+            };
+            if stopped.as_deref() == Some(&true) {
+                break;
+            }
+            let mut again = false;
+            if let Some(fence) = self.grant {
+                match delete_lease(&self.db, &self.key, self.kind, &self.owner, fence).await {
+                    Ok(true) => self.grant = None,
+                    Ok(false) if !uncertain => self.grant = None,
+                    _ => again = true,
+                }
+            }
+            if let Some(id) = self.ticket {
+                match remove_ticket(&self.db, &self.key, self.kind, id).await {
+                    Ok(true) => self.ticket = None,
+                    Ok(false) if !uncertain => self.ticket = None,
+                    _ => again = true,
+                }
+            }
+            drop(stopped);
+            if !again || Instant::now() + pause > until {
+                break;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
+        if let Some(entry) = blind {
+            self.db
+                .blind_undos
+                .finish(&self.key, self.kind, &self.owner, &entry);
+        }
+    }
+}
+
+/// The owner key of a blind undo: lock key hash, kind and owner.
+type BlindKey = (String, i64, String);
+
+/// Undos that delete an owner's lease whatever its fence (a grant whose fence never
+/// came back), by key, kind and owner. Each holds an async lock around every delete
+/// it makes, with `true` in it once stopped.
+#[derive(Debug, Default)]
+pub(crate) struct BlindUndos(
+    std::sync::Mutex<std::collections::HashMap<BlindKey, Arc<tokio::sync::Mutex<bool>>>>,
+);
+
+impl BlindUndos {
+    fn entries(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<BlindKey, Arc<tokio::sync::Mutex<bool>>>>
+    {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn start(&self, key: &str, kind: LockKind, owner: &str) -> Arc<tokio::sync::Mutex<bool>> {
+        let entry = Arc::new(tokio::sync::Mutex::new(false));
+        let id = (key.to_owned(), kind_code(kind), owner.to_owned());
+        self.entries().insert(id, entry.clone());
+        entry
+    }
+
+    fn finish(
+        &self,
+        key: &str,
+        kind: LockKind,
+        owner: &str,
+        entry: &Arc<tokio::sync::Mutex<bool>>,
+    ) {
+        let id = (key.to_owned(), kind_code(kind), owner.to_owned());
+        let mut entries = self.entries();
+        if entries.get(&id).is_some_and(|e| Arc::ptr_eq(e, entry)) {
+            entries.remove(&id);
+        }
+    }
+
+    /// Stops the blind undo of this key, kind and owner, if one runs, once its delete
+    /// under way (if any) is done: called before the same owner asks for the lease
+    /// again.
+    pub(super) async fn stop(&self, key: &str, kind: LockKind, owner: &str) {
+        let entry = {
+            let mut entries = self.entries();
+            if entries.is_empty() {
+                return; // nearly always: no allocation on the acquire path
+            }
+            entries.remove(&(key.to_owned(), kind_code(kind), owner.to_owned()))
+        };
+        if let Some(entry) = entry {
+            *entry.lock().await = true;
+        }
+    }
+}
+
+/// Whether a statement or COMMIT that failed with `e` may have been carried out all
+/// the same, now or later: the connection failed or timed out, or the server ended
+/// the session (SQLSTATE class 57: a session terminated while its COMMIT waited for
+/// a synchronous standby has committed). Any other error from the server rolled the
+/// transaction back.
+pub(super) fn may_have_landed(e: &sqlx::Error) -> bool {
+    match e {
+        // MySQL's killed or interrupted queries (70100) count as unavailable.
+        sqlx::Error::Database(db) => {
+            db.code()
+                .is_some_and(|code| code.starts_with("57") || code.starts_with("08"))
+                || classify(e) == Class::Unavailable
+        }
+        // No connection was had: nothing was sent.
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => false,
+        _ => true,
+    }
+}
