@@ -141,7 +141,8 @@ impl State {
     }
 }
 
-/// The subscribing half of a live connection.
+/// The subscribing half of a live connection (a clone shares it).
+#[derive(Clone)]
 enum Sink {
     /// `SUBSCRIBE` on one server (or the current primary).
     Single(PubSubSink),
@@ -555,21 +556,26 @@ async fn keep_alive(inner: Weak<Inner>, generation: u64) {
                 continue;
             }
         }
-        let mut sink = inner.sink.lock().await;
-        let Some((live, conn)) = sink.as_mut() else {
-            return;
+        // Pinged on a clone, outside the sink's lock: subscribing waiters do not wait
+        // behind a PING to a silent connection.
+        let mut conn = match &*inner.sink.lock().await {
+            Some((live, conn)) if *live == generation => conn.clone(),
+            _ => return,
         };
-        if *live != generation {
-            return;
-        }
         let answer = tokio::time::timeout(inner.command_timeout, conn.ping()).await;
         if matches!(answer, Ok(Ok(_))) {
             continue;
+        }
+        let mut sink = inner.sink.lock().await;
+        if !matches!(&*sink, Some((live, _)) if *live == generation) {
+            return; // replaced meanwhile
         }
         tracing::warn!(
             "Redis pub/sub connection did not answer a PING within {:?}; reconnecting",
             inner.command_timeout
         );
+        // On a cluster the PING went to every primary: one silent primary replaces
+        // the whole connection, and wakes every waiter.
         drop_connection(&inner, &mut sink, "PING unanswered");
         return;
     }
