@@ -22,7 +22,24 @@ async fn etcd_conformance() {
     });
     let report = run_suite(etcd.clone()).await;
     assert!(report.failed.is_empty(), "{}", report.summary());
-    checker::check(etcd, Budget::seeds(checker::SERVER_SEEDS))
+    checker::check(etcd.clone(), Budget::seeds(checker::SERVER_SEEDS))
         .await
         .assert_ok();
+    // Again with one client behind a proxy that is cut at a random moment.
+    let admin = etcd.admin.clone();
+    let cut_off = checker::ProxiedUrl::new(&etcd.url, move |through| {
+        Arc::new(Etcd {
+            name: "etcd",
+            url: through,
+            admin: admin.clone(),
+        })
+    })
+    .expect("a loopback URL");
+    checker::check_with_cut_off(
+        etcd,
+        Arc::new(cut_off),
+        Budget::seeds(checker::CUT_OFF_SEEDS),
+    )
+    .await
+    .assert_ok();
 }

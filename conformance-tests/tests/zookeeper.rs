@@ -80,7 +80,21 @@ async fn zookeeper_conformance() {
         }
     }
     assert!(failed.is_empty(), "zookeeper checks failed: {failed:?}");
-    checker::check(zk, Budget::seeds(checker::SERVER_SEEDS))
+    checker::check(zk.clone(), Budget::seeds(checker::SERVER_SEEDS))
+        .await
+        .assert_ok();
+    // Again with one client behind a proxy that is cut at a random moment.
+    let (url, operator) = (zk.url.clone(), zk.operator.clone());
+    let cut_off = checker::ProxiedUrl::new(&url, move |through| {
+        Arc::new(Zk {
+            name: "zookeeper",
+            url: through,
+            server: None,
+            operator: operator.clone(),
+        })
+    })
+    .expect("a loopback URL");
+    checker::check_with_cut_off(zk, Arc::new(cut_off), Budget::seeds(checker::CUT_OFF_SEEDS))
         .await
         .assert_ok();
     drop(server);

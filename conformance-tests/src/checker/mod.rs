@@ -26,6 +26,7 @@
 mod exec;
 mod gen;
 mod history;
+mod proxied;
 mod verify;
 
 use std::sync::Arc;
@@ -37,11 +38,16 @@ use lock_core::Capabilities;
 use crate::backend::{Backend, ClientOptions};
 use exec::Cuttable;
 use gen::{generate, Limits, Plan};
+pub use proxied::{MakeBackend, ProxiedUrl};
 pub use verify::Violation;
 
 /// How many seeds each real-server test target runs after its conformance suite: what
 /// CI spends there (a seed takes a few seconds against a server).
 pub const SERVER_SEEDS: u64 = 4;
+
+/// Seeds per server target for the run with one client cut off
+/// ([`check_with_cut_off`]); about half of them cut.
+pub const CUT_OFF_SEEDS: u64 = 2;
 
 /// How much a [`check`] runs, before the `LOCK_CHECK_*` variables have their say.
 #[derive(Clone, Copy, Debug)]

@@ -220,11 +220,41 @@ pub async fn run_suite(sql: Sql, min_passed: usize) {
         .assert_ok();
 }
 
+/// The history checker again, with one client of some seeds behind a proxy that is cut
+/// at a random moment (both ways, or only the server's replies), healed or not.
+pub async fn check_with_cut_off(sql: Sql) {
+    use conformance_tests::checker::{self, Budget, ProxiedUrl};
+    let (strategy, prefix, label) = (sql.strategy, sql.prefix.clone(), sql.label.clone());
+    let cut_off = ProxiedUrl::new(&sql.url, move |through| {
+        Arc::new(Sql::new(&through, strategy, &prefix).labelled(label.clone()))
+    })
+    .expect("a loopback URL");
+    checker::check_with_cut_off(
+        Arc::new(sql),
+        Arc::new(cut_off),
+        Budget::seeds(checker::CUT_OFF_SEEDS),
+    )
+    .await
+    .assert_ok();
+}
+
 /// The conformance cases alone (without the history checker), at least `min_passed`
 /// of them passing unless `LOCK_TEST_CASES` picks some.
 pub async fn run_cases(sql: Arc<Sql>, min_passed: usize) {
     let label = sql.label.clone();
     let report = conformance_tests::run_suite(sql).await;
+    check_passed(&label, &report, min_passed);
+}
+
+/// The cases again over another transport (TLS): see
+/// [`conformance_tests::run_transport_suite`].
+pub async fn run_transport_cases(sql: Arc<Sql>, min_passed: usize) {
+    let label = sql.label.clone();
+    let report = conformance_tests::run_transport_suite(sql).await;
+    check_passed(&label, &report, min_passed);
+}
+
+fn check_passed(label: &str, report: &conformance_tests::Report, min_passed: usize) {
     if std::env::var_os("LOCK_TEST_CASES").is_none() {
         assert!(
             report.passed.len() >= min_passed,
@@ -251,6 +281,12 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     let update_prefix = format!("{prefix}u");
     run_suite(Sql::new(&url, Strategy::Lease, &prefix), 60).await;
     run_suite(Sql::new(&url, Strategy::ForUpdate, &update_prefix), 20).await;
+    for (strategy, prefix) in [
+        (Strategy::Lease, prefix.clone()),
+        (Strategy::ForUpdate, update_prefix.clone()),
+    ] {
+        check_with_cut_off(Sql::new(&url, strategy, &prefix)).await;
+    }
 
     let lease = Sql::new(&url, Strategy::Lease, &prefix);
     let for_update = Sql::new(&url, Strategy::ForUpdate, &update_prefix);

@@ -1,0 +1,58 @@
+//! A [`CutOff`] for any backend whose URL names its server as `127.0.0.1:<port>`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::CutOff;
+use crate::backend::Backend;
+use crate::proxy::Blackhole;
+
+/// Makes the backend of a URL.
+pub type MakeBackend = dyn Fn(String) -> Arc<dyn Backend> + Send + Sync;
+
+/// Clients of the server at `127.0.0.1:<port>` of a URL, each set through a fresh
+/// [`Blackhole`] in front of that port: the URL is the same with the proxy's port.
+pub struct ProxiedUrl {
+    url: String,
+    port: u16,
+    make: Box<MakeBackend>,
+}
+
+impl ProxiedUrl {
+    /// The hook for `url`, whose backends `make` builds from a URL.
+    ///
+    /// # Errors
+    /// If `url` names no `127.0.0.1:<port>`.
+    pub fn new(
+        url: &str,
+        make: impl Fn(String) -> Arc<dyn Backend> + Send + Sync + 'static,
+    ) -> Result<Self, String> {
+        let after = url
+            .split_once("127.0.0.1:")
+            .ok_or_else(|| format!("no 127.0.0.1:<port> in {url}"))?
+            .1;
+        let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+        let port = digits
+            .parse()
+            .map_err(|e| format!("no port after 127.0.0.1: in {url}: {e}"))?;
+        Ok(ProxiedUrl {
+            url: url.to_owned(),
+            port,
+            make: Box::new(make),
+        })
+    }
+}
+
+#[async_trait]
+impl CutOff for ProxiedUrl {
+    async fn cuttable(&self) -> Result<(Arc<dyn Backend>, Arc<Blackhole>), String> {
+        let proxy = Blackhole::to(self.port).await.map_err(|e| e.to_string())?;
+        let through = self.url.replacen(
+            &format!("127.0.0.1:{}", self.port),
+            &format!("127.0.0.1:{}", proxy.port()),
+            1,
+        );
+        Ok(((self.make)(through), Arc::new(proxy)))
+    }
+}
