@@ -308,9 +308,10 @@ async fn a_node_disconnection_wakes_only_the_waiters_on_that_node() {
             })
         })
         .collect();
-    // Both waiters subscribed (one pub/sub client on each primary) and asleep.
+    // Both waiters subscribed and asleep: on each primary the holder's pub/sub client
+    // (it watches its lock) and the waiters'.
     let started = tokio::time::Instant::now();
-    while pubsub_clients(*cut_port).await == 0 || pubsub_clients(*other_port).await == 0 {
+    while pubsub_clients(*cut_port).await < 2 || pubsub_clients(*other_port).await < 2 {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "not subscribed"
@@ -395,11 +396,16 @@ async fn kill_pubsub_clients(port: u16) {
 
 /// Drops every packet from one loopback port to another while it lives (an iptables
 /// rule, removed on drop): a connection that goes silent without closing, as behind a
-/// firewall or NAT that forgot it.
+/// firewall or NAT that forgot it. Rules carry a comment, so a run killed before it
+/// removed its own has them removed by the next.
 struct Silenced(Vec<String>);
+
+/// The comment on every rule these tests add.
+const RULE_TAG: &str = "distributed-locks-test";
 
 impl Silenced {
     fn from_to(from: u16, to: u16) -> Self {
+        let (from, to) = (from.to_string(), to.to_string());
         let rule: Vec<String> = [
             "OUTPUT",
             "-o",
@@ -407,9 +413,13 @@ impl Silenced {
             "-p",
             "tcp",
             "--sport",
-            &from.to_string(),
+            &from,
             "--dport",
-            &to.to_string(),
+            &to,
+            "-m",
+            "comment",
+            "--comment",
+            RULE_TAG,
             "-j",
             "DROP",
         ]
@@ -419,9 +429,37 @@ impl Silenced {
             .arg("-I")
             .args(&rule)
             .status()
-            .expect("iptables runs (scripts/test installs it)");
-        assert!(added.success(), "iptables -I {rule:?} failed");
+            .expect("iptables runs (scripts/test installs it; the test needs root)");
+        assert!(
+            added.success(),
+            "iptables -I {rule:?} failed (the test needs root)"
+        );
         Silenced(rule)
+    }
+
+    /// Removes the rules a killed earlier run left behind.
+    fn remove_stale() {
+        let Ok(listed) = std::process::Command::new("iptables")
+            .args(["-S", "OUTPUT"])
+            .output()
+        else {
+            return;
+        };
+        for rule in String::from_utf8_lossy(&listed.stdout).lines() {
+            let Some(spec) = rule.strip_prefix("-A ") else {
+                continue;
+            };
+            if spec.contains(RULE_TAG) {
+                let args: Vec<&str> = spec
+                    .split_whitespace()
+                    .map(|a| a.trim_matches('"'))
+                    .collect();
+                let _ = std::process::Command::new("iptables")
+                    .arg("-D")
+                    .args(args)
+                    .status();
+            }
+        }
     }
 }
 
@@ -469,9 +507,10 @@ async fn a_waiter_whose_subscription_went_silent_still_hears_the_release() {
         let guard = lock.acquire_timeout(Duration::from_secs(90)).await;
         (guard, tokio::time::Instant::now())
     });
+    // The holder's pub/sub client (it watches its lock) and the waiter's.
     let started = tokio::time::Instant::now();
     let mut subscribers = pubsub_client_ports(owner).await;
-    while subscribers.is_empty() {
+    while subscribers.len() < 2 {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "not subscribed"
@@ -480,6 +519,7 @@ async fn a_waiter_whose_subscription_went_silent_still_hears_the_release() {
         subscribers = pubsub_client_ports(owner).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
+    Silenced::remove_stale();
     let _silenced: Vec<Silenced> = subscribers
         .iter()
         .map(|port| Silenced::from_to(owner, *port))
