@@ -41,4 +41,4 @@ pub mod server;
 
 pub use backend::{Backend, ClientOptions, HolderSpec};
 pub use cases::{all_cases, Case, Needs};
-pub use runner::{run_cases, run_suite, Ctx, Report};
+pub use runner::{run_cases, run_suite, run_transport_suite, Ctx, Report};

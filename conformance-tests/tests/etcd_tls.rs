@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use conformance_tests::run_suite;
+use conformance_tests::run_transport_suite;
 use conformance_tests::server::tls::test_certs;
 use conformance_tests::server::{tls_specs::ETCD_TLS, TestServer};
 use lock_etcd::{EtcdBackend, EtcdConfig};
@@ -29,7 +29,7 @@ async fn etcd_tls() {
         url: url.clone(),
         admin,
     });
-    let report = run_suite(etcd.clone()).await;
+    let report = run_transport_suite(etcd.clone()).await;
     assert!(report.failed.is_empty(), "{}", report.summary());
 
     let port = server.port().expect("started here");

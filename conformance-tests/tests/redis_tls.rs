@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod redis_support;
-use conformance_tests::run_suite;
+use conformance_tests::run_transport_suite;
 use conformance_tests::server::redis_cluster::ClusterDeployment;
 use conformance_tests::server::sentinel::SentinelDeployment;
 use conformance_tests::server::tls::test_certs;
@@ -31,7 +31,7 @@ async fn redis_tls() {
         Inspect::Url(url.clone()),
         url.clone(),
     ));
-    let report = run_suite(redis.clone()).await;
+    let report = run_transport_suite(redis.clone()).await;
     assert!(report.failed.is_empty(), "{}", report.summary());
 
     let port = server.port().expect("started here");
@@ -59,7 +59,7 @@ async fn redis_cluster_tls() {
     let url = cluster.tls_url().expect("started with TLS");
     let backend = Redis::new("redis-cluster+tls", Inspect::Cluster(cluster.clone()), url);
     let backend = Arc::new(backend);
-    let report = run_suite(backend.clone()).await;
+    let report = run_transport_suite(backend.clone()).await;
     assert!(report.failed.is_empty(), "{}", report.summary());
 }
 
@@ -80,7 +80,7 @@ async fn redis_sentinel_tls() {
         url.clone(),
     );
     let backend = Arc::new(backend);
-    let report = run_suite(backend.clone()).await;
+    let report = run_transport_suite(backend.clone()).await;
     assert!(report.failed.is_empty(), "{}", report.summary());
     holder_and_waiter_across(&url, "job", || async {
         let old = deployment.primary_port().await.expect("a primary");

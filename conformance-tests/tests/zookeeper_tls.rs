@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backend::Zk;
-use conformance_tests::run_suite;
+use conformance_tests::run_transport_suite;
 use conformance_tests::server::tls::test_certs;
 use conformance_tests::server::{tls_specs::ZOOKEEPER_TLS, TestServer};
 use lock_core::DistributedLockExt as _;
@@ -33,7 +33,7 @@ async fn zookeeper_tls() {
         server: server.freezer(),
         operator,
     });
-    let report = run_suite(zk.clone()).await;
+    let report = run_transport_suite(zk.clone()).await;
     assert!(report.failed.is_empty(), "{}", report.summary());
 
     let wrong_ca = test_certs().trusting_other_ca(&url);

@@ -9,7 +9,7 @@ use conformance_tests::server::tls::test_certs;
 use conformance_tests::server::{ServerSpec, TestServer};
 use lock_sql::{SqlBackend, SqlOptions, Strategy};
 
-use super::{run_cases, servers, Sql};
+use super::{run_transport_cases, servers, Sql};
 
 /// How long a refused client may take to be told: its connect timeout and slack.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -31,7 +31,7 @@ pub async fn tls_suite(spec: &ServerSpec) {
     }
     let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let sql = Sql::new(&url, Strategy::Lease, &prefix).labelled(format!("{dialect}+tls"));
-    run_cases(std::sync::Arc::new(sql), 60).await;
+    run_transport_cases(std::sync::Arc::new(sql), 60).await;
 
     let base = url.split_once('?').map_or(url.as_str(), |(base, _)| base);
     let plain = match dialect.as_str() {
