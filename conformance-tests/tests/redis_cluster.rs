@@ -365,8 +365,13 @@ async fn pubsub_clients(port: u16) -> usize {
     pubsub_client_ids(port).await.len()
 }
 
-/// The ids of a node's pub/sub clients (`CLIENT LIST TYPE pubsub`).
+/// The ids of a node's pub/sub clients.
 async fn pubsub_client_ids(port: u16) -> Vec<String> {
+    pubsub_client_field(port, "id").await
+}
+
+/// One field of each of a node's pub/sub clients (`CLIENT LIST TYPE pubsub`).
+async fn pubsub_client_field(port: u16, field: &str) -> Vec<String> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let list: String = redis::cmd("CLIENT")
@@ -376,8 +381,9 @@ async fn pubsub_client_ids(port: u16) -> Vec<String> {
         .query_async(&mut conn)
         .await
         .unwrap();
+    let prefix = format!("{field}=");
     list.lines()
-        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix(prefix.as_str())))
         .map(str::to_owned)
         .collect()
 }
@@ -472,19 +478,11 @@ impl Drop for Silenced {
     }
 }
 
-/// The client ports of a node's pub/sub clients (`addr=` of `CLIENT LIST TYPE pubsub`).
+/// The client ports of a node's pub/sub clients.
 async fn pubsub_client_ports(port: u16) -> Vec<u16> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query_async(&mut conn)
+    pubsub_client_field(port, "addr")
         .await
-        .unwrap();
-    list.lines()
-        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("addr=")))
+        .iter()
         .filter_map(|addr| addr.rsplit_once(':')?.1.parse().ok())
         .collect()
 }
