@@ -864,3 +864,71 @@ pub async fn is_locked_never_makes_a_try_fail(sql: &Sql) {
         sql.label
     );
 }
+
+/// FOR UPDATE: a holder whose network goes silent, its connection still open on the
+/// server (a partition, a frozen host), lets the lock go within about its lease by the
+/// server's own timer, not after hours of TCP keep-alive. And a holder that lost its
+/// locks leaves no holder record behind once it gives them up.
+pub async fn a_silent_holder_lets_go(sql: &Sql) {
+    use conformance_tests::proxy::Blackhole;
+    let ns = ns();
+    let port: u16 = sql
+        .url
+        .split_once("127.0.0.1:")
+        .and_then(|(_, rest)| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .expect("a loopback URL");
+    let proxy = Blackhole::to(port).await.expect("proxy");
+    let through = sql.url.replacen(
+        &format!("127.0.0.1:{port}"),
+        &format!("127.0.0.1:{}", proxy.port()),
+        1,
+    );
+    let proxied = Sql::new(&through, sql.strategy, &sql.prefix);
+    let silent = client(sql, &ns, proxied.options()).await;
+    let other = client(sql, &ns, sql.options()).await;
+    let held = silent.lock("silent").unwrap().acquire().await.unwrap();
+    let also_held = silent.lock("also-silent").unwrap().acquire().await.unwrap();
+
+    proxy.cut();
+    let cut = Instant::now();
+    let next = other
+        .lock("silent")
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(20))
+        .await
+        .expect("the server frees the lock of a holder gone silent");
+    let freed_after = cut.elapsed();
+    // The lease is 600 ms; the slack is for a loaded machine.
+    assert!(
+        freed_after < Duration::from_secs(10),
+        "took {freed_after:?}"
+    );
+    let loss = tokio::time::timeout(Duration::from_secs(10), held.lost())
+        .await
+        .expect("the silent holder learns it lost the lock");
+    assert_ne!(loss, lock_core::LeaseLoss::Released);
+    next.release().await.unwrap();
+
+    proxy.heal();
+    assert!(held.release().await.is_err(), "the lock was lost");
+    assert!(also_held.release().await.is_err(), "the lock was lost");
+    let checker = sql.backend().await.unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let left = loop {
+        let left = super::leftover_rows(&checker, &ns).await.unwrap();
+        if left.is_empty() || Instant::now() >= until {
+            break left;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(left.is_empty(), "left behind: {left:?}");
+    let _ = silent.shutdown().await;
+    let _ = other.shutdown().await;
+    println!(
+        "sql-extra[{}] PASS a_silent_holder_lets_go (freed {freed_after:?} after the cut)",
+        sql.label
+    );
+}
