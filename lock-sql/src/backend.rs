@@ -214,7 +214,7 @@ impl LockBackend for SqlBackend {
     async fn renew(&self, leases: &[&HeldLease<SqlLease>], ttl: Duration) -> Result<Vec<Renewal>> {
         match self.inner.strategy {
             Strategy::Lease => lease::renew(&self.inner.db, leases, ttl).await,
-            Strategy::ForUpdate => pessimistic::renew(&self.inner.db, leases).await,
+            Strategy::ForUpdate => pessimistic::renew(&self.inner.db, leases, ttl).await,
         }
     }
 

@@ -10,6 +10,11 @@
 //! guarded against ids that now name another connection. Release rolls the
 //! transaction back and returns the connection to the pool; if the connection died,
 //! the database already rolled back and the lock was lost.
+//!
+//! The lock is leased too: the server ends a lock transaction that stays silent for
+//! its lease ([`silence_limit`]), and the watchdog's renewal moves that limit on. So a
+//! holder cut off from the database with its connection left open on the server (a
+//! partition, a frozen host) frees the lock as a lease row would expire.
 
 use std::time::Duration;
 
@@ -161,7 +166,14 @@ pub(crate) async fn acquire(
             id: row.try_get(0)?,
             started: row.try_get(1)?,
         };
-        sqlx::raw_sql("BEGIN").execute(pinned.conn()).await?;
+        let limit = silence_limit(db.dialect, req.ttl);
+        let begin = match db.dialect {
+            Dialect::Postgres => format!("BEGIN; {limit}"),
+            _ => format!("{limit}; BEGIN"),
+        };
+        sqlx::raw_sql(AssertSqlSafe(begin))
+            .execute(pinned.conn())
+            .await?;
         Ok::<_, sqlx::Error>((pinned, connection))
     };
     let (mut pinned, connection) = db
@@ -174,7 +186,7 @@ pub(crate) async fn acquire(
     match lock_row(db, &mut pinned, &connection, &key, kind, &req).await? {
         RowLock::Locked => {}
         RowLock::Busy => {
-            pinned.clean = rollback(&mut pinned).await;
+            pinned.clean = rollback(&mut pinned, db.dialect).await;
             return Ok(None);
         }
         // A cancel of its wait is on its way: it must never reach a statement of the
@@ -185,10 +197,14 @@ pub(crate) async fn acquire(
     // row written in the lock transaction would vanish with it. The row lock lives
     // only while its connection does, so the connection is checked again once the
     // fence is drawn: a connection that died meanwhile let the lock go, perhaps to a
-    // holder whose fence came first, and this grant must not be reported.
+    // holder whose fence came first, and this grant must not be reported. That check
+    // is the transaction's last statement, so the server's silence limit runs from
+    // after it, and the lease from before it was sent.
     let owner = req.owner.as_str().to_owned();
+    let mut started_at = Instant::now();
     let record = async {
         let fence = bump_fence(db, &key).await?;
+        started_at = Instant::now();
         sqlx::raw_sql("SELECT 1").execute(pinned.conn()).await?;
         q(&db.sql.put_holder)
             .bind(key.hash.clone())
@@ -207,8 +223,7 @@ pub(crate) async fn acquire(
         .await?;
     Ok(Some(Grant {
         fence: fence as u64,
-        // The pinned connection, not a clock, keeps this lock.
-        started_at: tokio::time::Instant::now(),
+        started_at,
         data: SqlLease {
             key,
             pinned: Some(Pinned {
@@ -310,10 +325,42 @@ fn release_fence(connection_id: i64) -> String {
     format!("lock_sql_connection_{connection_id}")
 }
 
+/// The statement that bounds how long the server keeps a lock transaction whose
+/// client has gone silent (a partition, a frozen host, where the connection stays open
+/// and TCP keep-alive would take hours): a lease of `ttl` from the transaction's last
+/// statement. PostgreSQL ends a session idle in a transaction for
+/// `idle_in_transaction_session_timeout` (set for this transaction only); MySQL closes
+/// a connection idle for `wait_timeout` whole seconds (reset when the transaction
+/// ends). Never shorter than `ttl`: the client counts its lease from before a statement
+/// is sent, the server from after it ran.
+fn silence_limit(dialect: Dialect, ttl: Duration) -> String {
+    match dialect {
+        Dialect::Postgres => format!(
+            "SET LOCAL idle_in_transaction_session_timeout = {}",
+            ttl.as_millis().clamp(1, i32::MAX as u128)
+        ),
+        _ => {
+            let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+            // MySQL's largest wait_timeout: a year.
+            format!("SET SESSION wait_timeout = {}", secs.clamp(1, 31_536_000))
+        }
+    }
+}
+
+/// Ends a lock transaction. MySQL's silence limit is a session setting, put back to
+/// the server's default for the connection's next user.
+fn end_transaction(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Postgres => "ROLLBACK",
+        _ => "ROLLBACK; SET SESSION wait_timeout = DEFAULT",
+    }
+}
+
 /// MySQL: [`rollback`] under the connection's [`release_fence`], in one round trip.
 async fn rollback_fenced(pinned: &mut PinnedConn, connection_id: i64) -> bool {
     let fence = release_fence(connection_id);
-    let sql = format!("DO GET_LOCK('{fence}', 10); ROLLBACK; DO RELEASE_LOCK('{fence}')");
+    let end = end_transaction(Dialect::MySql);
+    let sql = format!("DO GET_LOCK('{fence}', 10); {end}; DO RELEASE_LOCK('{fence}')");
     let done = sqlx::raw_sql(AssertSqlSafe(sql)).execute(pinned.conn());
     matches!(
         tokio::time::timeout(Duration::from_secs(15), done).await,
@@ -322,8 +369,8 @@ async fn rollback_fenced(pinned: &mut PinnedConn, connection_id: i64) -> bool {
 }
 
 /// Ends the transaction; true if the connection is fit to go back to the pool.
-async fn rollback(pinned: &mut PinnedConn) -> bool {
-    let done = sqlx::raw_sql("ROLLBACK").execute(pinned.conn());
+async fn rollback(pinned: &mut PinnedConn, dialect: Dialect) -> bool {
+    let done = sqlx::raw_sql(end_transaction(dialect)).execute(pinned.conn());
     matches!(
         tokio::time::timeout(Duration::from_secs(5), done).await,
         Ok(Ok(_))
@@ -331,20 +378,20 @@ async fn rollback(pinned: &mut PinnedConn) -> bool {
 }
 
 /// Ends the lock transaction: [`Error::NotOwner`] if its connection died first (the
-/// lock was lost then).
+/// lock was lost then). Either way the holder record goes.
 pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>, pinned: &Pinned) -> Result<()> {
     let taken = pinned.conn.lock().await.take();
-    let Some(mut conn) = taken else {
-        return Err(Error::NotOwner {
-            name: lease.key.name().to_string(),
-        });
+    let ok = match taken {
+        Some(mut conn) => {
+            conn.clean = match db.dialect {
+                Dialect::MySql => rollback_fenced(&mut conn, pinned.connection_id).await,
+                _ => rollback(&mut conn, db.dialect).await,
+            };
+            conn.clean
+        }
+        // The watchdog found the connection dead: the lock went with it.
+        None => false,
     };
-    conn.clean = match db.dialect {
-        Dialect::MySql => rollback_fenced(&mut conn, pinned.connection_id).await,
-        _ => rollback(&mut conn).await,
-    };
-    let ok = conn.clean;
-    drop(conn);
     let forget = q(&db.sql.delete_holder)
         .bind(lease.data.key.hash.clone())
         .bind(kind_code(lease.kind))
@@ -366,9 +413,16 @@ pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>, pinned: &Pinne
     }
 }
 
-/// Checks each lease's connection is alive (the lock lives exactly as long as its
-/// transaction); one ping per held lock, all at once.
-pub(crate) async fn renew(db: &Db, leases: &[&HeldLease<SqlLease>]) -> Result<Vec<Renewal>> {
+/// Checks each lease's connection is alive (the lock lives as long as its
+/// transaction) and moves the server's silence limit to `ttl` from now; one round trip
+/// per held lock, all at once.
+pub(crate) async fn renew(
+    db: &Db,
+    leases: &[&HeldLease<SqlLease>],
+    ttl: Duration,
+) -> Result<Vec<Renewal>> {
+    let limit = silence_limit(db.dialect, ttl);
+    let limit = &limit;
     let pings = leases.iter().map(|lease| async move {
         let Some(pinned) = &lease.data.pinned else {
             return Renewal::Lost;
@@ -377,7 +431,7 @@ pub(crate) async fn renew(db: &Db, leases: &[&HeldLease<SqlLease>]) -> Result<Ve
         let Some(conn) = slot.as_mut() else {
             return Renewal::Lost;
         };
-        let ping = sqlx::raw_sql("SELECT 1").execute(conn.conn());
+        let ping = sqlx::raw_sql(AssertSqlSafe(limit.as_str())).execute(conn.conn());
         match tokio::time::timeout(db.request_timeout, ping).await {
             Ok(Ok(_)) => Renewal::Renewed,
             _ => {
