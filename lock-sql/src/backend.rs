@@ -185,12 +185,12 @@ impl LockBackend for SqlBackend {
             Strategy::Lease => Capabilities::ALL.with_loss_notice(false),
             // A row lock says nothing of its holder but what `force_unlock` digs out of
             // the server's lock tables; one holder at a time, broken by `force_unlock`.
+            // A fixed lease is the server's silence limit left to run out.
             Strategy::ForUpdate => Capabilities::ALL
                 .with_inspect(false)
                 .with_loss_notice(false)
                 .with_fair(false)
-                .with_read_write(false)
-                .with_fixed_lease(false),
+                .with_read_write(false),
         }
     }
 
