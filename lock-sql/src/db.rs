@@ -247,7 +247,10 @@ impl Db {
 
     /// Creates the tables if missing and checks the version marker.
     async fn ensure_schema(&self) -> Result<()> {
-        match q(&self.sql.read_version).fetch_optional(&self.pool).await {
+        match q(&self.sql.schema.read_version)
+            .fetch_optional(&self.pool)
+            .await
+        {
             Ok(Some(row)) => return self.check_version(row.try_get(0).map_err(|e| self.err(e))?),
             Ok(None) => {}
             // Unreachable: no point trying to create anything.
@@ -256,7 +259,7 @@ impl Db {
             Err(_) => {}
         }
         self.create_schema().await.map_err(|e| self.err(e))?;
-        let row = q(&self.sql.read_version)
+        let row = q(&self.sql.schema.read_version)
             .fetch_one(&self.pool)
             .await
             .map_err(|e| self.err(e))?;
@@ -269,8 +272,8 @@ impl Db {
     async fn ensure_holder_columns(&self) -> Result<()> {
         let present = self.holder_columns().await?;
         for (column, add) in [
-            ("description", &self.sql.add_description),
-            ("acquired_ms", &self.sql.add_acquired_ms),
+            ("description", &self.sql.schema.add_description),
+            ("acquired_ms", &self.sql.schema.add_acquired_ms),
         ] {
             if present.iter().any(|c| c == column) {
                 continue;
@@ -286,7 +289,7 @@ impl Db {
 
     /// Which holder columns the lease table has.
     async fn holder_columns(&self) -> Result<Vec<String>> {
-        let rows = q(&self.sql.holder_columns)
+        let rows = q(&self.sql.schema.holder_columns)
             .bind(self.sql.tables.leases_name.clone())
             .fetch_all(&self.pool)
             .await
@@ -300,12 +303,12 @@ impl Db {
     /// of the other one: a lease row and a row lock know nothing of each other, so two
     /// clients of different strategies on the same tables would both hold a lock.
     async fn claim_strategy(&self, strategy: Strategy) -> Result<()> {
-        q(&self.sql.write_strategy)
+        q(&self.sql.schema.write_strategy)
             .bind(strategy_code(strategy))
             .execute(&self.pool)
             .await
             .map_err(|e| self.err(e))?;
-        let row = q(&self.sql.read_strategy)
+        let row = q(&self.sql.schema.read_strategy)
             .fetch_one(&self.pool)
             .await
             .map_err(|e| self.err(e))?;
@@ -369,10 +372,10 @@ impl Db {
                 )
                 .execute(&mut *tx)
                 .await?;
-                for stmt in &self.sql.create {
+                for stmt in &self.sql.schema.create {
                     q(stmt).execute(&mut *tx).await?;
                 }
-                q(&self.sql.write_version).execute(&mut *tx).await?;
+                q(&self.sql.schema.write_version).execute(&mut *tx).await?;
                 tx.commit().await?;
             }
             Dialect::MySql => {
@@ -380,12 +383,14 @@ impl Db {
                     .execute(&mut *conn)
                     .await?;
                 let created = async {
-                    for stmt in &self.sql.create {
+                    for stmt in &self.sql.schema.create {
                         sqlx::raw_sql(AssertSqlSafe(stmt.clone()))
                             .execute(&mut *conn)
                             .await?;
                     }
-                    q(&self.sql.write_version).execute(&mut *conn).await?;
+                    q(&self.sql.schema.write_version)
+                        .execute(&mut *conn)
+                        .await?;
                     Ok::<_, sqlx::Error>(())
                 }
                 .await;
@@ -396,10 +401,12 @@ impl Db {
             }
             Dialect::Sqlite => {
                 // SQLite serialises writers itself (busy timeout).
-                for stmt in &self.sql.create {
+                for stmt in &self.sql.schema.create {
                     q(stmt).execute(&mut *conn).await?;
                 }
-                q(&self.sql.write_version).execute(&mut *conn).await?;
+                q(&self.sql.schema.write_version)
+                    .execute(&mut *conn)
+                    .await?;
             }
         }
         Ok(())

@@ -100,7 +100,7 @@ impl Drop for WaitGuard<'_> {
 /// to a new backend by the time this runs.
 async fn cancel_query(db: &Db, connection: &Connection) -> std::result::Result<(), sqlx::Error> {
     match db.dialect {
-        Dialect::Postgres => q(&db.sql.cancel_wait)
+        Dialect::Postgres => q(&db.sql.row_lock.cancel_wait)
             .bind(connection.id)
             .bind(connection.started.clone())
             .execute(&db.pool)
@@ -139,13 +139,13 @@ pub(crate) async fn acquire(
     let kind = kind_code(req.kind);
     let setup = async {
         // A plain read first: on MySQL, inserting a row that exists waits for its lock.
-        let exists = q(&db.sql.row_exists)
+        let exists = q(&db.sql.row_lock.row_exists)
             .bind(key.hash.clone())
             .bind(kind)
             .fetch_optional(&db.pool)
             .await?;
         if exists.is_none() {
-            let created = q(&db.sql.ensure_row)
+            let created = q(&db.sql.row_lock.ensure_row)
                 .bind(key.hash.clone())
                 .bind(kind)
                 .execute(&db.pool)
@@ -161,7 +161,9 @@ pub(crate) async fn acquire(
             conn: Some(db.held_pool.acquire().await?),
             clean: false,
         };
-        let row = q(&db.sql.connection_id).fetch_one(pinned.conn()).await?;
+        let row = q(&db.sql.row_lock.connection_id)
+            .fetch_one(pinned.conn())
+            .await?;
         let connection = Connection {
             id: row.try_get(0)?,
             started: row.try_get(1)?,
@@ -206,7 +208,7 @@ pub(crate) async fn acquire(
         let fence = bump_fence(db, &key).await?;
         started_at = Instant::now();
         sqlx::raw_sql("SELECT 1").execute(pinned.conn()).await?;
-        q(&db.sql.put_holder)
+        q(&db.sql.row_lock.put_holder)
             .bind(key.hash.clone())
             .bind(kind)
             .bind(owner)
@@ -255,7 +257,7 @@ async fn lock_row(
 ) -> Result<RowLock> {
     let remaining = req.deadline.remaining();
     if remaining == Some(Duration::ZERO) {
-        let locked = q(&db.sql.lock_row_nowait)
+        let locked = q(&db.sql.row_lock.lock_row_nowait)
             .bind(key.hash.clone())
             .bind(kind)
             .fetch_optional(pinned.conn());
@@ -290,7 +292,7 @@ async fn lock_row(
         connection,
         armed: true,
     };
-    let wait = q(&db.sql.lock_row_wait)
+    let wait = q(&db.sql.row_lock.lock_row_wait)
         .bind(key.hash.clone())
         .bind(kind)
         .fetch_optional(pinned.conn());
@@ -392,7 +394,7 @@ pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>, pinned: &Pinne
         // The watchdog found the connection dead: the lock went with it.
         None => false,
     };
-    let forget = q(&db.sql.delete_holder)
+    let forget = q(&db.sql.row_lock.delete_holder)
         .bind(lease.data.key.hash.clone())
         .bind(kind_code(lease.kind))
         .bind(lease.owner.as_str().to_owned())
@@ -459,7 +461,7 @@ pub(crate) async fn is_locked(db: &Db, key: &KeyId, family: LockFamily) -> Resul
     }
     let kind = kind_code(LockKind::Exclusive);
     if db.dialect == Dialect::Postgres {
-        let read = q(&db.sql.row_locked)
+        let read = q(&db.sql.row_lock.row_locked)
             .bind(key.hash.clone())
             .bind(kind)
             .fetch_one(&db.pool);
@@ -472,7 +474,7 @@ pub(crate) async fn is_locked(db: &Db, key: &KeyId, family: LockFamily) -> Resul
     }
     let probe = async {
         let mut tx = db.begin().await?;
-        let free = q(&db.sql.probe_row)
+        let free = q(&db.sql.row_lock.probe_row)
             .bind(key.hash.clone())
             .bind(kind)
             .fetch_optional(&mut *tx)
@@ -482,7 +484,7 @@ pub(crate) async fn is_locked(db: &Db, key: &KeyId, family: LockFamily) -> Resul
             return Ok(false);
         }
         // No row came back: locked, or never created.
-        let exists = q(&db.sql.row_exists)
+        let exists = q(&db.sql.row_lock.row_exists)
             .bind(key.hash.clone())
             .bind(kind)
             .fetch_optional(&db.pool)
@@ -512,7 +514,7 @@ pub(crate) async fn force_unlock(db: &Db, key: &KeyId, family: LockFamily) -> Re
     }
     let kind = kind_code(LockKind::Exclusive);
     if db.dialect == Dialect::Postgres {
-        let kill = q(&db.sql.kill_row_holder)
+        let kill = q(&db.sql.row_lock.kill_row_holder)
             .bind(key.hash.clone())
             .bind(kind)
             .fetch_one(&db.pool);
@@ -553,7 +555,7 @@ async fn kill_mysql_row_holder(db: &Db, key: &KeyId, kind: i64) -> Result<bool> 
             conn: Some(db.pool.acquire().await?),
             clean: false,
         };
-        let probe_id: i64 = q(&db.sql.connection_id)
+        let probe_id: i64 = q(&db.sql.row_lock.connection_id)
             .fetch_one(probe.conn())
             .await?
             .try_get(0)?;
@@ -564,7 +566,7 @@ async fn kill_mysql_row_holder(db: &Db, key: &KeyId, kind: i64) -> Result<bool> 
         .execute(probe.conn())
         .await?;
         sqlx::raw_sql("BEGIN").execute(probe.conn()).await?;
-        let queued = q(&db.sql.lock_row_wait)
+        let queued = q(&db.sql.row_lock.lock_row_wait)
             .bind(key.hash.clone())
             .bind(kind)
             .fetch_optional(probe.conn());
@@ -578,7 +580,7 @@ async fn kill_mysql_row_holder(db: &Db, key: &KeyId, kind: i64) -> Result<bool> 
                 }
                 _ = tokio::time::sleep(Duration::from_millis(5)) => {}
             }
-            let blocker = q(&db.sql.row_blocker)
+            let blocker = q(&db.sql.row_lock.row_blocker)
                 .bind(probe_id)
                 .fetch_optional(&db.pool)
                 .await?;
@@ -603,7 +605,7 @@ async fn kill_mysql_row_holder(db: &Db, key: &KeyId, kind: i64) -> Result<bool> 
                 // slow): look again.
                 continue;
             }
-            let still = q(&db.sql.row_blocker)
+            let still = q(&db.sql.row_lock.row_blocker)
                 .bind(probe_id)
                 .fetch_optional(fenced.conn())
                 .await?

@@ -231,7 +231,7 @@ pub(super) async fn run_attempt(
 }
 
 pub(super) fn fast_grant_of(db: &Db, kind: LockKind) -> &FastGrant {
-    &db.sql.fast_grant[kind_code(kind) as usize]
+    &db.sql.lease.fast_grant[kind_code(kind) as usize]
 }
 
 /// `grant`'s statement with the request's values bound in its order.

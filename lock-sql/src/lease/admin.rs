@@ -17,7 +17,7 @@ use crate::local_wake;
 /// Whether any live lease of `family` exists on the key.
 pub(crate) async fn is_locked(db: &Db, key: &KeyId, family: LockFamily) -> Result<bool> {
     let (lo, hi) = family_range(family);
-    let count = q(&db.sql.count_live)
+    let count = q(&db.sql.lease.count_live)
         .bind(key.hash.clone())
         .bind(lo)
         .bind(hi)
@@ -32,7 +32,7 @@ pub(crate) async fn is_locked(db: &Db, key: &KeyId, family: LockFamily) -> Resul
 /// Deletes every live lease of `family` on the key; returns whether there was any.
 pub(crate) async fn force_unlock(db: &Db, key: &KeyId, family: LockFamily) -> Result<bool> {
     let (lo, hi) = family_range(family);
-    let query = q(&db.sql.force_unlock)
+    let query = q(&db.sql.lease.force_unlock)
         .bind(key.hash.clone())
         .bind(lo)
         .bind(hi);
@@ -48,7 +48,7 @@ pub(crate) async fn force_unlock_holder(
     fence: u64,
 ) -> Result<bool> {
     let (lo, hi) = family_range(family);
-    let query = q(&db.sql.force_unlock_holder)
+    let query = q(&db.sql.lease.force_unlock_holder)
         .bind(key.hash.clone())
         .bind(lo)
         .bind(hi)
@@ -61,12 +61,12 @@ pub(crate) async fn force_unlock_holder(
 /// (exclusive waiters and readers do not queue), so their count is unknown.
 pub(crate) async fn inspect(db: &Db, key: &KeyId, family: LockFamily) -> Result<LockInfo> {
     let (lo, hi) = family_range(family);
-    let leases = q(&db.sql.inspect_leases)
+    let leases = q(&db.sql.lease.inspect_leases)
         .bind(key.hash.clone())
         .bind(lo)
         .bind(hi)
         .fetch_all(&db.pool);
-    let waiters = q(&db.sql.count_waiters)
+    let waiters = q(&db.sql.lease.count_waiters)
         .bind(key.hash.clone())
         .bind(lo)
         .bind(hi)

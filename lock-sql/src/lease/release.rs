@@ -30,8 +30,8 @@ pub(super) async fn delete_lease(
 ) -> Result<bool> {
     let query = || {
         let stmt = match fence {
-            Some(_) => &db.sql.release,
-            None => &db.sql.undo_grant,
+            Some(_) => &db.sql.lease.release,
+            None => &db.sql.lease.undo_grant,
         };
         let query = q(stmt)
             .bind(khash.to_owned())

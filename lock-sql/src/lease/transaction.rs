@@ -91,7 +91,7 @@ async fn upsert_granted(
     fence: i64,
 ) -> std::result::Result<bool, sqlx::Error> {
     if matches!(ask.kind, LockKind::Read | LockKind::Write) {
-        q(&db.sql.clean_expired)
+        q(&db.sql.lease.clean_expired)
             .bind(ask.key.hash.clone())
             .execute(&mut **tx)
             .await?;
@@ -110,7 +110,7 @@ async fn live_rows(
     ask: &Ask,
 ) -> std::result::Result<(Vec<LiveLease>, Vec<LiveTicket>), sqlx::Error> {
     let khash = &ask.key.hash;
-    let leases = q(&db.sql.live_leases)
+    let leases = q(&db.sql.lease.live_leases)
         .bind(khash.clone())
         .fetch_all(&mut **tx)
         .await?
@@ -126,7 +126,7 @@ async fn live_rows(
     if ask.kind == LockKind::Exclusive {
         return Ok((leases, Vec::new()));
     }
-    let queue = q(&db.sql.live_queue)
+    let queue = q(&db.sql.lease.live_queue)
         .bind(khash.clone())
         .fetch_all(&mut **tx)
         .await?
@@ -155,13 +155,13 @@ async fn grant(
     let (sql, khash) = (&db.sql, &ask.key.hash);
     if matches!(ask.kind, LockKind::Read | LockKind::Write) {
         // Dead readers' rows would otherwise pile up.
-        q(&sql.clean_expired)
+        q(&sql.lease.clean_expired)
             .bind(khash.clone())
             .execute(&mut *tx)
             .await?;
     }
     let holder = holder_of(ask.kind, &ask.owner).to_owned();
-    q(&sql.put_lease)
+    q(&sql.lease.put_lease)
         .bind(khash.clone())
         .bind(kind_code(ask.kind))
         .bind(holder.clone())
@@ -171,7 +171,7 @@ async fn grant(
         .bind(ask.description.clone())
         .execute(&mut *tx)
         .await?;
-    let written: Option<i64> = q(&sql.lease_fence)
+    let written: Option<i64> = q(&sql.lease.lease_fence)
         .bind(khash.clone())
         .bind(kind_code(ask.kind))
         .bind(holder)
@@ -191,7 +191,7 @@ async fn grant(
         });
     }
     if let Some(id) = ticket {
-        q(&sql.dequeue)
+        q(&sql.lease.dequeue)
             .bind(khash.clone())
             .bind(kind_code(ask.kind))
             .bind(id)
@@ -213,7 +213,7 @@ async fn wait(
     let (sql, khash) = (&db.sql, &ask.key.hash);
     let (new_ticket, ticket) = match ticket {
         Some(id) => {
-            q(&sql.refresh_ticket)
+            q(&sql.lease.refresh_ticket)
                 .bind(ask.queue_ttl_ms)
                 .bind(khash.clone())
                 .bind(kind_code(ask.kind))
@@ -224,7 +224,7 @@ async fn wait(
         }
         None if enqueue => {
             let id = next_ticket(&mut tx, db, khash).await?;
-            q(&sql.enqueue)
+            q(&sql.lease.enqueue)
                 .bind(khash.clone())
                 .bind(kind_code(ask.kind))
                 .bind(id)
@@ -304,5 +304,10 @@ pub(super) async fn next_ticket(
     db: &Db,
     khash: &str,
 ) -> std::result::Result<i64, sqlx::Error> {
-    bump_counter(conn, db, q(&db.sql.ticket_bump).bind(khash.to_owned())).await
+    bump_counter(
+        conn,
+        db,
+        q(&db.sql.lease.ticket_bump).bind(khash.to_owned()),
+    )
+    .await
 }

@@ -57,7 +57,7 @@ pub(super) async fn dequeue(db: &Db, key: &str, kind: LockKind, id: i64) -> Resu
 /// Deletes one queue ticket and tells whoever was behind it; returns whether it was
 /// there.
 pub(super) async fn remove_ticket(db: &Db, key: &str, kind: LockKind, id: i64) -> Result<bool> {
-    let done = q(&db.sql.dequeue)
+    let done = q(&db.sql.lease.dequeue)
         .bind(key.to_owned())
         .bind(kind_code(kind))
         .bind(id)

@@ -1,0 +1,124 @@
+//! Every statement the backend sends, written once per dialect at connect time.
+//!
+//! The only text spliced into SQL is the table prefix, which is validated (ASCII
+//! letters, digits, `_`) and quoted; every value (lock keys, owners, durations) is a
+//! bind parameter.
+//!
+//! [`schema`] holds what connect runs, [`lease`] and [`fast_grant`] the lease
+//! strategy's statements, [`row_lock`] the FOR UPDATE strategy's; the fence counter
+//! both bump lives here.
+
+mod fast_grant;
+mod lease;
+mod row_lock;
+mod schema;
+
+use std::sync::Arc;
+
+use crate::dialect::Dialect;
+
+pub(crate) use fast_grant::{Arg, FastGrant};
+pub(crate) use lease::LeaseStatements;
+pub(crate) use row_lock::RowLockStatements;
+pub(crate) use schema::{SchemaStatements, SCHEMA_VERSION};
+
+/// A statement ready to hand to the driver.
+pub(crate) type Stmt = Arc<str>;
+
+/// The tables, quoted.
+#[derive(Debug)]
+pub(crate) struct Tables {
+    pub(crate) meta: String,
+    pub(crate) keys: String,
+    pub(crate) leases: String,
+    pub(crate) queue: String,
+    pub(crate) rows: String,
+    pub(crate) holders: String,
+    /// The lease table's name as the catalogs take it: quoted for PostgreSQL's
+    /// `to_regclass`, bare for MySQL's information schema and SQLite's pragma.
+    pub(crate) leases_name: String,
+    /// The PostgreSQL notification channel (unquoted: it is passed as a value).
+    pub(crate) channel: String,
+}
+
+impl Tables {
+    pub(crate) fn new(dialect: Dialect, prefix: &str) -> Self {
+        let q = |suffix: &str| dialect.quote(&format!("{prefix}_{suffix}"));
+        Tables {
+            meta: q("meta"),
+            keys: q("keys"),
+            leases: q("leases"),
+            queue: q("queue"),
+            rows: q("rows"),
+            holders: q("holders"),
+            leases_name: match dialect {
+                Dialect::Postgres => q("leases"),
+                Dialect::MySql | Dialect::Sqlite => format!("{prefix}_leases"),
+            },
+            channel: format!("{prefix}_release"),
+        }
+    }
+}
+
+/// The statements of one backend.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    pub(crate) dialect: Dialect,
+    pub(crate) tables: Tables,
+    pub(crate) schema: SchemaStatements,
+    pub(crate) lease: LeaseStatements,
+    pub(crate) row_lock: RowLockStatements,
+    /// Creates the key's row or bumps its fence, locking it for the transaction.
+    /// PostgreSQL and SQLite return the fence; MySQL reports it as the last insert id
+    /// ([`Self::last_insert_id`] reads it if a server does not).
+    pub(crate) key_bump: Stmt,
+    /// MySQL: the connection's `LAST_INSERT_ID()`, where the key and ticket bumps
+    /// leave the new counter value.
+    pub(crate) last_insert_id: Stmt,
+    pub(crate) notify: Stmt,
+}
+
+fn s(dialect: Dialect, sql: String) -> Stmt {
+    dialect.markers(&sql).into()
+}
+
+impl Statements {
+    pub(crate) fn new(dialect: Dialect, prefix: &str) -> Self {
+        let t = Tables::new(dialect, prefix);
+        let keys = &t.keys;
+        let st = |sql: String| s(dialect, sql);
+        let key_insert = format!(
+            "INSERT INTO {keys} (khash, fence, ticket, namespace, name) VALUES (?, 1, 0, ?, ?)"
+        );
+        let key_bump = st(match dialect {
+            Dialect::Postgres => format!(
+                "INSERT INTO {keys} AS k (khash, fence, ticket, namespace, name) VALUES (?, 1, 0, ?, ?) \
+                 ON CONFLICT (khash) DO UPDATE SET fence = k.fence + 1 RETURNING fence"
+            ),
+            Dialect::Sqlite => format!(
+                "{key_insert} ON CONFLICT (khash) DO UPDATE SET fence = fence + 1 RETURNING fence"
+            ),
+            // LAST_INSERT_ID(expr) puts the new fence in the statement's OK packet, so
+            // no SELECT is needed to read it back.
+            Dialect::MySql => format!(
+                "INSERT INTO {keys} (khash, fence, ticket, namespace, name) VALUES (?, LAST_INSERT_ID(1), 0, ?, ?) \
+                 ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)"
+            ),
+        });
+        let last_insert_id = st("SELECT CAST(LAST_INSERT_ID() AS SIGNED)".to_owned());
+        let notify = st(match dialect {
+            Dialect::Postgres => "SELECT pg_notify(?, ?) IS NULL".to_owned(),
+            _ => "SELECT 1".to_owned(),
+        });
+        Statements {
+            dialect,
+            schema: SchemaStatements::new(dialect, &t),
+            lease: LeaseStatements::new(dialect, &t),
+            row_lock: RowLockStatements::new(dialect, &t),
+            tables: t,
+            key_bump,
+            last_insert_id,
+            notify,
+        }
+    }
+}
