@@ -26,11 +26,13 @@ pub enum Strategy {
     /// **Pessimistic `SELECT ... FOR UPDATE`**. The lock is a row lock held by an open
     /// transaction on a connection pinned to the guard: it costs **one database
     /// connection per held lock** (from a second pool, see `max_held_locks`). If that connection dies
-    /// (process killed, network cut, `pg_terminate_backend`, `KILL`) the database ends
-    /// the transaction and the lock is free at once; the guard learns it at the next
-    /// watchdog tick. Waiters wait inside the database, which wakes them on release.
-    /// There is no server-side expiry, so only watchdog leases are offered
-    /// (`Capabilities::fixed_lease` is false), and only exclusive locks.
+    /// (process killed, connection reset, `pg_terminate_backend`, `KILL`) the database
+    /// ends the transaction and the lock is free at once; the guard learns it at the
+    /// next watchdog tick. The transaction is leased too: the server ends it once it
+    /// has been silent for its lease (MariaDB: rounded up to whole seconds), so a holder
+    /// cut off with its connection left open, or paused, frees the lock like a lease
+    /// row, and fixed leases are offered. Waiters wait inside the database, which wakes
+    /// them on release. Exclusive locks only.
     /// PostgreSQL and MySQL/MariaDB only: SQLite has no row locks, and connecting with
     /// this strategy to an SQLite URL fails with `Error::Unsupported`.
     ForUpdate,

@@ -168,7 +168,9 @@ pub(crate) async fn acquire(
             id: row.try_get(0)?,
             started: row.try_get(1)?,
         };
-        let limit = silence_limit(db.dialect, req.ttl);
+        // Until the lock is granted, the limit only has to outlast the statements the
+        // acquire sends in between (a short lease must not end a slow acquire).
+        let limit = silence_limit(db.dialect, req.ttl.max(db.request_timeout));
         let begin = match db.dialect {
             Dialect::Postgres => format!("BEGIN; {limit}"),
             _ => format!("{limit}; BEGIN"),
@@ -188,7 +190,7 @@ pub(crate) async fn acquire(
     match lock_row(db, &mut pinned, &connection, &key, kind, &req).await? {
         RowLock::Locked => {}
         RowLock::Busy => {
-            pinned.clean = rollback(&mut pinned, db.dialect).await;
+            pinned.clean = rollback(&mut pinned).await;
             return Ok(None);
         }
         // A cancel of its wait is on its way: it must never reach a statement of the
@@ -200,14 +202,17 @@ pub(crate) async fn acquire(
     // only while its connection does, so the connection is checked again once the
     // fence is drawn: a connection that died meanwhile let the lock go, perhaps to a
     // holder whose fence came first, and this grant must not be reported. That check
-    // is the transaction's last statement, so the server's silence limit runs from
-    // after it, and the lease from before it was sent.
+    // sets the lease's silence limit and is the transaction's last statement, so the
+    // server's limit runs from after it, and the lease from before it was sent.
     let owner = req.owner.as_str().to_owned();
+    let limit = silence_limit(db.dialect, req.ttl);
     let mut started_at = Instant::now();
     let record = async {
         let fence = bump_fence(db, &key).await?;
         started_at = Instant::now();
-        sqlx::raw_sql("SELECT 1").execute(pinned.conn()).await?;
+        sqlx::raw_sql(AssertSqlSafe(limit))
+            .execute(pinned.conn())
+            .await?;
         q(&db.sql.row_lock.put_holder)
             .bind(key.hash.clone())
             .bind(kind)
@@ -331,38 +336,35 @@ fn release_fence(connection_id: i64) -> String {
 /// client has gone silent (a partition, a frozen host, where the connection stays open
 /// and TCP keep-alive would take hours): a lease of `ttl` from the transaction's last
 /// statement. PostgreSQL ends a session idle in a transaction for
-/// `idle_in_transaction_session_timeout` (set for this transaction only); MySQL closes
-/// a connection idle for `wait_timeout` whole seconds (reset when the transaction
-/// ends). Never shorter than `ttl`: the client counts its lease from before a statement
-/// is sent, the server from after it ran.
+/// `idle_in_transaction_session_timeout` (set for this transaction only); MariaDB for
+/// its `idle_*transaction_timeout`s, in whole seconds, which it reads only inside a
+/// transaction (all three: a server setting of any one would otherwise decide). Never
+/// shorter than `ttl`: the client counts its lease from before a statement is sent, the
+/// server from after it ran. A lease beyond the server's largest limit gets none.
 fn silence_limit(dialect: Dialect, ttl: Duration) -> String {
     match dialect {
-        Dialect::Postgres => format!(
-            "SET LOCAL idle_in_transaction_session_timeout = {}",
-            ttl.as_millis().clamp(1, i32::MAX as u128)
-        ),
+        Dialect::Postgres => {
+            let ms = ttl.as_nanos().div_ceil(1_000_000).max(1);
+            let ms = if ms > i32::MAX as u128 { 0 } else { ms };
+            format!("SET LOCAL idle_in_transaction_session_timeout = {ms}")
+        }
         _ => {
             let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-            // MySQL's largest wait_timeout: a year.
-            format!("SET SESSION wait_timeout = {}", secs.clamp(1, 31_536_000))
+            // MariaDB's largest: a year.
+            let secs = if secs > 31_536_000 { 0 } else { secs.max(1) };
+            format!(
+                "SET SESSION idle_transaction_timeout = {secs}, \
+                 idle_readonly_transaction_timeout = {secs}, \
+                 idle_write_transaction_timeout = {secs}"
+            )
         }
-    }
-}
-
-/// Ends a lock transaction. MySQL's silence limit is a session setting, put back to
-/// the server's default for the connection's next user.
-fn end_transaction(dialect: Dialect) -> &'static str {
-    match dialect {
-        Dialect::Postgres => "ROLLBACK",
-        _ => "ROLLBACK; SET SESSION wait_timeout = DEFAULT",
     }
 }
 
 /// MySQL: [`rollback`] under the connection's [`release_fence`], in one round trip.
 async fn rollback_fenced(pinned: &mut PinnedConn, connection_id: i64) -> bool {
     let fence = release_fence(connection_id);
-    let end = end_transaction(Dialect::MySql);
-    let sql = format!("DO GET_LOCK('{fence}', 10); {end}; DO RELEASE_LOCK('{fence}')");
+    let sql = format!("DO GET_LOCK('{fence}', 10); ROLLBACK; DO RELEASE_LOCK('{fence}')");
     let done = sqlx::raw_sql(AssertSqlSafe(sql)).execute(pinned.conn());
     matches!(
         tokio::time::timeout(Duration::from_secs(15), done).await,
@@ -371,8 +373,8 @@ async fn rollback_fenced(pinned: &mut PinnedConn, connection_id: i64) -> bool {
 }
 
 /// Ends the transaction; true if the connection is fit to go back to the pool.
-async fn rollback(pinned: &mut PinnedConn, dialect: Dialect) -> bool {
-    let done = sqlx::raw_sql(end_transaction(dialect)).execute(pinned.conn());
+async fn rollback(pinned: &mut PinnedConn) -> bool {
+    let done = sqlx::raw_sql("ROLLBACK").execute(pinned.conn());
     matches!(
         tokio::time::timeout(Duration::from_secs(5), done).await,
         Ok(Ok(_))
@@ -387,7 +389,7 @@ pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>, pinned: &Pinne
         Some(mut conn) => {
             conn.clean = match db.dialect {
                 Dialect::MySql => rollback_fenced(&mut conn, pinned.connection_id).await,
-                _ => rollback(&mut conn, db.dialect).await,
+                _ => rollback(&mut conn).await,
             };
             conn.clean
         }
