@@ -38,6 +38,7 @@ pub mod memory;
 pub mod proxy;
 mod runner;
 pub mod server;
+pub mod slow_network;
 
 pub use backend::{Backend, ClientOptions, HolderSpec};
 pub use cases::{all_cases, Case, Needs};

@@ -2,14 +2,17 @@
 //! the way a network does: [`Blackhole::cut`] stops every byte both ways while the
 //! connections stay open (no reset, no FIN), as when packets are silently dropped;
 //! [`Blackhole::cut_replies`] stops only what the server sends, so requests still act on
-//! the server but their replies are lost; [`Blackhole::heal`] lets new connections
-//! through again.
+//! the server but their replies are lost; [`Blackhole::delay_replies`] holds every
+//! reply back for a while (a congested or flapping link), in order;
+//! [`Blackhole::heal`] lets new connections through again.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -22,6 +25,8 @@ pub struct Blackhole {
     requests_open: Arc<AtomicBool>,
     /// Whether bytes from the server reach the clients.
     replies_open: Arc<AtomicBool>,
+    /// How long, in ms, bytes from the server are held back before they go on.
+    reply_delay_ms: Arc<AtomicU64>,
     /// Counts heals: a connection made before the last heal may have lost bytes, so it
     /// is closed when it next carries any.
     heals: Arc<AtomicU64>,
@@ -41,8 +46,10 @@ impl Blackhole {
         let requests_open = Arc::new(AtomicBool::new(true));
         let replies_open = Arc::new(AtomicBool::new(true));
         let heals = Arc::new(AtomicU64::new(0));
+        let reply_delay_ms = Arc::new(AtomicU64::new(0));
         let last_to_server = Arc::new(Mutex::new(None));
         let (up, down) = (requests_open.clone(), replies_open.clone());
+        let delay = reply_delay_ms.clone();
         let (heard, healed) = (last_to_server.clone(), heals.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
@@ -58,16 +65,22 @@ impl Blackhole {
                 tokio::spawn(pump(
                     Box::new(client_read),
                     Box::new(server_write),
-                    up.clone(),
+                    Direction {
+                        open: up.clone(),
+                        delay_ms: None,
+                        heard: Some(heard.clone()),
+                    },
                     epoch.clone(),
-                    Some(heard.clone()),
                 ));
                 tokio::spawn(pump(
                     Box::new(server_read),
                     Box::new(client_write),
-                    down.clone(),
+                    Direction {
+                        open: down.clone(),
+                        delay_ms: Some(delay.clone()),
+                        heard: None,
+                    },
                     epoch,
-                    None,
                 ));
             }
         });
@@ -75,6 +88,7 @@ impl Blackhole {
             port,
             requests_open,
             replies_open,
+            reply_delay_ms,
             heals,
             last_to_server,
             task,
@@ -108,6 +122,21 @@ impl Blackhole {
         self.replies_open.store(false, Ordering::SeqCst);
     }
 
+    /// From now on what the server sends reaches the client `delay` later, in order:
+    /// nothing is lost, so connections stay usable, but replies come after the
+    /// client's call timeout and after requests the client sent meanwhile acted.
+    /// [`undelay`](Self::undelay) ends it.
+    pub fn delay_replies(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.reply_delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Ends [`delay_replies`](Self::delay_replies): bytes read from now on go on at
+    /// once (behind those still held back).
+    pub fn undelay(&self) {
+        self.reply_delay_ms.store(0, Ordering::SeqCst);
+    }
+
     /// Ends [`cut`](Self::cut): bytes flow again on connections made from now on.
     /// Connections made before may have lost bytes (their streams are broken), so each
     /// is closed the next time either side sends on it, and the client reconnects.
@@ -137,30 +166,60 @@ impl Drop for Blackhole {
     }
 }
 
+/// One direction of a proxied connection.
+struct Direction {
+    /// Whether bytes go on (otherwise they are dropped).
+    open: Arc<AtomicBool>,
+    /// How long bytes are held back, if this direction can be delayed.
+    delay_ms: Option<Arc<AtomicU64>>,
+    /// Set to the time of every byte passed on (the server's "last heard").
+    heard: Option<Arc<Mutex<Option<Instant>>>>,
+}
+
 /// Copies one direction while the proxy is open, and drops the bytes once it is cut.
+/// Each chunk goes to a writer task that sends it at its time, so a delay holds bytes
+/// back without slowing the reads.
 async fn pump(
     mut from: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
     mut to: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
-    open: Arc<AtomicBool>,
+    direction: Direction,
     epoch: Epoch,
-    heard: Option<Arc<Mutex<Option<Instant>>>>,
 ) {
+    let (chunks, mut queued) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let heard = direction.heard;
+    let writer = tokio::spawn(async move {
+        while let Some((at, bytes)) = queued.recv().await {
+            tokio::time::sleep_until(at).await;
+            if to.write_all(&bytes).await.is_err() {
+                return;
+            }
+            if let Some(heard) = &heard {
+                *heard.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+            }
+        }
+    });
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => break,
             // Made before a heal: closed (both directions, as each side sees the other
             // side's end).
-            Ok(_) if epoch.is_stale() => return,
-            Ok(n) if open.load(Ordering::SeqCst) => {
-                if to.write_all(&buf[..n]).await.is_err() {
-                    return;
-                }
-                if let Some(heard) = &heard {
-                    *heard.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+            Ok(_) if epoch.is_stale() => break,
+            Ok(n) if direction.open.load(Ordering::SeqCst) => {
+                let delay = direction
+                    .delay_ms
+                    .as_ref()
+                    .map_or(0, |ms| ms.load(Ordering::SeqCst));
+                let at = Instant::now() + Duration::from_millis(delay);
+                if chunks.send((at, buf[..n].to_vec())).is_err() {
+                    break;
                 }
             }
             Ok(_) => {} // dropped on the floor
         }
     }
+    // What was read before the end still goes on at its time; then the writer drops
+    // its half, which closes it.
+    drop(chunks);
+    let _ = writer.await;
 }

@@ -524,22 +524,31 @@ pub(crate) async fn run(
         let history = history.clone();
         side.push(tokio::spawn(async move {
             sleep(Duration::from_millis(fault.at_ms)).await;
-            history.record(
-                RUN,
-                What::Cut {
-                    client: 0,
-                    replies_only: fault.replies_only,
-                },
-            );
-            if fault.replies_only {
-                proxy.cut_replies();
+            if let Some(ms) = fault.delay_ms {
+                history.record(RUN, What::Delayed { client: 0, ms });
+                proxy.delay_replies(Duration::from_millis(ms));
             } else {
-                proxy.cut();
+                history.record(
+                    RUN,
+                    What::Cut {
+                        client: 0,
+                        replies_only: fault.replies_only,
+                    },
+                );
+                if fault.replies_only {
+                    proxy.cut_replies();
+                } else {
+                    proxy.cut();
+                }
             }
             if let Some(ms) = fault.heal_after_ms {
                 sleep(Duration::from_millis(ms)).await;
                 history.record(RUN, What::Healed { client: 0 });
-                proxy.heal();
+                if fault.delay_ms.is_some() {
+                    proxy.undelay();
+                } else {
+                    proxy.heal();
+                }
             }
         }));
     }

@@ -161,6 +161,9 @@ pub(crate) struct CutPlan {
     /// The network comes back this many ms after the cut (connections made before
     /// are closed at their next byte); `None`: it stays cut.
     pub(crate) heal_after_ms: Option<u64>,
+    /// Instead of a cut, every reply reaches the client this many ms late, in order
+    /// (nothing is lost; replies arrive after calls timed out), until the heal.
+    pub(crate) delay_ms: Option<u64>,
 }
 
 impl Plan {
@@ -247,10 +250,11 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
             rng.range(0, 3_000),
         )
     });
-    let cut = (limits.can_cut && rng.chance(50)).then(|| CutPlan {
+    let mut cut = (limits.can_cut && rng.chance(50)).then(|| CutPlan {
         at_ms: rng.range(0, 3_000),
         replies_only: rng.chance(50),
         heal_after_ms: rng.chance(50).then(|| rng.range(200, 3_000)),
+        delay_ms: None,
     });
     // Drawn last, so the rest of a seed's workload is what it was without them.
     if caps.read_write {
@@ -263,6 +267,12 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
                 &mut tasks,
                 caps,
             );
+        }
+    }
+    // Drawn last too: about one fault in three delays replies instead of losing them.
+    if let Some(cut) = cut.as_mut() {
+        if rng.chance(35) {
+            cut.delay_ms = Some(rng.range(300, 4_000));
         }
     }
     Plan {

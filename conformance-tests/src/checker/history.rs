@@ -64,6 +64,8 @@ pub(crate) enum What {
     Shutdown { client: usize, done: bool },
     /// A client was cut off from the server (or only from its replies).
     Cut { client: usize, replies_only: bool },
+    /// The server's replies reach a client this many ms late from now on.
+    Delayed { client: usize, ms: u64 },
     /// The network between that client and its server came back.
     Healed { client: usize },
     /// Anything else worth seeing in an excerpt.
@@ -357,6 +359,9 @@ impl fmt::Display for Show<'_> {
                     "c{client}'s replies lost from now on (requests still act)"
                 ),
             },
+            What::Delayed { client, ms } => {
+                write!(f, "c{client}'s replies {ms} ms late from now on")
+            }
             What::Healed { client } => write!(f, "c{client}'s network back"),
             What::Note(note) => f.write_str(note),
         }

@@ -225,7 +225,11 @@ pub(crate) fn excerpt(
                 let near = marks.iter().any(|&m| event.seq <= m && m - event.seq <= 4);
                 last_sample.insert(*hold, *held) != Some(*held) || near
             }
-            What::Shutdown { .. } | What::Cut { .. } | What::Healed { .. } | What::Note(_) => true,
+            What::Shutdown { .. }
+            | What::Cut { .. }
+            | What::Delayed { .. }
+            | What::Healed { .. }
+            | What::Note(_) => true,
             _ => false,
         };
         if keep {
@@ -274,7 +278,10 @@ pub(crate) fn leftover_excerpt(rec: &Recorded, leftovers: &[String]) -> Vec<Stri
                     || outcome.starts_with("release failed")
                     || outcome == "no answer"
             }
-            What::Shutdown { .. } | What::Cut { .. } | What::Healed { .. } => true,
+            What::Shutdown { .. }
+            | What::Cut { .. }
+            | What::Delayed { .. }
+            | What::Healed { .. } => true,
             _ => false,
         })
         .map(|event| rec.line(event))
