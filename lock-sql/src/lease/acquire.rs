@@ -28,6 +28,14 @@ use super::undo::{may_have_landed, PendingWrite, Ticket};
 use super::{millis, Ask, Outcome, Timing};
 use crate::hot::HotError;
 
+/// How long an acquire whose wait ran out waits for its queue ticket's removal before
+/// it answers.
+const TICKET_REMOVAL_GRACE: Duration = Duration::from_millis(500);
+
+/// The least time an attempt of an acquire that may wait gets, however near its
+/// deadline it begins.
+pub(crate) const ATTEMPT_GRACE: Duration = Duration::from_millis(250);
+
 /// Takes a lease, waiting until the request's deadline.
 pub(crate) async fn acquire(
     db: &Arc<Db>,
@@ -67,7 +75,14 @@ pub(crate) async fn acquire(
         let enqueue = waits && queued_kind;
         // The lease's expiry is set by the database during this attempt.
         let attempt_sent = Instant::now();
-        let outcome = attempt(db, &ask, &mut ticket.id, enqueue).await?;
+        // While it may wait, an attempt is cut short at the deadline (its task undoes
+        // whatever it still commits), so a slow server cannot stretch the wait limit;
+        // a look begun at or near the deadline still gets a moment.
+        let cut_at = waits
+            .then(|| req.deadline.instant())
+            .flatten()
+            .map(|at| at.max(Instant::now() + ATTEMPT_GRACE));
+        let outcome = attempt(db, &ask, &mut ticket.id, enqueue, cut_at).await?;
         let wake_in_ms = match outcome {
             Outcome::Granted(fence) => {
                 // The grant removed the ticket in its transaction.
@@ -81,7 +96,9 @@ pub(crate) async fn acquire(
             Outcome::Blocked { wake_in_ms } => wake_in_ms,
         };
         if req.deadline.has_passed() {
-            ticket.remove().await;
+            // Briefly: a slow server must not stretch the wait limit; a removal not
+            // done by then goes on in the background (the ticket's drop).
+            let _ = tokio::time::timeout(TICKET_REMOVAL_GRACE, ticket.remove()).await;
             return Ok(None);
         }
         let mut nap = match listener {
@@ -103,22 +120,27 @@ pub(crate) async fn acquire(
     }
 }
 
-/// One try, retried on transient conflicts.
+/// One try, retried on transient conflicts. Its answer is awaited for the request
+/// timeout, and no later than `cut_at`: an attempt cut short there counts as blocked.
 pub(super) async fn attempt(
     db: &Arc<Db>,
     ask: &Arc<Ask>,
     ticket: &mut Option<i64>,
     enqueue: bool,
+    cut_at: Option<Instant>,
 ) -> Result<Outcome> {
     let mut tries = 0;
     loop {
-        let (outcome, next, mut pending) = match tokio::time::timeout(
-            db.request_timeout,
+        let timeout_at = Instant::now() + db.request_timeout;
+        let until = cut_at.map_or(timeout_at, |cut| cut.min(timeout_at));
+        let (outcome, next, mut pending) = match tokio::time::timeout_at(
+            until,
             attempt_in_task(db, ask, *ticket, enqueue),
         )
         .await
         {
             Ok(answer) => answer?,
+            Err(_) if until < timeout_at => return Ok(Outcome::Blocked { wake_in_ms: None }),
             Err(_) => return Err(timed_out(db.name(), "acquiring a lock", db.request_timeout)),
         };
         match outcome {

@@ -213,12 +213,10 @@ fn postgres_grant(
     (sql, args)
 }
 
-/// MySQL: the upsert after the transaction's key bump; the lease is ours if the row
-/// carries the bumped fence.
-fn mysql_grant(t: &Tables, now: &str, cond: String, cond_args: Vec<Arg>) -> (String, Vec<Arg>) {
-    let (leases, cols) = (&t.leases, LEASE_COLUMNS);
-    let mut args = Vec::new();
-    args.extend([
+/// What the MySQL and SQLite upserts bind: the lease row's values (its fence is the
+/// one the transaction's key bump drew), then the condition's.
+fn upsert_args(cond_args: Vec<Arg>) -> Vec<Arg> {
+    let mut args = vec![
         Arg::Key,
         Arg::Kind,
         Arg::Holder,
@@ -226,8 +224,16 @@ fn mysql_grant(t: &Tables, now: &str, cond: String, cond_args: Vec<Arg>) -> (Str
         Arg::Fence,
         Arg::Ttl,
         Arg::Description,
-    ]);
+    ];
     args.extend(cond_args);
+    args
+}
+
+/// MySQL: the upsert after the transaction's key bump; the lease is ours if the row
+/// carries the bumped fence.
+fn mysql_grant(t: &Tables, now: &str, cond: String, cond_args: Vec<Arg>) -> (String, Vec<Arg>) {
+    let (leases, cols) = (&t.leases, LEASE_COLUMNS);
+    let args = upsert_args(cond_args);
     // Assignments run left to right on the updated values: the fence decides
     // once (the server clock is read anew at every call), the rest follow it.
     let sql = format!(
@@ -245,17 +251,7 @@ fn mysql_grant(t: &Tables, now: &str, cond: String, cond_args: Vec<Arg>) -> (Str
 /// row.
 fn sqlite_grant(t: &Tables, now: &str, cond: String, cond_args: Vec<Arg>) -> (String, Vec<Arg>) {
     let (leases, cols) = (&t.leases, LEASE_COLUMNS);
-    let mut args = Vec::new();
-    args.extend([
-        Arg::Key,
-        Arg::Kind,
-        Arg::Holder,
-        Arg::Owner,
-        Arg::Fence,
-        Arg::Ttl,
-        Arg::Description,
-    ]);
-    args.extend(cond_args);
+    let args = upsert_args(cond_args);
     let sql = format!(
         "INSERT INTO {leases} AS l {cols} SELECT ?, ?, ?, ?, ?, {now} + ?, ?, {now} WHERE {cond} \
          ON CONFLICT (khash, kind, holder) DO UPDATE SET owner = excluded.owner, \
