@@ -549,6 +549,10 @@ async fn look_up(
         .map(|stat| (path, stat)))
 }
 
+/// How long an acquire whose wait ran out waits for its node's removal before it
+/// answers; the rest of the removal goes on in the background.
+const REMOVE_GRACE: Duration = Duration::from_millis(500);
+
 /// Deletes a contender node when its acquire ends without a grant, including when the
 /// acquire future is dropped (the delete is spawned, since drop cannot wait).
 struct Pending {
@@ -589,9 +593,10 @@ impl Pending {
 
 impl Pending {
     /// Deletes the node now, before the acquire answers, so that a program that ends
-    /// right after a timeout leaves no node queued ahead of others. Bounded by the
-    /// request timeout, and not tried while the connection is lost (the acquire would
-    /// only wait for it to come back); what is not done is left to `drop`.
+    /// right after a timeout leaves no node queued ahead of others. Bounded by
+    /// [`REMOVE_GRACE`] (a slow server must not stretch the wait limit), and not tried
+    /// while the connection is lost (the acquire would only wait for it to come back);
+    /// what is not done is left to `drop`, which deletes the node in the background.
     async fn remove(&mut self) {
         if !matches!(
             self.client.state(),
@@ -600,7 +605,7 @@ impl Pending {
             return;
         }
         let removed = tokio::time::timeout(
-            self.request_timeout,
+            self.request_timeout.min(REMOVE_GRACE),
             delete_node(&self.client, &self.dir, &self.tag, self.node.clone()),
         )
         .await;
@@ -663,7 +668,25 @@ impl Drop for Pending {
         let tag = std::mem::take(&mut self.tag);
         let node = self.node.take();
         self.cleanups.spawn_on(&runtime, async move {
-            delete_node(&client, &dir, &tag, node).await;
+            // Asked again while the session lives: a node left in the queue would be
+            // granted the lock in its turn with nobody holding it, and keep it for as
+            // long as the session lasts.
+            let mut pause = Duration::from_millis(100);
+            let until = tokio::time::Instant::now() + BACKGROUND_DELETE_LIMIT;
+            while !delete_node(&client, &dir, &tag, node.clone()).await {
+                let gone = matches!(
+                    client.state(),
+                    SessionState::Closed | SessionState::Expired | SessionState::AuthFailed
+                );
+                if gone || tokio::time::Instant::now() + pause >= until {
+                    break;
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
         });
     }
 }
+
+/// How long a dropped or timed-out acquire's node is asked to go, at most.
+const BACKGROUND_DELETE_LIMIT: Duration = Duration::from_secs(20);
