@@ -24,6 +24,11 @@ use crate::options::{AcquireOptions, Lease, Wait};
 use crate::telemetry::{kind_label, LeaseIdentity, Outcome};
 use crate::watchdog::LeaseEntry;
 
+/// How long past the deadline of a wait a backend's acquire may take before it is
+/// dropped (cancel safe, as every backend's acquire is) and the wait answers
+/// `Timeout`: longer than the backends' own clean-up graces, so they answer first.
+const OVERDUE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A key of one client, shared by a handle's clones and by its acquisitions.
 #[derive(Debug)]
 pub(crate) struct Handle<B: LockBackend> {
@@ -144,9 +149,18 @@ impl<B: LockBackend> Handle<B> {
             };
             // A shutdown ends the wait; the backend cleans up as for a dropped acquire.
             let _acquiring = client.acquiring.begin();
+            // So does a backend still busy well past the deadline of a wait (a slow
+            // server): the wait limit holds whatever the server's pace.
+            let overdue = async {
+                match deadline.instant().filter(|_| !deadline.has_passed()) {
+                    Some(at) => tokio::time::sleep_until(at + OVERDUE_GRACE).await,
+                    None => std::future::pending().await,
+                }
+            };
             let grant = tokio::select! {
                 grant = client.backend.acquire(request) => grant?,
                 () = client.closed() => return Err(Error::Closed),
+                () = overdue => None,
             };
             let Some(grant) = grant else {
                 tracing::debug!("lock not acquired before the deadline");
