@@ -142,6 +142,7 @@ impl Blackhole {
     /// is closed the next time either side sends on it, and the client reconnects.
     pub fn heal(&self) {
         self.heals.fetch_add(1, Ordering::SeqCst);
+        self.reply_delay_ms.store(0, Ordering::SeqCst);
         self.requests_open.store(true, Ordering::SeqCst);
         self.replies_open.store(true, Ordering::SeqCst);
     }
@@ -189,7 +190,9 @@ async fn pump(
     let heard = direction.heard;
     let writer = tokio::spawn(async move {
         while let Some((at, bytes)) = queued.recv().await {
-            tokio::time::sleep_until(at).await;
+            if at > Instant::now() {
+                tokio::time::sleep_until(at).await;
+            }
             if to.write_all(&bytes).await.is_err() {
                 return;
             }

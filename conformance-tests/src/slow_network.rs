@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::prelude::*;
-use lock_core::Error;
+use lock_core::{Error, LockProvider};
 use tokio::time::Instant;
 
 use crate::backend::{Backend, ClientOptions};
 use crate::checker::CutOff;
+use crate::proxy::Blackhole;
 
 /// The wait limit asked for.
 const LIMIT: Duration = Duration::from_millis(500);
@@ -19,6 +20,55 @@ const LIMIT: Duration = Duration::from_millis(500);
 const DELAY: Duration = Duration::from_secs(3);
 /// How far past its limit the acquire may answer.
 const GRACE: Duration = Duration::from_millis(1500);
+
+/// `holder` takes the lock, and `slow`, whose replies come [`DELAY`] late, waits for
+/// it for [`LIMIT`]: it must answer `Timeout` within the limit and [`GRACE`].
+async fn waits_on_time(
+    holder: &dyn LockProvider,
+    slow: &dyn LockProvider,
+    proxy: &Blackhole,
+    fair: bool,
+) -> Result<(), String> {
+    let name = if fair { "late-fair" } else { "late" };
+    let held = if fair {
+        holder
+            .fair_lock(name)
+            .map_err(|e| e.to_string())?
+            .acquire()
+            .await
+    } else {
+        holder
+            .lock(name)
+            .map_err(|e| e.to_string())?
+            .acquire()
+            .await
+    }
+    .map_err(|e| format!("holder's acquire: {e}"))?;
+    proxy.delay_replies(DELAY);
+    let began = Instant::now();
+    let outcome = if fair {
+        let lock = slow.fair_lock(name).map_err(|e| e.to_string())?;
+        lock.acquire_timeout(LIMIT).await
+    } else {
+        let lock = slow.lock(name).map_err(|e| e.to_string())?;
+        lock.acquire_timeout(LIMIT).await
+    };
+    let took = began.elapsed();
+    proxy.undelay();
+    held.release()
+        .await
+        .map_err(|e| format!("{name}: the holder's release after the slow wait: {e}"))?;
+    match outcome {
+        Err(Error::Timeout { .. }) if took <= LIMIT + GRACE => Ok(()),
+        Err(Error::Timeout { .. }) => Err(format!(
+            "a {name} wait limit of {LIMIT:?} answered after {took:?} with replies {DELAY:?} late"
+        )),
+        Ok(_) => Err(format!("{name}: granted a lock another client held")),
+        Err(other) => Err(format!(
+            "{name}: answered {other} after {took:?}, not a timeout"
+        )),
+    }
+}
 
 /// Runs the check; `Err` says what went wrong.
 ///
@@ -43,12 +93,6 @@ pub async fn wait_limit_holds_under_late_replies(
         .client(options)
         .await
         .map_err(|e| format!("slow client: {e}"))?;
-    let held = holder
-        .lock("late")
-        .map_err(|e| e.to_string())?
-        .acquire()
-        .await
-        .map_err(|e| format!("holder's acquire: {e}"))?;
     // Connections made and used before the replies slow down.
     let warm = slow.lock("warm-up").map_err(|e| e.to_string())?;
     let warmed = warm.acquire().await.map_err(|e| format!("warm-up: {e}"))?;
@@ -57,21 +101,11 @@ pub async fn wait_limit_holds_under_late_replies(
         .await
         .map_err(|e| format!("warm-up release: {e}"))?;
 
-    proxy.delay_replies(DELAY);
-    let lock = slow.lock("late").map_err(|e| e.to_string())?;
-    let began = Instant::now();
-    let outcome = lock.acquire_timeout(LIMIT).await;
-    let took = began.elapsed();
-    proxy.undelay();
-    let verdict = match outcome {
-        Err(Error::Timeout { .. }) if took <= LIMIT + GRACE => Ok(()),
-        Err(Error::Timeout { .. }) => Err(format!(
-            "a wait limit of {LIMIT:?} answered after {took:?} with replies {DELAY:?} late"
-        )),
-        Ok(_) => Err("granted a lock another client held".to_owned()),
-        Err(other) => Err(format!("answered {other} after {took:?}, not a timeout")),
-    };
-    let _ = held.release().await;
+    let mut verdict = waits_on_time(&*holder, &*slow, &proxy, false).await;
+    if verdict.is_ok() && slow.capabilities().fair {
+        // A fair wait holds a queue ticket, removed when the wait runs out.
+        verdict = waits_on_time(&*holder, &*slow, &proxy, true).await;
+    }
     let _ = holder.shutdown().await;
     let _ = tokio::time::timeout(DELAY * 4, slow.shutdown()).await;
     verdict?;
