@@ -64,10 +64,6 @@ impl From<lock_core::Error> for Stop {
     }
 }
 
-/// How long past its deadline an acquire that may wait awaits its job's answer (the
-/// job itself answers at the deadline unless a request to etcd is slow).
-const ANSWER_GRACE: Duration = Duration::from_millis(500);
-
 /// Everything the task needs, owned.
 struct Job {
     inner: Arc<Inner>,
@@ -112,26 +108,14 @@ pub(crate) async fn acquire(
         cleanups: inner.cleanups.clone(),
         answered: false,
     };
-    // While the acquire may wait, its answer is awaited until a moment after the
-    // deadline at most: a slow etcd must not stretch the wait limit. Past that the
-    // acquire is left as a dropped one is, and the job cleans up behind it.
-    let answer_by = (!req.deadline.has_passed())
-        .then(|| req.deadline.instant())
-        .flatten()
-        .map(|at| at + ANSWER_GRACE);
     let run = job.run(tx);
     tokio::spawn(async move {
         run.await;
         drop(abandoned);
     });
-    let answer = match answer_by {
-        Some(at) => match tokio::time::timeout_at(at, rx).await {
-            Ok(answer) => answer,
-            Err(_) => return Ok(None),
-        },
-        None => rx.await,
-    }
-    .map_err(|_| error::unexpected("the acquire task ended without an answer"));
+    let answer = rx
+        .await
+        .map_err(|_| error::unexpected("the acquire task ended without an answer"));
     on_drop.answered = true;
     answer?
 }

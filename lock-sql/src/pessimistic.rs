@@ -180,23 +180,13 @@ pub(crate) async fn acquire(
             .await?;
         Ok::<_, sqlx::Error>((pinned, connection))
     };
-    let started = db.timed("starting a lock transaction", async {
-        setup.await.map_err(|e| db.err(e))
-    });
-    // While it may wait, the set-up ends at the deadline like the wait itself, so a
-    // slow server cannot stretch the wait limit (nothing is held yet: the connection
-    // is closed).
-    let waits_until = (!req.deadline.has_passed())
-        .then(|| req.deadline.instant())
-        .flatten()
-        .map(|at| at.max(Instant::now() + crate::lease::ATTEMPT_GRACE));
-    let (mut pinned, connection) = match waits_until {
-        Some(at) => match tokio::time::timeout_at(at, started).await {
-            Ok(started) => started?,
-            Err(_) => return Ok(None),
-        },
-        None => started.await?,
-    };
+    // A slow server cannot stretch the wait limit: lock-core drops an acquire still
+    // busy past its deadline, and the dropped connection closes.
+    let (mut pinned, connection) = db
+        .timed("starting a lock transaction", async {
+            setup.await.map_err(|e| db.err(e))
+        })
+        .await?;
 
     let connection_id = connection.id;
     match lock_row(db, &mut pinned, &connection, &key, kind, &req).await? {
@@ -300,19 +290,10 @@ async fn lock_row(
             r.as_secs().saturating_add(1).min(1_073_741_824)
         ),
     };
-    let set = sqlx::raw_sql(AssertSqlSafe(timeout_sql)).execute(pinned.conn());
-    let cut_at = req
-        .deadline
-        .instant()
-        .map(|at| at.max(Instant::now() + crate::lease::ATTEMPT_GRACE));
-    match cut_at {
-        Some(at) => match tokio::time::timeout_at(at, set).await {
-            Ok(done) => done.map(drop).map_err(|e| db.err(e))?,
-            // Cut mid-statement: the connection is closed, not reused.
-            Err(_) => return Ok(RowLock::Abandoned),
-        },
-        None => set.await.map(drop).map_err(|e| db.err(e))?,
-    }
+    sqlx::raw_sql(AssertSqlSafe(timeout_sql))
+        .execute(pinned.conn())
+        .await
+        .map_err(|e| db.err(e))?;
     let mut guard = WaitGuard {
         db,
         connection,
@@ -423,7 +404,7 @@ pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>, pinned: &Pinne
         .bind(lease.owner.as_str().to_owned())
         .bind(lease.fence as i64)
         .execute(&db.pool);
-    // Only a record for operators; a leftover one is harmless.
+    // Only a record for operators: a failed delete leaves it to the next holder.
     let _ = db
         .timed("forgetting the lock holder", async {
             forget.await.map_err(|e| db.err(e))

@@ -870,24 +870,23 @@ pub async fn is_locked_never_makes_a_try_fail(sql: &Sql) {
 /// server's own timer, not after hours of TCP keep-alive. And a holder that lost its
 /// locks leaves no holder record behind once it gives them up.
 pub async fn a_silent_holder_lets_go(sql: &Sql) {
-    use conformance_tests::proxy::Blackhole;
+    use conformance_tests::checker::{CutOff as _, ProxiedUrl};
+    use conformance_tests::ClientOptions;
     let ns = ns();
-    let port: u16 = sql
-        .url
-        .split_once("127.0.0.1:")
-        .and_then(|(_, rest)| {
-            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-            digits.parse().ok()
+    let (strategy, prefix) = (sql.strategy, sql.prefix.clone());
+    let hook = ProxiedUrl::new(&sql.url, move |through| {
+        std::sync::Arc::new(Sql::new(&through, strategy, &prefix))
+    })
+    .expect("a loopback URL");
+    let (proxied, proxy) = hook.cuttable().await.expect("proxy");
+    let silent = proxied
+        .client(ClientOptions {
+            namespace: ns.clone(),
+            watchdog_lease: Duration::from_millis(600),
+            holder_description: None,
         })
-        .expect("a loopback URL");
-    let proxy = Blackhole::to(port).await.expect("proxy");
-    let through = sql.url.replacen(
-        &format!("127.0.0.1:{port}"),
-        &format!("127.0.0.1:{}", proxy.port()),
-        1,
-    );
-    let proxied = Sql::new(&through, sql.strategy, &sql.prefix);
-    let silent = client(sql, &ns, proxied.options()).await;
+        .await
+        .expect("client");
     let other = client(sql, &ns, sql.options()).await;
     let held = silent.lock("silent").unwrap().acquire().await.unwrap();
     let also_held = silent.lock("also-silent").unwrap().acquire().await.unwrap();

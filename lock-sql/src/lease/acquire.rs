@@ -34,7 +34,7 @@ const TICKET_REMOVAL_GRACE: Duration = Duration::from_millis(500);
 
 /// The least time an attempt of an acquire that may wait gets, however near its
 /// deadline it begins.
-pub(crate) const ATTEMPT_GRACE: Duration = Duration::from_millis(250);
+const ATTEMPT_GRACE: Duration = Duration::from_millis(250);
 
 /// Takes a lease, waiting until the request's deadline.
 pub(crate) async fn acquire(

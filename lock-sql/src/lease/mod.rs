@@ -20,7 +20,7 @@ mod release;
 mod transaction;
 mod undo;
 
-pub(crate) use acquire::{acquire, ATTEMPT_GRACE};
+pub(crate) use acquire::acquire;
 pub(crate) use admin::{force_unlock, force_unlock_holder, inspect, is_locked};
 pub(crate) use release::{release, renew};
 pub(crate) use transaction::bump_key;
