@@ -35,17 +35,12 @@ async fn redis_conformance() {
     })
     .expect("a loopback URL");
     let redis = Arc::new(Redis::new("redis", Inspect::Url(url.clone()), url));
-    let cut_off = Arc::new(cut_off);
-    checker::check_with_cut_off(
-        redis.clone(),
-        cut_off.clone(),
+    checker::check_behind_proxy(
+        redis,
+        Arc::new(cut_off),
         Budget::seeds(checker::SERVER_SEEDS),
     )
-    .await
-    .assert_ok();
-    conformance_tests::slow_network::wait_limit_holds_under_late_replies(redis, &*cut_off)
-        .await
-        .unwrap_or_else(|e| panic!("redis: {e}"));
+    .await;
 }
 
 /// RedLock over five masters: the exclusive-lock cases (fair and read-write locks are

@@ -94,16 +94,6 @@ async fn zookeeper_conformance() {
         })
     })
     .expect("a loopback URL");
-    let cut_off = Arc::new(cut_off);
-    checker::check_with_cut_off(
-        zk.clone(),
-        cut_off.clone(),
-        Budget::seeds(checker::CUT_OFF_SEEDS),
-    )
-    .await
-    .assert_ok();
-    conformance_tests::slow_network::wait_limit_holds_under_late_replies(zk, &*cut_off)
-        .await
-        .unwrap_or_else(|e| panic!("zookeeper: {e}"));
+    checker::check_behind_proxy(zk, Arc::new(cut_off), Budget::seeds(checker::CUT_OFF_SEEDS)).await;
     drop(server);
 }

@@ -203,6 +203,25 @@ pub async fn check_with_cut_off(
     check_inner(backend, Some(cut_off), budget).await
 }
 
+/// What a server target runs behind its proxy hook: [`check_with_cut_off`] with
+/// `budget`, then [`crate::slow_network::wait_limit_holds_under_late_replies`].
+///
+/// # Panics
+/// On a failing seed or a failed check, naming the backend.
+pub async fn check_behind_proxy(
+    backend: Arc<dyn Backend>,
+    cut_off: Arc<dyn CutOff>,
+    budget: Budget,
+) {
+    check_with_cut_off(backend.clone(), cut_off.clone(), budget)
+        .await
+        .assert_ok();
+    let name = backend.name().to_owned();
+    crate::slow_network::wait_limit_holds_under_late_replies(backend, &*cut_off)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+}
+
 struct Runner {
     backend: Arc<dyn Backend>,
     cut_off: Option<Arc<dyn CutOff>>,

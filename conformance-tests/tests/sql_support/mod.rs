@@ -271,19 +271,12 @@ pub async fn check_with_cut_off(sql: Sql) {
         Arc::new(Sql::new(&through, strategy, &prefix).labelled(label.clone()))
     })
     .expect("a loopback URL");
-    let (sql, cut_off) = (Arc::new(sql), Arc::new(cut_off));
-    checker::check_with_cut_off(
-        sql.clone(),
-        cut_off.clone(),
+    checker::check_behind_proxy(
+        Arc::new(sql),
+        Arc::new(cut_off),
         Budget::seeds(checker::CUT_OFF_SEEDS),
     )
-    .await
-    .assert_ok();
-    let label = sql.label.clone();
-    conformance_tests::slow_network::wait_limit_holds_under_late_replies(sql, &*cut_off)
-        .await
-        .unwrap_or_else(|e| panic!("{label}: {e}"));
-    println!("sql-extra[{label}] PASS wait_limit_holds_under_late_replies");
+    .await;
 }
 
 /// The conformance cases alone (without the history checker), at least `min_passed`
