@@ -505,9 +505,7 @@ async fn etcd_waiter_on_a_member_cut_off_from_the_leader_hears_the_release() {
     let third = (0..3).find(|&i| i != leader && i != follower).unwrap();
     let endpoint = |i: usize| format!("127.0.0.1:{}", cluster.nodes[i].port());
     let backend = |i: usize| {
-        let config = EtcdConfig::builder(&format!("etcd://{}", endpoint(i)))
-            .build()
-            .expect("valid URL");
+        let config = EtcdConfig::from_url(&format!("etcd://{}", endpoint(i))).expect("valid URL");
         EtcdBackend::connect(config)
     };
     let ns = "require-leader";

@@ -49,11 +49,10 @@ async fn etcd_tls() {
 
 /// Connects through `url` and expects a refusal within the timeout and slack.
 async fn refused(url: &str) -> String {
-    let config = EtcdConfig::builder(url)
-        .connect_timeout(TIMEOUT)
-        .request_timeout(TIMEOUT)
-        .build()
-        .expect("valid settings");
+    let config = EtcdConfig::from_url(url)
+        .expect("valid settings")
+        .with_connect_timeout(TIMEOUT)
+        .with_request_timeout(TIMEOUT);
     let started = tokio::time::Instant::now();
     let outcome = tokio::time::timeout(2 * TIMEOUT + SLACK, EtcdBackend::connect(config))
         .await

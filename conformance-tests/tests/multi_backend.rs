@@ -17,7 +17,7 @@ use conformance_tests::server::TestServer;
 use lock_core::prelude::*;
 use lock_core::{LockClient, LockProvider, MultiLock};
 use lock_redis::{RedisBackend, RedisConfig};
-use lock_sql::{SqlBackend, SqlOptions};
+use lock_sql::{SqlBackend, SqlConfig};
 
 const SLACK: Duration = Duration::from_secs(5);
 
@@ -41,7 +41,9 @@ impl Servers {
     }
 
     async fn postgres(&self) -> Arc<dyn LockProvider> {
-        let options = SqlOptions::new(self.postgres_url.clone()).max_connections(4);
+        let options = SqlConfig::from_url(&self.postgres_url)
+            .expect("database URL")
+            .with_max_connections(4);
         let backend = SqlBackend::connect(options)
             .await
             .expect("postgres backend");

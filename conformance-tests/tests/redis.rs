@@ -53,11 +53,10 @@ struct RedLock {
 impl RedLock {
     fn backend(&self) -> lock_core::Result<RedLockBackend> {
         RedLockBackend::new(self.urls.iter().map(|url| {
-            RedisConfig::builder(url)
-                .connect_timeout(Duration::from_secs(1))
-                .command_timeout(Duration::from_secs(1))
-                .build()
+            RedisConfig::from_url(url)
                 .expect("valid URL")
+                .with_connect_timeout(Duration::from_secs(1))
+                .with_request_timeout(Duration::from_secs(1))
         }))
     }
 }

@@ -167,7 +167,7 @@ async fn renews_on_every_node(read: bool) {
 
     let cluster = ClusterDeployment::start().await.expect("the cluster forms");
     let ns = format!("renew-{}-{read}", std::process::id());
-    let backend = lock_redis::RedisBackend::new(config(&cluster.url()).build().unwrap()).unwrap();
+    let backend = lock_redis::RedisBackend::new(config(&cluster.url())).unwrap();
     let holder = lock_core::LockClient::builder(backend)
         .namespace(&ns)
         .watchdog_lease(Duration::from_millis(900))

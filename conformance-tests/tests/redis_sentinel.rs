@@ -78,7 +78,7 @@ async fn acked_acquire(
     on_too_few: TooFewReplicas,
 ) -> (lock_core::Result<lock_core::LockGuard>, bool) {
     let acked = client(
-        config(url).replica_acks(replicas, Duration::from_millis(300), on_too_few),
+        config(url).with_replica_acks(replicas, Duration::from_millis(300), on_too_few),
         namespace,
     );
     let result = acked.lock("acked").unwrap().acquire().await;
@@ -144,7 +144,7 @@ async fn replica_acknowledgement_cost_is_printed() {
     let ns = format!("ack-cost-{}", std::process::id());
     let plain = client(config(&url), &ns);
     let acked = client(
-        config(&url).replica_acks(1, Duration::from_secs(1), TooFewReplicas::Release),
+        config(&url).with_replica_acks(1, Duration::from_secs(1), TooFewReplicas::Release),
         &ns,
     );
     for (what, client) in [("without", &plain), ("with", &acked)] {
@@ -262,8 +262,8 @@ async fn a_waiter_whose_attempt_timed_out_still_ends_at_its_wait_limit() {
     let ns = format!("limit-{}", std::process::id());
     let fast = || {
         config(&url)
-            .connect_timeout(Duration::from_millis(500))
-            .command_timeout(Duration::from_millis(500))
+            .with_connect_timeout(Duration::from_millis(500))
+            .with_request_timeout(Duration::from_millis(500))
     };
     let fair_waiter = client(fast(), &ns);
     let writer = client(fast(), &ns);

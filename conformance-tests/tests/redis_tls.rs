@@ -96,11 +96,10 @@ async fn redis_sentinel_tls() {
 
 /// Takes a lock through `url` and expects a refusal within the timeouts and slack.
 async fn refused(url: &str) -> String {
-    let config = RedisConfig::builder(url)
-        .connect_timeout(TIMEOUT)
-        .command_timeout(TIMEOUT)
-        .build()
-        .expect("valid settings");
+    let config = RedisConfig::from_url(url)
+        .expect("valid settings")
+        .with_connect_timeout(TIMEOUT)
+        .with_request_timeout(TIMEOUT);
     let client = LockClient::new(RedisBackend::new(config).expect("a backend"));
     let started = tokio::time::Instant::now();
     let attempt = async { client.lock("tls-check")?.try_acquire().await };

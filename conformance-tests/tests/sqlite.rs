@@ -4,7 +4,7 @@
 mod sql_support;
 
 use lock_core::Error;
-use lock_sql::{SqlBackend, SqlOptions, Strategy};
+use lock_sql::{SqlBackend, SqlConfig, Strategy};
 use sql_support::{extra, run_suite, Sql};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -13,9 +13,13 @@ async fn sqlite() {
     let url = format!("sqlite://{}", dir.path().join("locks.db").display());
     run_suite(Sql::new(&url, Strategy::Lease, "lock_sql"), 60).await;
 
-    let err = SqlBackend::connect(SqlOptions::new(url.clone()).strategy(Strategy::ForUpdate))
-        .await
-        .expect_err("FOR UPDATE on SQLite");
+    let err = SqlBackend::connect(
+        SqlConfig::from_url(&url)
+            .expect("database URL")
+            .with_strategy(Strategy::ForUpdate),
+    )
+    .await
+    .expect_err("FOR UPDATE on SQLite");
     assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
     assert!(err.to_string().contains("row locks"), "{err}");
     println!("sql-extra[sqlite] PASS for_update_refused: {err}");
@@ -42,7 +46,7 @@ async fn sqlite() {
     let missing = format!("sqlite://{}/no/such/dir/locks.db", dir.path().display());
     for bad in [missing.as_str(), "sqlite:///dev/null"] {
         let started = std::time::Instant::now();
-        let err = SqlBackend::connect(SqlOptions::new(bad))
+        let err = SqlBackend::connect_url(bad)
             .await
             .expect_err("opened nothing");
         assert!(

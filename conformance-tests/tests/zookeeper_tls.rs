@@ -66,9 +66,9 @@ async fn serving(url: &str) -> ZkBackend {
 /// Takes a lock through `url` and expects a refusal within the timeout and slack.
 async fn refused(url: &str) -> String {
     let config = ZkConfig::from_url(url)
-        .and_then(|c| c.with_connect_timeout(TIMEOUT))
-        .expect("valid settings");
-    let client = LockClient::new(ZkBackend::new(config));
+        .expect("valid settings")
+        .with_connect_timeout(TIMEOUT);
+    let client = LockClient::new(ZkBackend::new(config).expect("valid settings"));
     let attempt = async { client.lock("tls-check")?.try_acquire().await };
     let outcome = tokio::time::timeout(TIMEOUT + SLACK, attempt)
         .await

@@ -34,7 +34,7 @@
 //! Each backend reads its production settings from the URL's query, in the same
 //! words (`connect_timeout=3s`, `request_timeout=1s`, `tls_ca=/etc/ca.pem`, ...), and
 //! refuses a key it does not know. The tables: `lock_redis::RedisConfig`,
-//! `lock_etcd::EtcdConfig`, `lock_sql::SqlOptions::from_url` and
+//! `lock_etcd::EtcdConfig`, `lock_sql::SqlConfig::from_url` and
 //! `lock_zookeeper::ZkConfig::from_url`.
 //!
 //! [`schemes`] lists what a build understands; [`connect`] refuses any other scheme,
@@ -67,7 +67,7 @@ pub use lock_redis as redis;
 #[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
 pub use lock_zookeeper as zookeeper;
 
-/// The SQL backend crate, [`lock_sql`]: `SqlBackend`, `SqlOptions`, `Strategy`, with
+/// The SQL backend crate, [`lock_sql`]: `SqlBackend`, `SqlConfig`, `Strategy`, with
 /// the databases whose features are on (`postgres`, `mysql`, `sqlite`; `sql` is all
 /// three).
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]

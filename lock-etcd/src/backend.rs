@@ -295,13 +295,15 @@ impl EtcdBackend {
     /// Connects to the cluster and checks that it answers.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for settings etcd-client refuses;
+    /// [`Error::InvalidArgument`] naming a setting that is out of range or that
+    /// etcd-client refuses;
     /// [`Error::Unavailable`] if no endpoint answers within the connect and request
     /// timeouts; [`Error::Backend`] if etcd refuses the credentials.
     ///
     /// # Cancel safety
     /// Cancel safe: nothing is held yet.
     pub async fn connect(config: EtcdConfig) -> Result<Self> {
+        config.validate()?;
         let options = config.client_options()?;
         let limit = config.connect_timeout() + config.request_timeout();
         let client = within(

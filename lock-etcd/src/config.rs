@@ -21,24 +21,28 @@ pub const DEFAULT_PORT: u16 = 2379;
 /// percent-encoded. An invalid URL or timeout is an [`Error::InvalidArgument`], never a
 /// panic, and the password never appears in `Debug` output or errors.
 ///
+/// Made from a URL with [`from_url`](Self::from_url), then changed with the `with_*`
+/// setters, which never fail: every value is checked once, by
+/// [`EtcdBackend::connect`](crate::EtcdBackend::connect), with an
+/// [`Error::InvalidArgument`] naming the setting.
+///
 /// Every setting can also come from the URL's query (`etcd://h:2379?request_timeout=1s`);
-/// a builder setter called afterwards overrides it, and an unknown key is an error:
+/// a setter called afterwards overrides it, and an unknown key is an error:
 ///
 /// | key | setting | example |
 /// |---|---|---|
-/// | `connect_timeout` | [`EtcdConfigBuilder::connect_timeout`] | `2s` |
-/// | `request_timeout` | [`EtcdConfigBuilder::request_timeout`] | `2s` |
-/// | `tls_ca`, `tls_cert`, `tls_key`, `tls_server_name` | [`EtcdConfigBuilder::tls`] (`etcd+https://`, PEM files) | `/etc/etcd/ca.pem` |
+/// | `connect_timeout` | [`with_connect_timeout`](Self::with_connect_timeout) | `2s` |
+/// | `request_timeout` | [`with_request_timeout`](Self::with_request_timeout) | `2s` |
+/// | `tls_ca`, `tls_cert`, `tls_key`, `tls_server_name` | [`with_tls`](Self::with_tls) (`etcd+https://`, PEM files) | `/etc/etcd/ca.pem` |
 ///
 /// ```
 /// use std::time::Duration;
 /// use lock_etcd::EtcdConfig;
 ///
-/// let config = EtcdConfig::builder("etcd://10.0.0.1:2379,10.0.0.2")
-///     .user("locks", "s3cret")
-///     .connect_timeout(Duration::from_millis(500))
-///     .request_timeout(Duration::from_secs(1))
-///     .build()?;
+/// let config = EtcdConfig::from_url("etcd://10.0.0.1:2379,10.0.0.2")?
+///     .with_credentials("locks", "s3cret")
+///     .with_connect_timeout(Duration::from_millis(500))
+///     .with_request_timeout(Duration::from_secs(1));
 /// assert_eq!(config.endpoints(), ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]);
 /// assert!(!format!("{config:?}").contains("s3cret"));
 ///
@@ -58,36 +62,92 @@ pub struct EtcdConfig {
 }
 
 impl EtcdConfig {
-    /// The settings of `url` with default timeouts.
+    /// The settings of `url`, with those of its query (see the table above) and
+    /// default timeouts for the rest.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if the URL is not a valid `etcd://` or
-    /// `etcd+https://` URL.
+    /// `etcd+https://` URL, or its query has an unknown key or a bad value.
     pub fn from_url(url: &str) -> Result<Self> {
-        EtcdConfig::builder(url).build()
-    }
-
-    /// A builder starting from `url`; the URL is checked by [`EtcdConfigBuilder::build`].
-    pub fn builder(url: &str) -> EtcdConfigBuilder {
-        let (url, query) = match url.split_once('?') {
-            Some((url, query)) => (url, Some(query)),
+        let (base, query) = match url.split_once('?') {
+            Some((base, query)) => (base, Some(query)),
             None => (url, None),
         };
-        let mut builder = EtcdConfigBuilder {
-            url: url.to_owned(),
-            user: None,
-            ca_pem: None,
-            tls_files: None,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-            url_error: None,
-        };
+        let mut config = parse_url(base)?;
         if let Some(query) = query {
-            if let Err(err) = crate::url_settings::apply(&mut builder, query) {
-                builder.url_error = Some(err.to_string());
-            }
+            config = crate::url_settings::apply(config, query)?;
         }
-        builder
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The user and password, in place of the URL's.
+    pub fn with_credentials(
+        mut self,
+        user: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.user = Some((user.into(), password.into()));
+        self
+    }
+
+    /// The PEM certificate of the CA that signed the servers' certificates, for
+    /// `etcd+https://` URLs (needs the `tls` feature).
+    pub fn with_ca_certificate_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// TLS files for `etcd+https://` URLs (needs the `tls` feature): the CA that
+    /// signed the servers' certificates, a client certificate and key (for
+    /// `--client-cert-auth`), and the name to check the servers' certificates against
+    /// if not the URL's host. Files are PEM, read at connect.
+    pub fn with_tls(mut self, tls: TlsOptions) -> Self {
+        self.tls_files = Some(tls);
+        self
+    }
+
+    /// How long connecting and logging in may take (default [`DEFAULT_CONNECT_TIMEOUT`],
+    /// at least 1 ms).
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one request may take (default [`DEFAULT_REQUEST_TIMEOUT`], at least
+    /// 1 ms).
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Checks the settings together; called by `from_url` and before connecting.
+    pub(crate) fn validate(&self) -> Result<()> {
+        if (self.ca_pem.is_some() || self.tls_files.is_some()) && !self.tls {
+            return Err(Error::invalid_argument(
+                "TLS settings (a CA, tls_cert, tls_key, tls_server_name) are only used with etcd+https:// URLs",
+            ));
+        }
+        if let Some(files) = &self.tls_files {
+            files.check()?;
+        }
+        if self.user.as_ref().is_some_and(|(name, _)| name.is_empty()) {
+            return Err(Error::invalid_argument(
+                "etcd credentials have an empty user name",
+            ));
+        }
+        for (what, value) in [
+            ("connect timeout", self.connect_timeout),
+            ("request timeout", self.request_timeout),
+        ] {
+            lock_core::backend::check_duration(
+                what,
+                value,
+                Duration::from_millis(1),
+                lock_core::MAX_DURATION,
+            )?;
+        }
+        Ok(())
     }
 
     /// The endpoints as etcd-client takes them (`http://host:port` or `https://...`).
@@ -96,13 +156,18 @@ impl EtcdConfig {
     }
 
     /// The user name, if the cluster has authentication on.
-    pub fn user(&self) -> Option<&str> {
+    pub fn username(&self) -> Option<&str> {
         self.user.as_ref().map(|(name, _)| name.as_str())
     }
 
-    /// Whether connections use TLS.
-    pub fn tls(&self) -> bool {
+    /// Whether connections use TLS (`etcd+https://`).
+    pub fn is_tls(&self) -> bool {
         self.tls
+    }
+
+    /// The TLS files, if any.
+    pub fn tls(&self) -> Option<&TlsOptions> {
+        self.tls_files.as_ref()
     }
 
     /// How long connecting and logging in may take before the call fails with
@@ -132,11 +197,11 @@ impl EtcdConfig {
         if let Some((name, password)) = &self.user {
             options = options.with_user(name.clone(), password.clone());
         }
-        self.with_tls(options)
+        self.tls_options(options)
     }
 
     #[cfg(feature = "tls")]
-    fn with_tls(
+    fn tls_options(
         &self,
         options: etcd_client::ConnectOptions,
     ) -> Result<etcd_client::ConnectOptions> {
@@ -174,13 +239,13 @@ impl EtcdConfig {
     }
 
     #[cfg(not(feature = "tls"))]
-    fn with_tls(
+    fn tls_options(
         &self,
         options: etcd_client::ConnectOptions,
     ) -> Result<etcd_client::ConnectOptions> {
         debug_assert!(
             !self.tls && self.ca_pem.is_none() && self.tls_files.is_none(),
-            "checked by build()"
+            "checked by validate()"
         );
         Ok(options)
     }
@@ -190,7 +255,7 @@ impl fmt::Debug for EtcdConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdConfig")
             .field("endpoints", &self.endpoints)
-            .field("user", &self.user())
+            .field("user", &self.username())
             .field("password", &self.user.as_ref().map(|_| "<redacted>"))
             .field("tls", &self.tls)
             .field("tls_files", &self.tls_files)
@@ -200,148 +265,59 @@ impl fmt::Debug for EtcdConfig {
     }
 }
 
-/// Builds an [`EtcdConfig`]; see there for an example.
-#[derive(Clone)]
-pub struct EtcdConfigBuilder {
-    url: String,
-    user: Option<(String, String)>,
-    ca_pem: Option<Vec<u8>>,
-    tls_files: Option<TlsOptions>,
-    connect_timeout: Duration,
-    request_timeout: Duration,
-    /// What was wrong with the URL's settings, reported by `build`.
-    url_error: Option<String>,
-}
-
-impl fmt::Debug for EtcdConfigBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The URL may carry a password.
-        f.debug_struct("EtcdConfigBuilder")
-            .field("url", &redact(&self.url))
-            .field("user", &self.user.as_ref().map(|(name, _)| name))
-            .field("connect_timeout", &self.connect_timeout)
-            .field("request_timeout", &self.request_timeout)
-            .finish()
-    }
-}
-
-impl EtcdConfigBuilder {
-    /// The user and password, overriding the URL's.
-    pub fn user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
-        self.user = Some((name.into(), password.into()));
-        self
-    }
-
-    /// The PEM certificate of the CA that signed the servers' certificates, for
-    /// `etcd+https://` URLs (needs the `tls` feature).
-    pub fn ca_certificate_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.ca_pem = Some(pem.into());
-        self
-    }
-
-    /// TLS files for `etcd+https://` URLs (needs the `tls` feature): the CA that
-    /// signed the servers' certificates, a client certificate and key (for
-    /// `--client-cert-auth`), and the name to check the servers' certificates against
-    /// if not the URL's host. Files are PEM, read at connect.
-    pub fn tls(mut self, tls: TlsOptions) -> Self {
-        self.tls_files = Some(tls);
-        self
-    }
-
-    /// How long connecting and logging in may take (default [`DEFAULT_CONNECT_TIMEOUT`]).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// How long one request may take (default [`DEFAULT_REQUEST_TIMEOUT`]).
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// Checks the URL and the durations.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] saying what is wrong.
-    pub fn build(self) -> Result<EtcdConfig> {
-        if let Some(message) = &self.url_error {
-            return Err(Error::invalid_argument(message.clone()));
+/// The endpoints, credentials and TLS of a URL without its query.
+fn parse_url(url: &str) -> Result<EtcdConfig> {
+    let shown = redact(url);
+    let (tls, rest) = match url.split_once("://") {
+        Some(("etcd", rest)) => (false, rest),
+        Some(("etcd+https", rest)) => (true, rest),
+        _ => {
+            return Err(Error::invalid_argument(format!(
+                "etcd URL must start with etcd:// or etcd+https:// (got {shown:?})"
+            )))
         }
-        let shown = redact(&self.url);
-        let (tls, rest) = match self.url.split_once("://") {
-            Some(("etcd", rest)) => (false, rest),
-            Some(("etcd+https", rest)) => (true, rest),
-            _ => {
-                return Err(Error::invalid_argument(format!(
-                    "etcd URL must start with etcd:// or etcd+https:// (got {shown:?})"
-                )))
+    };
+    if tls && !cfg!(feature = "tls") {
+        return Err(Error::invalid_argument(
+            "etcd+https:// URLs need lock-etcd's `tls` feature",
+        ));
+    }
+    let (userinfo, hosts) = match rest.rsplit_once('@') {
+        Some((userinfo, hosts)) => (Some(userinfo), hosts),
+        None => (None, rest),
+    };
+    let hosts = hosts.trim_end_matches('/');
+    let user = match userinfo {
+        Some(info) => {
+            let (name, password) = info.split_once(':').unwrap_or((info, ""));
+            let name =
+                percent_decode(name).ok_or_else(|| bad(&shown, "bad escape in the user name"))?;
+            let password = percent_decode(password)
+                .ok_or_else(|| bad(&shown, "bad escape in the password"))?;
+            if name.is_empty() {
+                return Err(bad(&shown, "empty user name"));
             }
-        };
-        if tls && !cfg!(feature = "tls") {
-            return Err(Error::invalid_argument(
-                "etcd+https:// URLs need lock-etcd's `tls` feature",
-            ));
+            Some((name, password))
         }
-        if (self.ca_pem.is_some() || self.tls_files.is_some()) && !tls {
-            return Err(Error::invalid_argument(
-                "TLS settings (a CA, tls_cert, tls_key, tls_server_name) are only used with etcd+https:// URLs",
-            ));
-        }
-        if let Some(files) = &self.tls_files {
-            files.check()?;
-        }
-        let (userinfo, hosts) = match rest.rsplit_once('@') {
-            Some((userinfo, hosts)) => (Some(userinfo), hosts),
-            None => (None, rest),
-        };
-        let hosts = hosts.trim_end_matches('/');
-        let mut user = match userinfo {
-            Some(info) => {
-                let (name, password) = info.split_once(':').unwrap_or((info, ""));
-                let name = percent_decode(name)
-                    .ok_or_else(|| bad(&shown, "bad escape in the user name"))?;
-                let password = percent_decode(password)
-                    .ok_or_else(|| bad(&shown, "bad escape in the password"))?;
-                if name.is_empty() {
-                    return Err(bad(&shown, "empty user name"));
-                }
-                Some((name, password))
-            }
-            None => None,
-        };
-        if self.user.is_some() {
-            user = self.user;
-        }
-        let scheme = if tls { "https" } else { "http" };
-        let mut endpoints = Vec::new();
-        for host in hosts.split(',') {
-            endpoints.push(format!(
-                "{scheme}://{}",
-                endpoint(host).map_err(|why| bad(&shown, why))?
-            ));
-        }
-        for (what, value) in [
-            ("connect timeout", self.connect_timeout),
-            ("request timeout", self.request_timeout),
-        ] {
-            lock_core::backend::check_duration(
-                what,
-                value,
-                Duration::from_millis(1),
-                lock_core::MAX_DURATION,
-            )?;
-        }
-        Ok(EtcdConfig {
-            endpoints,
-            user,
-            tls,
-            ca_pem: self.ca_pem,
-            tls_files: self.tls_files,
-            connect_timeout: self.connect_timeout,
-            request_timeout: self.request_timeout,
-        })
+        None => None,
+    };
+    let scheme = if tls { "https" } else { "http" };
+    let mut endpoints = Vec::new();
+    for host in hosts.split(',') {
+        endpoints.push(format!(
+            "{scheme}://{}",
+            endpoint(host).map_err(|why| bad(&shown, why))?
+        ));
     }
+    Ok(EtcdConfig {
+        endpoints,
+        user,
+        tls,
+        ca_pem: None,
+        tls_files: None,
+        connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        request_timeout: DEFAULT_REQUEST_TIMEOUT,
+    })
 }
 
 fn bad(url: &str, why: &str) -> Error {
@@ -439,10 +415,17 @@ mod tests {
         }
         let tls = EtcdConfig::from_url("etcd+https://127.0.0.1:2379");
         assert_eq!(tls.is_ok(), cfg!(feature = "tls"));
-        let err = EtcdConfig::builder("etcd://127.0.0.1")
-            .request_timeout(Duration::ZERO)
-            .build()
+        let err = EtcdConfig::from_url("etcd://127.0.0.1")
+            .unwrap()
+            .with_request_timeout(Duration::ZERO)
+            .validate()
             .unwrap_err();
         assert!(err.to_string().contains("request timeout"), "{err}");
+        let err = EtcdConfig::from_url("etcd://127.0.0.1")
+            .unwrap()
+            .with_ca_certificate_pem("pem")
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("etcd+https://"), "{err}");
     }
 }

@@ -8,9 +8,8 @@
 //! use lock_etcd::{EtcdBackend, EtcdConfig};
 //!
 //! # #[tokio::main] async fn main() -> lock_core::Result<()> {
-//! let config = EtcdConfig::builder("etcd://127.0.0.1:2379")
-//!     .connect_timeout(Duration::from_millis(500))
-//!     .build()?;
+//! let config = EtcdConfig::from_url("etcd://127.0.0.1:2379")?
+//!     .with_connect_timeout(Duration::from_millis(500));
 //! let client = LockClient::new(EtcdBackend::connect(config).await?);
 //!
 //! let lock = client.lock("reports/daily")?;
@@ -122,9 +121,7 @@ mod url_settings;
 mod writes;
 
 pub use backend::{EtcdBackend, EtcdLease};
-pub use config::{
-    EtcdConfig, EtcdConfigBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT,
-};
+pub use config::{EtcdConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT};
 pub use etcd_client;
 
 /// This crate's README, whose examples compile as doctests.

@@ -1,29 +1,27 @@
-//! The settings an etcd URL's query may carry, read into the builder before any
+//! The settings an etcd URL's query may carry, read into the config before any
 //! setter runs (so a setter overrides the URL). An unknown key is an error.
 
 use lock_core::backend::QuerySettings;
 use lock_core::Result;
 
-use crate::config::EtcdConfigBuilder;
+use crate::config::EtcdConfig;
 
-/// Reads the settings of `query` into `builder`.
-pub(crate) fn apply(builder: &mut EtcdConfigBuilder, query: &str) -> Result<()> {
+/// `config` with the settings of `query`.
+pub(crate) fn apply(mut config: EtcdConfig, query: &str) -> Result<EtcdConfig> {
     let pairs = url::form_urlencoded::parse(query.as_bytes())
         .map(|(key, value)| (key.into_owned(), value.into_owned()));
     let mut query = QuerySettings::new(pairs)?;
-    let mut next = builder.clone();
     if let Some(timeout) = query.duration("connect_timeout")? {
-        next = next.connect_timeout(timeout);
+        config = config.with_connect_timeout(timeout);
     }
     if let Some(timeout) = query.duration("request_timeout")? {
-        next = next.request_timeout(timeout);
+        config = config.with_request_timeout(timeout);
     }
     if let Some(tls) = query.tls() {
-        next = next.tls(tls);
+        config = config.with_tls(tls);
     }
     query.finish("etcd")?;
-    *builder = next;
-    Ok(())
+    Ok(config)
 }
 
 #[cfg(test)]
@@ -46,10 +44,9 @@ mod tests {
 
     #[test]
     fn a_setter_overrides_the_url() {
-        let config = EtcdConfig::builder("etcd://a?request_timeout=5s")
-            .request_timeout(Duration::from_millis(300))
-            .build()
-            .unwrap();
+        let config = EtcdConfig::from_url("etcd://a?request_timeout=5s")
+            .unwrap()
+            .with_request_timeout(Duration::from_millis(300));
         assert_eq!(config.request_timeout(), Duration::from_millis(300));
     }
 

@@ -342,11 +342,10 @@ async fn fifty_waiters_each_release_wakes_one() {
 async fn etcd_down_is_unavailable_and_retryable() {
     let (mut server, _) = start().await;
     let url = server.url();
-    let config = EtcdConfig::builder(&url)
-        .connect_timeout(Duration::from_millis(500))
-        .request_timeout(Duration::from_millis(500))
-        .build()
-        .unwrap();
+    let config = EtcdConfig::from_url(&url)
+        .unwrap()
+        .with_connect_timeout(Duration::from_millis(500))
+        .with_request_timeout(Duration::from_millis(500));
     let holder = client(
         EtcdBackend::connect(config.clone()).await.unwrap(),
         Duration::from_secs(10),
@@ -455,11 +454,10 @@ async fn an_abandoned_key_is_removed_after_a_long_outage() {
         .expect("proxy");
     // Long enough that the session lease outlives the outage without a keep-alive.
     let watchdog = Duration::from_secs(60);
-    let config = EtcdConfig::builder(&format!("etcd://127.0.0.1:{}", proxy.port()))
-        .connect_timeout(Duration::from_millis(500))
-        .request_timeout(Duration::from_millis(500))
-        .build()
-        .unwrap();
+    let config = EtcdConfig::from_url(&format!("etcd://127.0.0.1:{}", proxy.port()))
+        .unwrap()
+        .with_connect_timeout(Duration::from_millis(500))
+        .with_request_timeout(Duration::from_millis(500));
     let cut_off = client(EtcdBackend::connect(config).await.unwrap(), watchdog);
     // Held throughout: the client keeps its session lease alive.
     let kept = cut_off.lock("kept").unwrap().acquire().await.unwrap();

@@ -43,7 +43,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         include_str!("../src/lua/exclusive_acquire.lua")
     ));
     let our_release = redis::Script::new(include_str!("../src/lua/exclusive_release.lua"));
-    let client = LockClient::builder(RedisBackend::from_url(&url)?)
+    let client = LockClient::builder(RedisBackend::connect_url(&url).await?)
         .namespace("latency")
         .build()?;
     let lock = client.lock("bench")?;

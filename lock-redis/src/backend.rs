@@ -36,7 +36,7 @@ pub(crate) const RENEW_CHUNK: usize = 1000;
 /// use lock_redis::RedisBackend;
 ///
 /// # #[tokio::main] async fn main() -> lock_core::Result<()> {
-/// let backend = RedisBackend::from_url("redis://127.0.0.1:6379")?;
+/// let backend = RedisBackend::connect_url("redis://127.0.0.1:6379").await?;
 /// let client = LockClient::new(backend);
 /// let guard = client.lock("orders/42")?.acquire().await?;
 /// println!("fencing token {}", guard.fencing_token());
@@ -63,20 +63,13 @@ impl RedisBackend {
     /// first lock call.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if the settings cannot make a client.
+    /// [`Error::InvalidArgument`] naming a setting that is out of range, or if the
+    /// settings cannot make a client.
     pub fn new(config: RedisConfig) -> Result<Self> {
         Ok(RedisBackend {
             node: Node::new(config)?,
             next_waiter: Arc::new(AtomicU64::new(1)),
         })
-    }
-
-    /// [`RedisBackend::new`] with [`RedisConfig::from_url`].
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for an invalid URL.
-    pub fn from_url(url: &str) -> Result<Self> {
-        RedisBackend::new(RedisConfig::from_url(url)?)
     }
 
     /// A backend whose server has answered a `PING`.
@@ -90,7 +83,7 @@ impl RedisBackend {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for bad settings; [`Error::Unavailable`] if the server
-    /// does not answer within the connect and command timeouts.
+    /// does not answer within the connect and request timeouts.
     ///
     /// # Cancel safety
     /// Cancel safe: nothing is held yet.
@@ -98,6 +91,17 @@ impl RedisBackend {
         let backend = RedisBackend::new(config)?;
         backend.ping().await?;
         Ok(backend)
+    }
+
+    /// [`connect`](Self::connect) with [`RedisConfig::from_url`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an invalid URL, else as [`connect`](Self::connect).
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`connect`](Self::connect).
+    pub async fn connect_url(url: &str) -> Result<Self> {
+        RedisBackend::connect(RedisConfig::from_url(url)?).await
     }
 
     /// Sends a `PING` on the command connection.
@@ -285,7 +289,7 @@ async fn acquire_acked(
         .max(1);
     let mut wait = redis::cmd("WAIT");
     wait.arg(acks.replicas).arg(timeout_ms);
-    let waited = node.config().command_timeout() + acks.timeout;
+    let waited = node.config().request_timeout() + acks.timeout;
     let acked: Result<i64> = err::within("WAIT", waited, wait.query_async(conn.get())).await;
     let shortfall = match acked {
         Ok(n) if n >= i64::from(acks.replicas) => return Ok(attempt),
@@ -428,7 +432,7 @@ const MAX_OUTAGE_PAUSE: Duration = Duration::from_millis(500);
 
 /// A waiter's calls failing in a row. Under Sentinel, a waiter rides out retryable
 /// failures (the primary down, the sentinels electing another) for up to the
-/// [failover grace](crate::RedisConfigBuilder::failover_grace), within its own wait
+/// [failover grace](crate::RedisConfig::with_failover_grace), within its own wait
 /// limit; then, and at once for a one-shot try or on a single server, the error is
 /// the caller's.
 pub(crate) struct Outage {

@@ -8,8 +8,8 @@ use redis::{ConnectionAddr, IntoConnectionInfo};
 
 /// How long a connection attempt may take unless configured.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long a command may take unless configured.
-pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a request (one command or script) may take unless configured.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a queued fair-lock waiter or a waiting writer keeps its place without
 /// refreshing it, unless configured. Live waiters refresh it every third of this.
 pub const DEFAULT_WAITER_LEASE: Duration = Duration::from_secs(6);
@@ -26,35 +26,37 @@ pub const DEFAULT_FAILOVER_GRACE: Duration = Duration::from_secs(60);
 ///
 /// URLs are `redis://[user[:password]@]host[:port][/db]` and, with the `tls` feature,
 /// `rediss://...` for TLS (`rediss+sentinel://` and `rediss+cluster://` for Sentinel
-/// and Cluster over TLS). An invalid URL or timeout is an
-/// [`Error::InvalidArgument`], never a panic. The password never appears in `Debug`
+/// and Cluster over TLS). An invalid URL is an [`Error::InvalidArgument`] from
+/// [`from_url`](Self::from_url), never a panic. The `with_*` setters never fail: every
+/// value is checked once, by [`RedisBackend::connect`](crate::RedisBackend::connect)
+/// (and [`RedisBackend::new`](crate::RedisBackend::new)), with an
+/// [`Error::InvalidArgument`] naming the setting. The password never appears in `Debug`
 /// output or errors.
 ///
-/// Every setting can also come from the URL's query (`redis://h:6379/0?command_timeout=1s`);
-/// a builder setter called afterwards overrides it, and an unknown key is an error:
+/// Every setting can also come from the URL's query (`redis://h:6379/0?request_timeout=1s`);
+/// a setter called afterwards overrides it, and an unknown key is an error:
 ///
 /// | key | setting | example |
 /// |---|---|---|
-/// | `connect_timeout` | [`RedisConfigBuilder::connect_timeout`] | `500ms` |
-/// | `command_timeout` | [`RedisConfigBuilder::command_timeout`] | `2s` |
-/// | `waiter_lease` | [`RedisConfigBuilder::waiter_lease`] | `6s` |
-/// | `silent_holder_poll` | [`RedisConfigBuilder::silent_holder_poll`] | `150ms` |
-/// | `failover_grace` | [`RedisConfigBuilder::failover_grace`] (Sentinel) | `60s` |
-/// | `sentinel_username`, `sentinel_password` | the sentinels' credentials | |
-/// | `replica_acks`, `replica_acks_timeout`, `replica_acks_on_too_few` | [`RedisConfigBuilder::replica_acks`] | `1`, `500ms` (the default), `release` or `keep-and-warn` |
-/// | `tls_ca`, `tls_cert`, `tls_key` | [`RedisConfigBuilder::tls`] (`rediss://`, PEM files) | `/etc/locks/ca.pem` |
+/// | `connect_timeout` | [`with_connect_timeout`](Self::with_connect_timeout) | `500ms` |
+/// | `request_timeout` (or `command_timeout`) | [`with_request_timeout`](Self::with_request_timeout) | `2s` |
+/// | `waiter_lease` | [`with_waiter_lease`](Self::with_waiter_lease) | `6s` |
+/// | `silent_holder_poll` | [`with_silent_holder_poll`](Self::with_silent_holder_poll) | `150ms` |
+/// | `failover_grace` | [`with_failover_grace`](Self::with_failover_grace) (Sentinel) | `60s` |
+/// | `sentinel_username`, `sentinel_password` | [`with_sentinel_credentials`](Self::with_sentinel_credentials) | |
+/// | `replica_acks`, `replica_acks_timeout`, `replica_acks_on_too_few` | [`with_replica_acks`](Self::with_replica_acks) | `1`, `500ms` (the default), `release` or `keep-and-warn` |
+/// | `tls_ca`, `tls_cert`, `tls_key` | [`with_tls`](Self::with_tls) (`rediss://`, PEM files) | `/etc/locks/ca.pem` |
 ///
 /// ```
 /// use std::time::Duration;
 /// use lock_redis::RedisConfig;
 ///
-/// let config = RedisConfig::builder("redis://127.0.0.1:6379/0")
-///     .username("locks")
-///     .password("s3cret")
-///     .connect_timeout(Duration::from_millis(500))
-///     .command_timeout(Duration::from_secs(1))
-///     .build()?;
+/// let config = RedisConfig::from_url("redis://127.0.0.1:6379/0")?
+///     .with_credentials("locks", "s3cret")
+///     .with_connect_timeout(Duration::from_millis(500))
+///     .with_request_timeout(Duration::from_secs(1));
 /// assert_eq!(config.connect_timeout(), Duration::from_millis(500));
+/// assert_eq!(config.username(), Some("locks"));
 /// assert!(!format!("{config:?}").contains("s3cret"));
 ///
 /// assert!(RedisConfig::from_url("http://example.com").is_err());
@@ -73,12 +75,16 @@ pub struct RedisConfig {
     /// `redis://host:port` of each seed node of a cluster.
     cluster: Option<Vec<String>>,
     connect_timeout: Duration,
-    command_timeout: Duration,
+    request_timeout: Duration,
     waiter_lease: Duration,
     silent_holder_poll: Duration,
     failover_grace: Duration,
     replica_acks: Option<ReplicaAcks>,
     tls: Option<TlsOptions>,
+    /// The URL's scheme, which TLS settings must match.
+    scheme: String,
+    /// Sentinel credentials were given for a URL that names no Sentinel.
+    stray_sentinel_credentials: bool,
 }
 
 /// Where Sentinel is asked for the primary.
@@ -113,7 +119,7 @@ impl SentinelSettings {
 }
 
 /// Replica acknowledgement of every grant (`WAIT`), set by
-/// [`RedisConfigBuilder::replica_acks`].
+/// [`RedisConfig::with_replica_acks`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReplicaAcks {
     /// How many replicas must have the grant.
@@ -136,38 +142,226 @@ pub enum TooFewReplicas {
 }
 
 impl RedisConfig {
-    /// The settings of `url` with default timeouts.
+    /// The settings of `url`, with those of its query (see the table above) and
+    /// defaults for the rest.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if the URL is not a valid `redis://` or `rediss://` URL.
+    /// [`Error::InvalidArgument`] if the URL is not a valid `redis://`, `rediss://`,
+    /// `redis+sentinel://` or `redis+cluster://` URL (the TLS ones need the `tls`
+    /// feature), or its query has an unknown key or a bad value.
     pub fn from_url(url: &str) -> Result<Self> {
-        RedisConfig::builder(url).build()
-    }
-
-    /// A builder starting from `url`; the URL is checked by [`RedisConfigBuilder::build`].
-    pub fn builder(url: &str) -> RedisConfigBuilder {
         let (url, query) = crate::url_settings::split_query(url);
-        let mut builder = RedisConfigBuilder {
-            url,
-            username: None,
-            password: None,
-            sentinel_username: None,
-            sentinel_password: None,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            command_timeout: DEFAULT_COMMAND_TIMEOUT,
-            waiter_lease: DEFAULT_WAITER_LEASE,
-            silent_holder_poll: DEFAULT_SILENT_HOLDER_POLL,
-            failover_grace: DEFAULT_FAILOVER_GRACE,
-            replica_acks: None,
-            tls: None,
-            url_error: None,
+        let mut config = match (parse_url(&url), &query) {
+            (Ok(config), _) => config,
+            // A query's own error says more (a `?` inside a password starts it early).
+            (Err(err), Some(query)) => {
+                let placeholder = parse_url("redis://127.0.0.1")?;
+                crate::url_settings::apply(placeholder, query)?;
+                return Err(err);
+            }
+            (Err(err), None) => return Err(err),
         };
         if let Some(query) = query {
-            if let Err(err) = crate::url_settings::apply(&mut builder, &query) {
-                builder.url_error = Some(err.to_string());
-            }
+            config = crate::url_settings::apply(config, &query)?;
         }
-        builder
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The ACL user name and password, in place of the URL's.
+    pub fn with_credentials(
+        mut self,
+        username: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        let settings = self
+            .info
+            .redis_settings()
+            .clone()
+            .set_username(username.into())
+            .set_password(password.into());
+        self.info = self.info.set_redis_settings(settings);
+        self
+    }
+
+    /// The password alone, in place of the URL's, for a server with `requirepass` and
+    /// no ACL users (`AUTH password`); useful when the password would need URL
+    /// escaping.
+    pub fn with_password(mut self, password: impl Into<String>) -> Self {
+        let settings = self
+            .info
+            .redis_settings()
+            .clone()
+            .set_password(password.into());
+        self.info = self.info.set_redis_settings(settings);
+        self
+    }
+
+    /// The ACL user name and password the sentinels want (Sentinel only; the URL's
+    /// credentials are the data nodes').
+    pub fn with_sentinel_credentials(
+        self,
+        username: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.with_sentinel_username(username)
+            .with_sentinel_password(password)
+    }
+
+    pub(crate) fn with_sentinel_username(mut self, username: impl Into<String>) -> Self {
+        match &mut self.sentinel {
+            Some(sentinel) => sentinel.username = Some(username.into()),
+            None => self.stray_sentinel_credentials = true,
+        }
+        self
+    }
+
+    pub(crate) fn with_sentinel_password(mut self, password: impl Into<String>) -> Self {
+        match &mut self.sentinel {
+            Some(sentinel) => sentinel.password = Some(password.into()),
+            None => self.stray_sentinel_credentials = true,
+        }
+        self
+    }
+
+    /// TLS to a `rediss://` server beyond the system's defaults: the CA to trust and a
+    /// client certificate (mutual TLS), PEM files read at connect. The server's
+    /// certificate is checked against the URL's host (`tls_server_name` is refused:
+    /// the client cannot check another name).
+    pub fn with_tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// How long a connection attempt may take (default [`DEFAULT_CONNECT_TIMEOUT`], at
+    /// least 1 ms).
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one request (a command or a script) may take (default
+    /// [`DEFAULT_REQUEST_TIMEOUT`], at least 1 ms).
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// How long a fair-lock waiter or waiting writer keeps its place without
+    /// refreshing it (default [`DEFAULT_WAITER_LEASE`], at least 30 ms). A waiter that
+    /// dies holds up the queue for at most this long.
+    pub fn with_waiter_lease(mut self, lease: Duration) -> Self {
+        self.waiter_lease = lease;
+        self
+    }
+
+    /// The longest a waiter goes without looking again at a lock held by a client
+    /// that publishes nothing when it releases (default
+    /// [`DEFAULT_SILENT_HOLDER_POLL`], at least 5 ms). Such a release is noticed within
+    /// this long; a holder of this crate's publishes, and its waiters do not poll at
+    /// all.
+    pub fn with_silent_holder_poll(mut self, interval: Duration) -> Self {
+        self.silent_holder_poll = interval;
+        self
+    }
+
+    /// How long a waiting acquire keeps trying while calls fail under Sentinel (default
+    /// [`DEFAULT_FAILOVER_GRACE`]): a primary that dies while others wait is replaced
+    /// by a failover, and waiters should still get the lock afterwards. Each wait's
+    /// own limit still applies, and a one-shot try fails at once. On a single server
+    /// a failure is the caller's at once.
+    pub fn with_failover_grace(mut self, grace: Duration) -> Self {
+        self.failover_grace = grace;
+        self
+    }
+
+    /// Makes every grant wait until `replicas` replicas (at least one) have it (`WAIT replicas
+    /// timeout` on the connection that wrote it), off by default.
+    ///
+    /// This narrows the window in which a failover promotes a replica that never
+    /// received the grant and hands the lock out again; it does not close it (a
+    /// replica may acknowledge and still lose the write, and a renewal is not waited
+    /// for). Only the fencing token protects against that. A grant that fewer replicas
+    /// acknowledge in `timeout` is released and the acquire fails with a retryable
+    /// [`Error::Unavailable`], unless [`TooFewReplicas::KeepAndWarn`] is chosen.
+    ///
+    /// Costs one more round trip per grant. Each acquire runs on a connection it has
+    /// to itself (from a small pool), so a `WAIT` held up by a slow replica delays
+    /// neither other acquires nor releases and renewals.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_redis::{RedisConfig, TooFewReplicas};
+    ///
+    /// let config = RedisConfig::from_url("redis+sentinel://127.0.0.1:26379/locks")?
+    ///     .with_replica_acks(1, Duration::from_millis(200), TooFewReplicas::Release);
+    /// assert_eq!(config.replica_acks().unwrap().replicas, 1);
+    /// # Ok::<(), lock_core::Error>(())
+    /// ```
+    pub fn with_replica_acks(
+        mut self,
+        replicas: u32,
+        timeout: Duration,
+        on_too_few: TooFewReplicas,
+    ) -> Self {
+        self.replica_acks = Some(ReplicaAcks {
+            replicas,
+            timeout,
+            on_too_few,
+        });
+        self
+    }
+
+    /// Checks the settings together; called by `from_url` and before connecting.
+    pub(crate) fn validate(&self) -> Result<()> {
+        if let Some(tls) = &self.tls {
+            check_tls(tls, &self.scheme)?;
+        }
+        if self.stray_sentinel_credentials {
+            return Err(Error::invalid_argument(
+                "sentinel credentials need a redis+sentinel:// or rediss+sentinel:// URL",
+            ));
+        }
+        for (what, value, min) in [
+            (
+                "connect timeout",
+                self.connect_timeout,
+                Duration::from_millis(1),
+            ),
+            (
+                "request timeout",
+                self.request_timeout,
+                Duration::from_millis(1),
+            ),
+            ("waiter lease", self.waiter_lease, Duration::from_millis(30)),
+            (
+                "silent holder poll",
+                self.silent_holder_poll,
+                Duration::from_millis(5),
+            ),
+            ("failover grace", self.failover_grace, Duration::ZERO),
+        ] {
+            lock_core::backend::check_duration(what, value, min, lock_core::MAX_DURATION)?;
+        }
+        if let Some(acks) = &self.replica_acks {
+            if self.cluster.is_some() {
+                return Err(Error::invalid_argument(
+                    "replica acknowledgement is not offered on Redis Cluster",
+                ));
+            }
+            if acks.replicas == 0 {
+                return Err(Error::invalid_argument(
+                    "replica acknowledgement needs at least one replica",
+                ));
+            }
+            lock_core::backend::check_duration(
+                "replica acknowledgement timeout",
+                acks.timeout,
+                Duration::from_millis(1),
+                lock_core::MAX_DURATION,
+            )?;
+        }
+        Ok(())
     }
 
     /// How long a connection attempt may take before the call fails with
@@ -176,9 +370,14 @@ impl RedisConfig {
         self.connect_timeout
     }
 
-    /// How long one command may take before the call fails with [`Error::Unavailable`].
-    pub fn command_timeout(&self) -> Duration {
-        self.command_timeout
+    /// How long one request may take before the call fails with [`Error::Unavailable`].
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// The ACL user name, if any.
+    pub fn username(&self) -> Option<&str> {
+        self.info.redis_settings().username()
     }
 
     /// How long a fair-lock waiter or waiting writer keeps its place unrefreshed.
@@ -210,7 +409,7 @@ impl RedisConfig {
 
     /// The longest a call may take: connecting and then answering.
     pub(crate) fn call_timeout(&self) -> Duration {
-        self.connect_timeout + self.command_timeout
+        self.connect_timeout + self.request_timeout
     }
 
     /// The client of the one server.
@@ -297,7 +496,7 @@ impl fmt::Debug for RedisConfig {
             .field("username", &redis.username())
             .field("password", &redis.password().map(|_| "<redacted>"))
             .field("connect_timeout", &self.connect_timeout)
-            .field("command_timeout", &self.command_timeout)
+            .field("request_timeout", &self.request_timeout)
             .field("waiter_lease", &self.waiter_lease)
             .field("silent_holder_poll", &self.silent_holder_poll)
             .field("failover_grace", &self.failover_grace)
@@ -307,287 +506,69 @@ impl fmt::Debug for RedisConfig {
     }
 }
 
-/// Builds a [`RedisConfig`]; see there for an example.
-#[derive(Clone)]
-pub struct RedisConfigBuilder {
-    url: String,
-    username: Option<String>,
-    password: Option<String>,
-    sentinel_username: Option<String>,
-    sentinel_password: Option<String>,
-    connect_timeout: Duration,
-    command_timeout: Duration,
-    waiter_lease: Duration,
-    silent_holder_poll: Duration,
-    failover_grace: Duration,
-    replica_acks: Option<ReplicaAcks>,
-    tls: Option<TlsOptions>,
-    /// What was wrong with the URL's settings, reported by `build`.
-    url_error: Option<String>,
-}
-
-impl fmt::Debug for RedisConfigBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The URL may carry a password: show only its scheme.
-        let scheme = self.url.split_once("://").map_or("?", |(s, _)| s);
-        f.debug_struct("RedisConfigBuilder")
-            .field("scheme", &scheme)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("sentinel_username", &self.sentinel_username)
-            .field(
-                "sentinel_password",
-                &self.sentinel_password.as_ref().map(|_| "<redacted>"),
-            )
-            .field("connect_timeout", &self.connect_timeout)
-            .field("command_timeout", &self.command_timeout)
-            .field("waiter_lease", &self.waiter_lease)
-            .field("silent_holder_poll", &self.silent_holder_poll)
-            .field("failover_grace", &self.failover_grace)
-            .field("replica_acks", &self.replica_acks)
-            .field("tls", &self.tls)
-            .finish()
-    }
-}
-
-impl RedisConfigBuilder {
-    /// TLS to a `rediss://` server beyond the system's defaults: the CA to trust and a
-    /// client certificate (mutual TLS), PEM files read at connect. The server's
-    /// certificate is checked against the URL's host (`tls_server_name` is refused:
-    /// the client cannot check another name).
-    pub fn tls(mut self, tls: TlsOptions) -> Self {
-        self.tls = Some(tls);
-        self
-    }
-
-    /// The ACL user name the sentinels want (Sentinel only; the URL's credentials are
-    /// the data nodes').
-    pub fn sentinel_username(mut self, username: impl Into<String>) -> Self {
-        self.sentinel_username = Some(username.into());
-        self
-    }
-
-    /// How long a waiting acquire keeps trying while calls fail under Sentinel (default
-    /// [`DEFAULT_FAILOVER_GRACE`]): a primary that dies while others wait is replaced
-    /// by a failover, and waiters should still get the lock afterwards. Each wait's
-    /// own limit still applies, and a one-shot try fails at once. On a single server
-    /// a failure is the caller's at once.
-    pub fn failover_grace(mut self, grace: Duration) -> Self {
-        self.failover_grace = grace;
-        self
-    }
-
-    /// The password the sentinels want (Sentinel only).
-    pub fn sentinel_password(mut self, password: impl Into<String>) -> Self {
-        self.sentinel_password = Some(password.into());
-        self
-    }
-
-    /// Makes every grant wait until `replicas` replicas have it (`WAIT replicas
-    /// timeout` on the connection that wrote it), off by default.
-    ///
-    /// This narrows the window in which a failover promotes a replica that never
-    /// received the grant and hands the lock out again; it does not close it (a
-    /// replica may acknowledge and still lose the write, and a renewal is not waited
-    /// for). Only the fencing token protects against that. A grant that fewer replicas
-    /// acknowledge in `timeout` is released and the acquire fails with a retryable
-    /// [`Error::Unavailable`], unless [`TooFewReplicas::KeepAndWarn`] is chosen.
-    ///
-    /// Costs one more round trip per grant. Each acquire runs on a connection it has
-    /// to itself (from a small pool), so a `WAIT` held up by a slow replica delays
-    /// neither other acquires nor releases and renewals.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use lock_redis::{RedisConfig, TooFewReplicas};
-    ///
-    /// let config = RedisConfig::builder("redis+sentinel://127.0.0.1:26379/locks")
-    ///     .replica_acks(1, Duration::from_millis(200), TooFewReplicas::Release)
-    ///     .build()?;
-    /// assert_eq!(config.replica_acks().unwrap().replicas, 1);
-    /// # Ok::<(), lock_core::Error>(())
-    /// ```
-    pub fn replica_acks(
-        mut self,
-        replicas: u32,
-        timeout: Duration,
-        on_too_few: TooFewReplicas,
-    ) -> Self {
-        self.replica_acks = Some(ReplicaAcks {
-            replicas,
-            timeout,
-            on_too_few,
-        });
-        self
-    }
-
-    /// The ACL user name, overriding the URL's.
-    pub fn username(mut self, username: impl Into<String>) -> Self {
-        self.username = Some(username.into());
-        self
-    }
-
-    /// The password, overriding the URL's (useful when it would need URL escaping).
-    pub fn password(mut self, password: impl Into<String>) -> Self {
-        self.password = Some(password.into());
-        self
-    }
-
-    /// How long a connection attempt may take (default
-    /// [`DEFAULT_CONNECT_TIMEOUT`]).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// How long one command may take (default [`DEFAULT_COMMAND_TIMEOUT`]).
-    pub fn command_timeout(mut self, timeout: Duration) -> Self {
-        self.command_timeout = timeout;
-        self
-    }
-
-    /// How long a fair-lock waiter or waiting writer keeps its place without
-    /// refreshing it (default [`DEFAULT_WAITER_LEASE`]). A waiter that dies holds up
-    /// the queue for at most this long.
-    pub fn waiter_lease(mut self, lease: Duration) -> Self {
-        self.waiter_lease = lease;
-        self
-    }
-
-    /// The longest a waiter goes without looking again at a lock held by a client
-    /// that publishes nothing when it releases (default
-    /// [`DEFAULT_SILENT_HOLDER_POLL`]). Such a release is noticed within this long;
-    /// a holder of this crate's publishes, and its waiters do not poll at all.
-    pub fn silent_holder_poll(mut self, interval: Duration) -> Self {
-        self.silent_holder_poll = interval;
-        self
-    }
-
-    /// Checks the URL and the durations.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] saying what is wrong.
-    pub fn build(self) -> Result<RedisConfig> {
-        if let Some(message) = &self.url_error {
-            return Err(Error::invalid_argument(message.clone()));
+/// The server, Sentinel or cluster a URL without its query names, with default
+/// settings.
+fn parse_url(url: &str) -> Result<RedisConfig> {
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    let mut sentinel = None;
+    let mut cluster = None;
+    let mut data_url = url.to_owned();
+    match scheme {
+        "redis" => {}
+        "redis+sentinel" | "rediss+sentinel"
+            if scheme == "redis+sentinel" || cfg!(feature = "tls") =>
+        {
+            let (settings, url) = parse_sentinel_url(url)?;
+            sentinel = Some(settings);
+            data_url = url;
         }
-        let scheme = self.url.split_once("://").map(|(scheme, _)| scheme);
-        if let Some(tls) = &self.tls {
-            check_tls(tls, scheme)?;
+        "redis+cluster" => {
+            let (nodes, url) = parse_cluster_url(url, false)?;
+            cluster = Some(nodes);
+            data_url = url;
         }
-        let mut sentinel = None;
-        let mut cluster = None;
-        let mut url = self.url.clone();
-        match scheme {
-            Some("redis") => {}
-            Some(scheme @ ("redis+sentinel" | "rediss+sentinel"))
-                if scheme == "redis+sentinel" || cfg!(feature = "tls") =>
-            {
-                let (settings, data_url) = parse_sentinel_url(&self.url)?;
-                sentinel = Some(SentinelSettings {
-                    username: self.sentinel_username.clone(),
-                    password: self.sentinel_password.clone(),
-                    ..settings
-                });
-                url = data_url;
-            }
-            Some("redis+cluster") => {
-                let (nodes, data_url) = parse_cluster_url(&self.url, false)?;
-                cluster = Some(nodes);
-                url = data_url;
-            }
-            Some("rediss+cluster") if cfg!(feature = "tls") => {
-                let (nodes, data_url) = parse_cluster_url(&self.url, true)?;
-                cluster = Some(nodes);
-                url = data_url;
-            }
-            Some("rediss") if cfg!(feature = "tls") => {}
-            Some(tls @ ("rediss" | "rediss+cluster" | "rediss+sentinel")) => {
-                return Err(Error::invalid_argument(format!(
-                    "{tls}:// URLs need lock-redis's `tls` feature"
-                )))
-            }
-            _ => {
-                return Err(Error::invalid_argument(format!(
-                    "Redis URL must start with redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or rediss+cluster:// (got {:?})",
-                    redact(&self.url)
-                )))
-            }
+        "rediss+cluster" if cfg!(feature = "tls") => {
+            let (nodes, url) = parse_cluster_url(url, true)?;
+            cluster = Some(nodes);
+            data_url = url;
         }
-        let info = url.as_str().into_connection_info().map_err(|err| {
-            Error::invalid_argument(format!("invalid Redis URL {:?}: {err}", redact(&self.url)))
-        })?;
-        let mut redis = info.redis_settings().clone();
-        if let Some(username) = &self.username {
-            redis = redis.set_username(username);
+        "rediss" if cfg!(feature = "tls") => {}
+        "rediss" | "rediss+cluster" | "rediss+sentinel" => {
+            return Err(Error::invalid_argument(format!(
+                "{scheme}:// URLs need lock-redis's `tls` feature"
+            )))
         }
-        if let Some(password) = &self.password {
-            redis = redis.set_password(password);
+        _ => {
+            return Err(Error::invalid_argument(format!(
+                "Redis URL must start with redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or rediss+cluster:// (got {:?})",
+                redact(url)
+            )))
         }
-        let info = info.set_redis_settings(redis);
-        for (what, value, min) in [
-            (
-                "connect timeout",
-                self.connect_timeout,
-                Duration::from_millis(1),
-            ),
-            (
-                "command timeout",
-                self.command_timeout,
-                Duration::from_millis(1),
-            ),
-            ("waiter lease", self.waiter_lease, Duration::from_millis(30)),
-            (
-                "silent holder poll",
-                self.silent_holder_poll,
-                Duration::from_millis(5),
-            ),
-            ("failover grace", self.failover_grace, Duration::ZERO),
-        ] {
-            lock_core::backend::check_duration(what, value, min, lock_core::MAX_DURATION)?;
-        }
-        if let Some(acks) = &self.replica_acks {
-            if cluster.is_some() {
-                return Err(Error::invalid_argument(
-                    "replica acknowledgement is not offered on Redis Cluster",
-                ));
-            }
-            if acks.replicas == 0 {
-                return Err(Error::invalid_argument(
-                    "replica acknowledgement needs at least one replica",
-                ));
-            }
-            lock_core::backend::check_duration(
-                "replica acknowledgement timeout",
-                acks.timeout,
-                Duration::from_millis(1),
-                lock_core::MAX_DURATION,
-            )?;
-        }
-        Ok(RedisConfig {
-            info,
-            sentinel,
-            cluster,
-            connect_timeout: self.connect_timeout,
-            command_timeout: self.command_timeout,
-            waiter_lease: self.waiter_lease,
-            silent_holder_poll: self.silent_holder_poll,
-            failover_grace: self.failover_grace,
-            replica_acks: self.replica_acks,
-            tls: self.tls,
-        })
     }
+    let info = data_url.as_str().into_connection_info().map_err(|err| {
+        Error::invalid_argument(format!("invalid Redis URL {:?}: {err}", redact(url)))
+    })?;
+    Ok(RedisConfig {
+        info,
+        sentinel,
+        cluster,
+        connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        waiter_lease: DEFAULT_WAITER_LEASE,
+        silent_holder_poll: DEFAULT_SILENT_HOLDER_POLL,
+        failover_grace: DEFAULT_FAILOVER_GRACE,
+        replica_acks: None,
+        tls: None,
+        scheme: scheme.to_owned(),
+        stray_sentinel_credentials: false,
+    })
 }
 
 /// TLS settings go with a `rediss://` URL, and only with what the client can do.
-fn check_tls(tls: &TlsOptions, scheme: Option<&str>) -> Result<()> {
-    if !matches!(
-        scheme,
-        Some("rediss" | "rediss+cluster" | "rediss+sentinel")
-    ) {
+fn check_tls(tls: &TlsOptions, scheme: &str) -> Result<()> {
+    if !matches!(scheme, "rediss" | "rediss+cluster" | "rediss+sentinel") {
         return Err(Error::invalid_argument(format!(
-            "TLS settings (tls_ca, tls_cert, tls_key) need a rediss://, rediss+sentinel:// or rediss+cluster:// URL, not {}://",
-            scheme.unwrap_or("?")
+            "TLS settings (tls_ca, tls_cert, tls_key) need a rediss://, rediss+sentinel:// or rediss+cluster:// URL, not {scheme}://"
         )));
     }
     if tls.server_name.is_some() {
@@ -776,11 +757,23 @@ mod tests {
         }
         let tls = RedisConfig::from_url("rediss://127.0.0.1:6380");
         assert_eq!(tls.is_ok(), cfg!(feature = "tls"));
-        let err = RedisConfig::builder("redis://127.0.0.1")
-            .command_timeout(Duration::ZERO)
-            .build()
+        let err = RedisConfig::from_url("redis://127.0.0.1")
+            .unwrap()
+            .with_request_timeout(Duration::ZERO)
+            .validate()
             .unwrap_err();
-        assert!(err.to_string().contains("command timeout"), "{err}");
+        assert!(err.to_string().contains("request timeout"), "{err}");
+        let err = RedisConfig::from_url("redis://127.0.0.1")
+            .unwrap()
+            .with_sentinel_credentials("watch", "pw")
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("redis+sentinel://"), "{err}");
+        let config = RedisConfig::from_url("redis://u:old@h")
+            .unwrap()
+            .with_credentials("locks", "new");
+        assert_eq!(config.username(), Some("locks"));
+        assert_eq!(config.redis_settings().password(), Some("new"));
     }
 
     #[test]
@@ -835,14 +828,16 @@ mod tests {
             let err = RedisConfig::from_url(bad).unwrap_err();
             assert!(matches!(err, Error::InvalidArgument { .. }), "{bad}: {err}");
         }
-        let err = RedisConfig::builder("redis+cluster://a:1")
-            .replica_acks(1, Duration::from_millis(5), TooFewReplicas::Release)
-            .build()
+        let err = RedisConfig::from_url("redis+cluster://a:1")
+            .unwrap()
+            .with_replica_acks(1, Duration::from_millis(5), TooFewReplicas::Release)
+            .validate()
             .unwrap_err();
         assert!(err.to_string().contains("Cluster"), "{err}");
-        let err = RedisConfig::builder("redis://h")
-            .replica_acks(0, Duration::from_millis(5), TooFewReplicas::Release)
-            .build()
+        let err = RedisConfig::from_url("redis://h")
+            .unwrap()
+            .with_replica_acks(0, Duration::from_millis(5), TooFewReplicas::Release)
+            .validate()
             .unwrap_err();
         assert!(err.to_string().contains("replica"), "{err}");
     }

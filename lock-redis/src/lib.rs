@@ -9,9 +9,8 @@
 //! use lock_redis::{RedisBackend, RedisConfig};
 //!
 //! # #[tokio::main] async fn main() -> lock_core::Result<()> {
-//! let config = RedisConfig::builder("redis://127.0.0.1:6379")
-//!     .connect_timeout(Duration::from_millis(500))
-//!     .build()?;
+//! let config = RedisConfig::from_url("redis://127.0.0.1:6379")?
+//!     .with_connect_timeout(Duration::from_millis(500));
 //! let client = LockClient::new(RedisBackend::new(config)?);
 //!
 //! let lock = client.lock("reports/daily")?;
@@ -27,7 +26,7 @@
 //!   subscribes (one more round trip on the pub/sub connection, none if another waiter
 //!   of this process already listens on the lock) and tries again.
 //! * **Release:** one. **Renewal tick:** one per 1000 leases, whatever the locks.
-//! * **With [replica acknowledgement](RedisConfigBuilder::replica_acks):** one more
+//! * **With [replica acknowledgement](RedisConfig::with_replica_acks):** one more
 //!   per grant (`WAIT`).
 //!
 //! # Layout
@@ -84,7 +83,7 @@
 //! nothing when it releases. The acquire script tells such a holder from ours (ours
 //! store a fence this lock's counter issued), and only then does the waiter look again
 //! by itself: after 20 ms, doubling up to
-//! [`silent_holder_poll`](RedisConfigBuilder::silent_holder_poll) (150 ms by default).
+//! [`with_silent_holder_poll`](RedisConfig::with_silent_holder_poll) (150 ms by default).
 //! Such a release is noticed within that long (measured: 60 ms median, 68 ms worst),
 //! not at the end of the holder's lease. Behind our own holders nobody polls.
 //!
@@ -111,7 +110,7 @@
 //! again after a failure that may mean it moved: a refused or dropped connection, no
 //! answer, `READONLY` from a demoted primary. The failing call runs once more on the
 //! primary they name. A waiting acquire rides out a failover within its wait limit
-//! and the [failover grace](RedisConfigBuilder::failover_grace); a one-shot try fails
+//! and the [failover grace](RedisConfig::with_failover_grace); a one-shot try fails
 //! at once with a retryable [`lock_core::Error::Unavailable`].
 //!
 //! # Cluster
@@ -128,7 +127,7 @@
 //! A single Redis server is enough for locks that save work. Replication is
 //! asynchronous: a failover to a replica that had not yet received the lease can
 //! grant it twice (the holder learns of the loss at its next renewal).
-//! [Replica acknowledgement](RedisConfigBuilder::replica_acks) narrows that window
+//! [Replica acknowledgement](RedisConfig::with_replica_acks) narrows that window
 //! but cannot close it. Use the fencing token wherever correctness matters, or a
 //! consensus-backed backend.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
@@ -151,9 +150,8 @@ mod url_settings;
 
 pub use backend::RedisBackend;
 pub use config::{
-    RedisConfig, RedisConfigBuilder, ReplicaAcks, TooFewReplicas, DEFAULT_COMMAND_TIMEOUT,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAILOVER_GRACE, DEFAULT_SILENT_HOLDER_POLL,
-    DEFAULT_WAITER_LEASE,
+    RedisConfig, ReplicaAcks, TooFewReplicas, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAILOVER_GRACE,
+    DEFAULT_REQUEST_TIMEOUT, DEFAULT_SILENT_HOLDER_POLL, DEFAULT_WAITER_LEASE,
 };
 pub use keys::RedisLease;
 pub use redis;

@@ -104,6 +104,7 @@ struct NodeInner {
 
 impl Node {
     pub(crate) fn new(config: RedisConfig) -> Result<Self> {
+        config.validate()?;
         // rustls panics on first use unless it can tell which crypto provider to use;
         // pick ring unless the application installed one already.
         #[cfg(feature = "tls")]
@@ -272,7 +273,7 @@ impl Node {
         }
     }
 
-    /// Runs a script; no answer within connect + command timeout is
+    /// Runs a script; no answer within connect + request timeout is
     /// [`lock_core::Error::Unavailable`].
     pub(crate) async fn eval<T: FromRedisValue>(
         &self,
@@ -285,7 +286,7 @@ impl Node {
         .await
     }
 
-    /// How long one call may take: connect plus command timeout.
+    /// How long one call may take: connect plus request timeout.
     pub(crate) fn call_timeout(&self) -> Duration {
         self.inner.config.call_timeout()
     }

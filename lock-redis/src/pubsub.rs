@@ -12,7 +12,7 @@
 //!
 //! If the connection is lost, every waiter is woken; it retries, and its next
 //! [`Registration::ready`] reconnects and subscribes again. A connection that goes
-//! silent without closing is found by a PING every command timeout while anyone
+//! silent without closing is found by a PING every request timeout while anyone
 //! waits, and dropped. On a Redis Cluster the connection is one per primary: when one
 //! of them drops, the cluster client reconnects it and subscribes there again, and
 //! only the waiters of the channels subscribed again are woken.
@@ -202,7 +202,7 @@ struct Inner {
     /// Set for a Redis Cluster: sharded channels through the cluster client.
     cluster: Option<crate::config::RedisConfig>,
     connect_timeout: Duration,
-    command_timeout: Duration,
+    request_timeout: Duration,
     state: Mutex<State>,
     /// The subscribing half of the live connection. The async mutex also orders every
     /// SUBSCRIBE and UNSUBSCRIBE, so an unsubscribe can never overtake a newer
@@ -238,13 +238,13 @@ impl PubSub {
         primary: Arc<Primary>,
     ) -> lock_core::Result<Self> {
         let connect_timeout = config.connect_timeout();
-        let command_timeout = config.command_timeout();
+        let request_timeout = config.request_timeout();
         Ok(PubSub {
             inner: Arc::new(Inner {
                 primary,
                 cluster: config.is_cluster().then(|| config.clone()),
                 connect_timeout,
-                command_timeout,
+                request_timeout,
                 state: Mutex::new(State::default()),
                 sink: tokio::sync::Mutex::new(None),
                 reader: Mutex::new(None),
@@ -324,7 +324,7 @@ impl Registration {
         }
         let result = error::within(
             "SUBSCRIBE",
-            self.inner.command_timeout,
+            self.inner.request_timeout,
             conn.subscribe(&self.channel),
         )
         .await;
@@ -407,7 +407,7 @@ async fn unsubscribe(inner: Weak<Inner>, channel: String) {
         return;
     }
     if let Some((_, conn)) = sink.as_mut() {
-        let result = tokio::time::timeout(inner.command_timeout, conn.unsubscribe(&channel)).await;
+        let result = tokio::time::timeout(inner.request_timeout, conn.unsubscribe(&channel)).await;
         if !matches!(result, Ok(Ok(()))) {
             drop_connection(&inner, &mut sink, "UNSUBSCRIBE failed");
         }
@@ -532,15 +532,15 @@ async fn connect_single(inner: &Arc<Inner>) -> lock_core::Result<(u64, Sink)> {
     Ok((generation, Sink::Single(sink)))
 }
 
-/// Pings the pub/sub connection of `generation` every command timeout while anyone
+/// Pings the pub/sub connection of `generation` every request timeout while anyone
 /// waits on it. A connection can die without closing (a firewall or NAT that forgot
 /// it, a peer that vanished): its reader then waits for ever, and waiters would hear
 /// of no release until each holder's lease ran out. One that does not answer within
-/// the command timeout is dropped, and its waiters woken: they look at their locks and
+/// the request timeout is dropped, and its waiters woken: they look at their locks and
 /// subscribe again on a new connection.
 async fn keep_alive(inner: Weak<Inner>, generation: u64) {
     loop {
-        let Some(every) = inner.upgrade().map(|inner| inner.command_timeout) else {
+        let Some(every) = inner.upgrade().map(|inner| inner.request_timeout) else {
             return;
         };
         tokio::time::sleep(every).await;
@@ -562,7 +562,7 @@ async fn keep_alive(inner: Weak<Inner>, generation: u64) {
             Some((live, conn)) if *live == generation => conn.clone(),
             _ => return,
         };
-        let answer = tokio::time::timeout(inner.command_timeout, conn.ping()).await;
+        let answer = tokio::time::timeout(inner.request_timeout, conn.ping()).await;
         if matches!(answer, Ok(Ok(_))) {
             continue;
         }
@@ -572,7 +572,7 @@ async fn keep_alive(inner: Weak<Inner>, generation: u64) {
         }
         tracing::warn!(
             "Redis pub/sub connection did not answer a PING within {:?}; reconnecting",
-            inner.command_timeout
+            inner.request_timeout
         );
         // On a cluster the PING went to every primary: one silent primary replaces
         // the whole connection, and wakes every waiter.

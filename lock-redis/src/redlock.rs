@@ -66,7 +66,7 @@ fn min_validity(ttl: Duration) -> Duration {
 ///   rejoining), since it also forgets the locks.
 /// * **Masters down:** a round that fewer than a majority of masters answer is tried
 ///   again after a pause that doubles from 50 ms to 500 ms, for up to the
-///   [failover grace](crate::RedisConfigBuilder::failover_grace) of the first master's
+///   [failover grace](crate::RedisConfig::with_failover_grace) of the first master's
 ///   settings (within the wait limit); then the acquire fails with a retryable
 ///   [`Error::Unavailable`].
 /// * **Renewal** counts as renewed on a majority, and is decided as soon as every
@@ -120,9 +120,9 @@ impl RedLockBackend {
     /// A backend over the masters `configs` describe. No I/O.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty list, settings that cannot make a
-    /// client, or a master that is a Redis Cluster or asks for replica
-    /// acknowledgement (RedLock's masters are independent single servers).
+    /// [`Error::InvalidArgument`] for an empty list, a setting out of range, settings
+    /// that cannot make a client, or a master that is a Redis Cluster or asks for
+    /// replica acknowledgement (RedLock's masters are independent single servers).
     pub fn new(configs: impl IntoIterator<Item = RedisConfig>) -> Result<Self> {
         let nodes = configs
             .into_iter()

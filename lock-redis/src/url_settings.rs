@@ -1,10 +1,10 @@
-//! The settings a Redis URL's query may carry, read into the builder before any
+//! The settings a Redis URL's query may carry, read into the config before any
 //! setter runs (so a setter overrides the URL). An unknown key is an error.
 
 use lock_core::backend::QuerySettings;
 use lock_core::{Error, Result};
 
-use crate::config::{RedisConfigBuilder, TooFewReplicas};
+use crate::config::{RedisConfig, TooFewReplicas};
 
 /// Splits `url` into the URL without its query and the query, keeping the one
 /// fragment the client knows (`#insecure`) on the URL. Any other `#` stays where it
@@ -20,32 +20,43 @@ pub(crate) fn split_query(url: &str) -> (String, Option<String>) {
     (format!("{base}{fragment}"), Some(query.to_owned()))
 }
 
-/// Reads the settings of `query` into `builder`.
-pub(crate) fn apply(builder: &mut RedisConfigBuilder, query: &str) -> Result<()> {
+/// `config` with the settings of `query`.
+pub(crate) fn apply(config: RedisConfig, query: &str) -> Result<RedisConfig> {
     let pairs = url::form_urlencoded::parse(query.as_bytes())
         .map(|(key, value)| (key.into_owned(), value.into_owned()));
     let mut query = QuerySettings::new(pairs)?;
-    let mut next = builder.clone();
+    let mut next = config;
     if let Some(timeout) = query.duration("connect_timeout")? {
-        next = next.connect_timeout(timeout);
+        next = next.with_connect_timeout(timeout);
     }
-    if let Some(timeout) = query.duration("command_timeout")? {
-        next = next.command_timeout(timeout);
+    // `command_timeout` is the older name, still read.
+    let request_timeout =
+        match (
+            query.duration("request_timeout")?,
+            query.duration("command_timeout")?,
+        ) {
+            (Some(_), Some(_)) => return Err(Error::invalid_argument(
+                "URL settings `request_timeout` and `command_timeout` are one setting: give one",
+            )),
+            (request, command) => request.or(command),
+        };
+    if let Some(timeout) = request_timeout {
+        next = next.with_request_timeout(timeout);
     }
     if let Some(lease) = query.duration("waiter_lease")? {
-        next = next.waiter_lease(lease);
+        next = next.with_waiter_lease(lease);
     }
     if let Some(poll) = query.duration("silent_holder_poll")? {
-        next = next.silent_holder_poll(poll);
+        next = next.with_silent_holder_poll(poll);
     }
     if let Some(grace) = query.duration("failover_grace")? {
-        next = next.failover_grace(grace);
+        next = next.with_failover_grace(grace);
     }
     if let Some(user) = query.text("sentinel_username") {
-        next = next.sentinel_username(user);
+        next = next.with_sentinel_username(user);
     }
     if let Some(password) = query.text("sentinel_password") {
-        next = next.sentinel_password(password);
+        next = next.with_sentinel_password(password);
     }
     let replicas = query.number::<u32>("replica_acks")?;
     let timeout = query.duration("replica_acks_timeout")?;
@@ -61,7 +72,7 @@ pub(crate) fn apply(builder: &mut RedisConfigBuilder, query: &str) -> Result<()>
         .transpose()?;
     match replicas {
         Some(replicas) => {
-            next = next.replica_acks(
+            next = next.with_replica_acks(
                 replicas,
                 timeout.unwrap_or(DEFAULT_REPLICA_ACKS_TIMEOUT),
                 on_too_few.unwrap_or_default(),
@@ -73,7 +84,7 @@ pub(crate) fn apply(builder: &mut RedisConfigBuilder, query: &str) -> Result<()>
         None => {}
     }
     if let Some(tls) = query.tls() {
-        next = next.tls(tls);
+        next = next.with_tls(tls);
     }
     if query.text("protocol").is_some() {
         return Err(Error::invalid_argument(
@@ -81,8 +92,7 @@ pub(crate) fn apply(builder: &mut RedisConfigBuilder, query: &str) -> Result<()>
         ));
     }
     query.finish("Redis")?;
-    *builder = next;
-    Ok(())
+    Ok(next)
 }
 
 /// How long a grant waits for its replicas when the URL names `replica_acks` alone.
@@ -117,14 +127,16 @@ mod tests {
     #[test]
     fn every_setting_from_the_url() {
         let config = RedisConfig::from_url(
-            "redis+sentinel://10.0.0.1/locks?connect_timeout=300ms&command_timeout=1s\
+            "redis+sentinel://10.0.0.1/locks?connect_timeout=300ms&request_timeout=1s\
              &waiter_lease=9s&silent_holder_poll=40ms&failover_grace=20s\
              &sentinel_username=watch&sentinel_password=pw&replica_acks=1\
              &replica_acks_timeout=250ms&replica_acks_on_too_few=keep-and-warn",
         )
         .unwrap();
         assert_eq!(config.connect_timeout(), Duration::from_millis(300));
-        assert_eq!(config.command_timeout(), Duration::from_secs(1));
+        assert_eq!(config.request_timeout(), Duration::from_secs(1));
+        let older = RedisConfig::from_url("redis://h?command_timeout=3s").unwrap();
+        assert_eq!(older.request_timeout(), Duration::from_secs(3));
         assert_eq!(config.waiter_lease(), Duration::from_secs(9));
         assert_eq!(config.silent_holder_poll(), Duration::from_millis(40));
         assert_eq!(config.failover_grace(), Duration::from_secs(20));
@@ -136,11 +148,10 @@ mod tests {
 
     #[test]
     fn a_setter_overrides_the_url() {
-        let config = RedisConfig::builder("redis://h?command_timeout=5s")
-            .command_timeout(Duration::from_millis(700))
-            .build()
-            .unwrap();
-        assert_eq!(config.command_timeout(), Duration::from_millis(700));
+        let config = RedisConfig::from_url("redis://h?request_timeout=5s")
+            .unwrap()
+            .with_request_timeout(Duration::from_millis(700));
+        assert_eq!(config.request_timeout(), Duration::from_millis(700));
     }
 
     #[test]
@@ -148,6 +159,10 @@ mod tests {
         for (url, words) in [
             ("redis://h?comand_timeout=1s", "comand_timeout"),
             ("redis://h?command_timeout=fast", "command_timeout"),
+            (
+                "redis://h?request_timeout=1s&command_timeout=1s",
+                "one setting",
+            ),
             ("redis://h?replica_acks_timeout=1s", "need `replica_acks`"),
             (
                 "redis://h?replica_acks=1&replica_acks_on_too_few=shrug",

@@ -20,11 +20,10 @@ const KINDS: [LockKind; 4] = [
 ];
 
 fn proxied(proxy: &ReplyCut) -> RedisConfig {
-    RedisConfig::builder(&proxy.url())
-        .connect_timeout(Duration::from_millis(500))
-        .command_timeout(Duration::from_millis(500))
-        .build()
+    RedisConfig::from_url(&proxy.url())
         .unwrap()
+        .with_connect_timeout(Duration::from_millis(500))
+        .with_request_timeout(Duration::from_millis(500))
 }
 
 async fn try_acquire(
@@ -138,12 +137,11 @@ async fn an_acquire_whose_reply_was_lost_and_whose_retry_failed_is_undone() {
     let server = RedisServer::start();
     let proxy = ReplyCut::to(server.port()).await;
     let plain = client(RedisBackend::new(proxied(&proxy)).unwrap(), "acqcut");
-    let acked_config = RedisConfig::builder(&proxy.url())
-        .connect_timeout(Duration::from_millis(500))
-        .command_timeout(Duration::from_millis(500))
-        .replica_acks(1, Duration::from_millis(10), TooFewReplicas::KeepAndWarn)
-        .build()
-        .unwrap();
+    let acked_config = RedisConfig::from_url(&proxy.url())
+        .unwrap()
+        .with_connect_timeout(Duration::from_millis(500))
+        .with_request_timeout(Duration::from_millis(500))
+        .with_replica_acks(1, Duration::from_millis(10), TooFewReplicas::KeepAndWarn);
     let acked = client(RedisBackend::new(acked_config).unwrap(), "acqcut");
     let probe = client(server.backend(), "acqcut");
     let long = AcquireOptions::try_once().lease(Duration::from_secs(600));

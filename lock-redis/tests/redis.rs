@@ -232,7 +232,7 @@ async fn a_waiter_whose_pubsub_connection_went_silent_still_hears_the_release() 
     let server = RedisServer::start();
     let proxy = SilentSubscribers::to(server.port()).await;
     let holder = client(server.backend(), "silent-pubsub");
-    let config = RedisConfig::builder(&proxy.url()).build().unwrap();
+    let config = RedisConfig::from_url(&proxy.url()).unwrap();
     let waiters = client(RedisBackend::new(config).unwrap(), "silent-pubsub");
     let guard = holder
         .lock("job")
@@ -455,11 +455,10 @@ async fn a_key_deleted_behind_the_holders_back_is_reported_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_server_is_a_quick_retryable_error() {
     let port = common::free_port();
-    let config = RedisConfig::builder(&format!("redis://127.0.0.1:{port}"))
-        .connect_timeout(Duration::from_millis(300))
-        .command_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
+    let config = RedisConfig::from_url(&format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .with_connect_timeout(Duration::from_millis(300))
+        .with_request_timeout(Duration::from_millis(300));
     let started = Instant::now();
     let err = RedisBackend::connect(config.clone()).await.unwrap_err();
     assert!(err.is_retryable(), "{err}");
@@ -476,10 +475,9 @@ async fn an_unreachable_server_is_a_quick_retryable_error() {
     );
 
     // A non-routable address: the connect timeout bounds it.
-    let config = RedisConfig::builder("redis://10.255.255.1:6379")
-        .connect_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
+    let config = RedisConfig::from_url("redis://10.255.255.1:6379")
+        .unwrap()
+        .with_connect_timeout(Duration::from_millis(300));
     let started = Instant::now();
     let err = RedisBackend::connect(config).await.unwrap_err();
     assert!(err.is_retryable(), "{err}");
@@ -605,17 +603,16 @@ async fn a_restarted_server_serves_the_next_call_of_an_old_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_server_serves_the_next_acknowledged_grant_of_an_old_client() {
     let mut server = RedisServer::start();
-    let config = RedisConfig::builder(&server.url())
-        .connect_timeout(Duration::from_millis(500))
-        .command_timeout(Duration::from_millis(500))
+    let config = RedisConfig::from_url(&server.url())
+        .unwrap()
+        .with_connect_timeout(Duration::from_millis(500))
+        .with_request_timeout(Duration::from_millis(500))
         // No replica here: keep the grant whatever WAIT answers.
-        .replica_acks(
+        .with_replica_acks(
             1,
             Duration::from_millis(10),
             lock_redis::TooFewReplicas::KeepAndWarn,
-        )
-        .build()
-        .unwrap();
+        );
     let client = client(RedisBackend::new(config).unwrap(), "ackrestart");
     // Several grants at once fill the pool with as many connections.
     let guards = futures::future::join_all((0..8).map(|i| {
@@ -648,11 +645,10 @@ async fn a_restarted_server_serves_the_next_acknowledged_grant_of_an_old_client(
 async fn an_acquire_whose_reply_was_lost_is_granted_when_it_runs_again() {
     let server = RedisServer::start();
     let proxy = common::reply_cut::ReplyCut::to(server.port()).await;
-    let config = RedisConfig::builder(&proxy.url())
-        .connect_timeout(Duration::from_millis(500))
-        .command_timeout(Duration::from_millis(500))
-        .build()
-        .unwrap();
+    let config = RedisConfig::from_url(&proxy.url())
+        .unwrap()
+        .with_connect_timeout(Duration::from_millis(500))
+        .with_request_timeout(Duration::from_millis(500));
     let client = client(RedisBackend::new(config).unwrap(), "cut");
     let mut raw = server.raw().await;
     for kind in [

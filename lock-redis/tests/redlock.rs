@@ -419,11 +419,11 @@ async fn script_calls(server: &RedisServer) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_lost_lease_does_not_hold_back_the_renewal_of_the_others() {
     let servers = cluster(5);
-    let backend = RedLockBackend::new(servers.iter().map(|server| {
-        lock_redis::RedisConfig::builder(&server.url())
-            .build()
-            .unwrap()
-    }))
+    let backend = RedLockBackend::new(
+        servers
+            .iter()
+            .map(|server| lock_redis::RedisConfig::from_url(&server.url()).unwrap()),
+    )
     .unwrap();
     let client = LockClient::builder(backend)
         .namespace("renew-lost")
@@ -462,12 +462,11 @@ async fn with_most_masters_down_a_wait_without_limit_backs_off_and_ends_in_the_e
     let mut servers = cluster(5);
     let grace = Duration::from_secs(3);
     let backend = RedLockBackend::new(servers.iter().map(|server| {
-        lock_redis::RedisConfig::builder(&server.url())
-            .connect_timeout(Duration::from_millis(500))
-            .command_timeout(Duration::from_millis(500))
-            .failover_grace(grace)
-            .build()
+        lock_redis::RedisConfig::from_url(&server.url())
             .unwrap()
+            .with_connect_timeout(Duration::from_millis(500))
+            .with_request_timeout(Duration::from_millis(500))
+            .with_failover_grace(grace)
     }))
     .unwrap();
     let client = LockClient::builder(backend)

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use lock_core::prelude::*;
 use lock_core::LockClient;
-use lock_sql::{sqlx, Dialect, SqlBackend, SqlOptions, Strategy};
+use lock_sql::{sqlx, Dialect, SqlBackend, SqlConfig, Strategy};
 use tokio::time::Instant;
 
 const UNCONTENDED: usize = 2000;
@@ -30,10 +30,11 @@ fn stats(mut samples: Vec<Duration>) -> String {
 }
 
 async fn client(url: &str, strategy: Strategy) -> LockClient<SqlBackend> {
-    let options = SqlOptions::new(url)
-        .strategy(strategy)
+    let options = SqlConfig::from_url(url)
+        .expect("database URL")
+        .with_strategy(strategy)
         // One table set per strategy: the tables refuse a client of the other.
-        .table_prefix(match strategy {
+        .with_table_prefix(match strategy {
             Strategy::ForUpdate => "latency_for_update",
             _ => "latency",
         });
@@ -136,10 +137,14 @@ async fn main() {
     if strategies.is_empty() {
         strategies.push(Strategy::Lease);
     }
-    let dialect = SqlBackend::connect(SqlOptions::new(url.clone()).table_prefix("latency"))
-        .await
-        .expect("connect")
-        .dialect();
+    let dialect = SqlBackend::connect(
+        SqlConfig::from_url(&url)
+            .expect("database URL")
+            .with_table_prefix("latency"),
+    )
+    .await
+    .expect("connect")
+    .dialect();
     if dialect == Dialect::Postgres {
         advisory_floor(&url).await;
     }

@@ -8,12 +8,12 @@ use lock_core::{Capabilities, Error, LockFamily, LockInfo, LockKey, Result};
 
 use lock_core::backend::{AcquireRequest, Grant, HeldLease, LockBackend, Renewal};
 
+use crate::config::{SqlConfig, Strategy};
 use crate::db::Db;
 use crate::dialect::Dialect;
 use crate::key::KeyId;
 use crate::lease::{self, Timing};
 use crate::listen::Listener;
-use crate::options::{SqlOptions, Strategy};
 use crate::pessimistic::{self, Pinned};
 
 /// What the backend keeps with each granted lease.
@@ -56,10 +56,10 @@ struct Inner {
 ///
 /// ```no_run
 /// use lock_core::{prelude::*, LockClient};
-/// use lock_sql::{SqlBackend, SqlOptions};
+/// use lock_sql::{SqlBackend, SqlConfig};
 ///
 /// # #[tokio::main] async fn main() -> lock_core::Result<()> {
-/// let backend = SqlBackend::connect(SqlOptions::new("postgres://locks@127.0.0.1/app")).await?;
+/// let backend = SqlBackend::connect(SqlConfig::from_url("postgres://locks@127.0.0.1/app")?).await?;
 /// let client = LockClient::new(backend);
 /// let guard = client.lock("nightly-report")?.acquire().await?;
 /// println!("fencing token {}", guard.fencing_token());
@@ -82,7 +82,7 @@ impl fmt::Debug for SqlBackend {
 }
 
 impl SqlBackend {
-    /// Checks the options, connects, and creates the tables if they are missing.
+    /// Checks the settings, connects, and creates the tables if they are missing.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad URL or option, or for tables used with the
@@ -93,9 +93,9 @@ impl SqlBackend {
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future closes what it opened.
-    pub async fn connect(options: SqlOptions) -> Result<Self> {
+    pub async fn connect(options: SqlConfig) -> Result<Self> {
         options.validate()?;
-        let mut url = crate::url::parse(&options.url)?;
+        let mut url = crate::url::parse(&options.driver_url()?)?;
         url.driver_url = crate::tls::with_tls(&url.driver_url, url.dialect, options.tls.as_ref())?;
         if options.strategy == Strategy::ForUpdate && url.dialect == Dialect::Sqlite {
             return Err(Error::Unsupported {
@@ -131,16 +131,16 @@ impl SqlBackend {
     }
 
     /// [`connect`](Self::connect) with every setting the URL gives
-    /// ([`SqlOptions::from_url`]: strategy, table prefix, pool, timeouts, TLS, ...),
+    /// ([`SqlConfig::from_url`]: strategy, table prefix, pool, timeouts, TLS, ...),
     /// the rest default. An unknown URL key is an error.
     ///
     /// # Errors
-    /// As for [`connect`](Self::connect) and [`SqlOptions::from_url`].
+    /// As for [`connect`](Self::connect) and [`SqlConfig::from_url`].
     ///
     /// # Cancel safety
     /// Cancel safe.
     pub async fn connect_url(url: &str) -> Result<Self> {
-        Self::connect(SqlOptions::from_url(url)?).await
+        Self::connect(SqlConfig::from_url(url)?).await
     }
 
     /// Which database this is.

@@ -13,11 +13,11 @@ use sqlx::any::{AnyArguments, AnyPoolOptions};
 use sqlx::query::Query;
 use sqlx::{Any, AnyPool, AssertSqlSafe, Row};
 
+use crate::config::{SqlConfig, Strategy};
 use crate::dialect::Dialect;
 use crate::error::{classify, convert, timed_out, Class};
 use crate::hot::HotConnection;
 use crate::lease::BlindUndos;
-use crate::options::{SqlOptions, Strategy};
 use crate::sql::{Statements, Stmt, SCHEMA_VERSION};
 use crate::url::DbUrl;
 
@@ -175,7 +175,7 @@ fn is_mariadb(version: &str) -> bool {
 
 impl Db {
     /// Opens the pool, checks the server answers, and creates the schema if missing.
-    pub(crate) async fn connect(options: &SqlOptions, url: DbUrl) -> Result<Db> {
+    pub(crate) async fn connect(options: &SqlConfig, url: DbUrl) -> Result<Db> {
         sqlx::any::install_default_drivers();
         let dialect = url.dialect;
         let session_sql = Arc::new(options.session_sql.clone());

@@ -7,18 +7,18 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use lock_core::{prelude::*, LockClient};
-//! use lock_sql::{SqlBackend, SqlOptions, Strategy};
+//! use lock_sql::{SqlBackend, SqlConfig, Strategy};
 //!
 //! # #[tokio::main] async fn main() -> lock_core::Result<()> {
 //! // SQLite needs no server, and works across processes on one machine.
-//! let backend = SqlBackend::connect(SqlOptions::new("sqlite://locks.db")).await?;
+//! let backend = SqlBackend::connect_url("sqlite://locks.db").await?;
 //! let client = LockClient::new(backend);
 //! let guard = client.lock("orders/42")?.acquire_timeout(Duration::from_secs(5)).await?;
 //! guard.release().await?;
 //!
 //! // PostgreSQL with row locks on a pinned connection instead of lease rows.
-//! let options = SqlOptions::new("postgres://locks@127.0.0.1/app").strategy(Strategy::ForUpdate);
-//! let client = LockClient::new(SqlBackend::connect(options).await?);
+//! let config = SqlConfig::from_url("postgres://locks@127.0.0.1/app")?.with_strategy(Strategy::ForUpdate);
+//! let client = LockClient::new(SqlBackend::connect(config).await?);
 //! client.lock("orders/42")?.acquire().await?.release().await?;
 //! # Ok(()) }
 //! ```
@@ -38,7 +38,7 @@
 //! # Tables
 //!
 //! The backend creates its tables if they are missing, named from a configurable,
-//! validated and quoted prefix ([`SqlOptions::table_prefix`], default
+//! validated and quoted prefix ([`SqlConfig::with_table_prefix`], default
 //! [`DEFAULT_TABLE_PREFIX`]): `<prefix>_meta` (holding a schema version marker, so a
 //! later release can migrate), `<prefix>_keys` (one row per lock key: its fencing
 //! counter and queue-ticket counter; never deleted, so fencing tokens keep increasing
@@ -59,11 +59,12 @@
 //! Writers are preferred: a waiting writer takes a queue ticket, and new readers wait
 //! while one is queued (the write lock's owner may still read: downgrade). A writer
 //! that gives up removes its ticket; one that crashes stops blocking readers when its
-//! ticket expires ([`SqlOptions::queue_ttl`]).
+//! ticket expires ([`SqlConfig::with_queue_ttl`]).
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
+mod config;
 mod db;
 mod decide;
 mod dialect;
@@ -73,7 +74,6 @@ mod key;
 mod lease;
 mod listen;
 mod local_wake;
-mod options;
 mod pessimistic;
 mod sql;
 mod tls;
@@ -82,8 +82,10 @@ mod url_settings;
 mod wait;
 
 pub use backend::{SqlBackend, SqlLease};
+pub use config::{
+    SqlConfig, Strategy, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_TABLE_PREFIX,
+};
 pub use dialect::{Dialect, MAX_TABLE_PREFIX};
-pub use options::{SqlOptions, Strategy, DEFAULT_TABLE_PREFIX};
 pub use sqlx;
 
 /// The value of the `khash` column under which `key` is stored in every table: for

@@ -1,12 +1,12 @@
-//! The settings a database URL may carry: this crate's own (read into [`SqlOptions`]
+//! The settings a database URL may carry: this crate's own (read into [`SqlConfig`]
 //! and taken out of the URL) and the driver's (left in it). A key that is neither is
 //! an error, where the driver would ignore it.
 
 use lock_core::backend::QuerySettings;
 use lock_core::{Error, Result};
 
+use crate::config::{SqlConfig, Strategy};
 use crate::dialect::Dialect;
-use crate::options::{SqlOptions, Strategy};
 
 /// The query keys the driver of each database reads, passed through to it as they are.
 fn driver_keys(dialect: Dialect) -> &'static [&'static str] {
@@ -60,14 +60,16 @@ fn dialect_of(url: &str) -> Option<Dialect> {
     }
 }
 
-/// Reads this crate's settings out of `url` (see [`SqlOptions::from_url`]).
-pub(crate) fn options_from_url(url: &str) -> Result<SqlOptions> {
+/// Reads this crate's settings and the credentials out of `url` (see
+/// [`SqlConfig::from_url`]); the URL itself is checked by the caller.
+pub(crate) fn config_from_url(url: &str) -> Result<SqlConfig> {
+    let (url, credentials) = take_credentials(url);
     let Some((base, query)) = url.split_once('?') else {
-        return Ok(SqlOptions::new(url));
+        return Ok(with_credentials(SqlConfig::defaults(url), credentials));
     };
-    let Some(dialect) = dialect_of(url) else {
-        // The scheme is refused, with the rest, when connecting.
-        return Ok(SqlOptions::new(url));
+    let Some(dialect) = dialect_of(&url) else {
+        // The scheme is refused, with the rest, by the caller.
+        return Ok(with_credentials(SqlConfig::defaults(url), credentials));
     };
     let mut driver = url::form_urlencoded::Serializer::new(String::new());
     let mut pairs = Vec::new();
@@ -92,9 +94,9 @@ pub(crate) fn options_from_url(url: &str) -> Result<SqlOptions> {
         format!("{base}?{driver}")
     };
 
-    let mut options = SqlOptions::new(url);
+    let mut options = with_credentials(SqlConfig::defaults(url), credentials);
     if let Some(strategy) = query.text("lock_strategy") {
-        options = options.strategy(match strategy.as_str() {
+        options = options.with_strategy(match strategy.as_str() {
             "lease" => Strategy::Lease,
             "for-update" => Strategy::ForUpdate,
             other => {
@@ -105,19 +107,19 @@ pub(crate) fn options_from_url(url: &str) -> Result<SqlOptions> {
         });
     }
     if let Some(prefix) = query.text("lock_table_prefix") {
-        options = options.table_prefix(prefix);
+        options = options.with_table_prefix(prefix);
     }
     if let Some(max) = query.number("pool_max")? {
-        options = options.max_connections(max);
+        options = options.with_max_connections(max);
     }
     if let Some(max) = query.number("max_held_locks")? {
-        options = options.max_held_locks(max);
+        options = options.with_max_held_locks(max);
     }
     if let Some(timeout) = query.duration("connect_timeout")? {
-        options = options.connect_timeout(timeout);
+        options = options.with_connect_timeout(timeout);
     }
     if let Some(timeout) = query.duration("request_timeout")? {
-        options = options.request_timeout(timeout);
+        options = options.with_request_timeout(timeout);
     }
     let poll_min = query.duration("poll_min")?;
     let poll_max = query.duration("poll_max")?;
@@ -126,16 +128,49 @@ pub(crate) fn options_from_url(url: &str) -> Result<SqlOptions> {
             poll_min.unwrap_or(options.poll_min),
             poll_max.unwrap_or(options.poll_max),
         );
-        options = options.poll_interval(min, max);
+        options = options.with_poll_interval(min, max);
     }
     if let Some(ttl) = query.duration("queue_ttl")? {
-        options = options.queue_ttl(ttl);
+        options = options.with_queue_ttl(ttl);
     }
     if let Some(tls) = query.tls() {
-        options = options.tls(tls);
+        options = options.with_tls(tls);
     }
     query.finish(dialect.name())?;
     Ok(options)
+}
+
+/// `url` without the user and password of a server URL, and those percent-decoded.
+fn take_credentials(url: &str) -> (String, Option<(String, String)>) {
+    let parsed = match url::Url::parse(url) {
+        Ok(parsed)
+            if parsed.scheme() != "sqlite"
+                && (!parsed.username().is_empty() || parsed.password().is_some()) =>
+        {
+            parsed
+        }
+        _ => return (url.to_owned(), None),
+    };
+    let decode = |text: &str| {
+        percent_encoding::percent_decode_str(text)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let credentials = (
+        decode(parsed.username()),
+        decode(parsed.password().unwrap_or_default()),
+    );
+    let mut bare = parsed;
+    let _ = bare.set_username("");
+    let _ = bare.set_password(None);
+    (bare.into(), Some(credentials))
+}
+
+fn with_credentials(config: SqlConfig, credentials: Option<(String, String)>) -> SqlConfig {
+    match credentials {
+        Some((user, password)) => config.with_credentials(user, password),
+        None => config,
+    }
 }
 
 #[cfg(test)]
@@ -146,7 +181,7 @@ mod tests {
 
     #[test]
     fn every_setting_from_the_url() {
-        let options = options_from_url(
+        let options = config_from_url(
             "postgres://u:p@db:5432/app?sslmode=verify-full&lock_strategy=for-update\
              &lock_table_prefix=app&pool_max=20&max_held_locks=7&connect_timeout=3s\
              &request_timeout=1500ms&poll_min=2ms&poll_max=1s&queue_ttl=20s\
@@ -154,11 +189,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            options.get_url(),
-            "postgres://u:p@db:5432/app?sslmode=verify-full&application_name=billing"
+            options.url(),
+            "postgres://db:5432/app?sslmode=verify-full&application_name=billing"
         );
-        assert_eq!(options.get_strategy(), Strategy::ForUpdate);
-        assert_eq!(options.get_table_prefix(), "app");
+        assert_eq!(options.username(), Some("u"));
+        assert_eq!(options.strategy(), Strategy::ForUpdate);
+        assert_eq!(options.table_prefix(), "app");
         assert_eq!(options.max_connections, 20);
         assert_eq!(options.max_held_locks, 7);
         assert_eq!(options.connect_timeout, Duration::from_secs(3));
@@ -182,7 +218,7 @@ mod tests {
             ("mysql://h/db?sslrootcert=/ca.pem", "sslrootcert"),
             ("sqlite://x.db?connect_timout=1s", "connect_timout"),
         ] {
-            let err = options_from_url(url).unwrap_err().to_string();
+            let err = config_from_url(url).unwrap_err().to_string();
             assert!(err.contains(unknown), "{url}: {err}");
             assert!(err.contains("connect_timeout"), "{url}: {err}");
         }
@@ -196,19 +232,19 @@ mod tests {
             ("postgres://h/db?lock_strategy=optimistic", "lock_strategy"),
             ("postgres://h/db?pool_max=1&pool_max=2", "pool_max"),
         ] {
-            let err = options_from_url(url).unwrap_err().to_string();
+            let err = config_from_url(url).unwrap_err().to_string();
             assert!(err.contains(key), "{url}: {err}");
         }
     }
 
     #[test]
     fn postgres_options_pass_through_repeated_and_named() {
-        let pg = options_from_url(
+        let pg = config_from_url(
             "postgres://h/db?options=-c%20a%3D1&options=-c%20b%3D2&options[search_path]=app&pool_max=3",
         )
         .unwrap();
         assert_eq!(
-            pg.get_url(),
+            pg.url(),
             "postgres://h/db?options=-c+a%3D1&options=-c+b%3D2&options%5Bsearch_path%5D=app"
         );
         assert_eq!(pg.max_connections, 3);
@@ -216,14 +252,11 @@ mod tests {
 
     #[test]
     fn driver_keys_stay_in_the_url() {
-        let lite = options_from_url("sqlite://x.db?mode=rw&pool_max=2").unwrap();
-        assert_eq!(lite.get_url(), "sqlite://x.db?mode=rw");
-        let my = options_from_url("mysql://h/db?ssl-mode=REQUIRED&charset=utf8mb4").unwrap();
-        assert_eq!(
-            my.get_url(),
-            "mysql://h/db?ssl-mode=REQUIRED&charset=utf8mb4"
-        );
-        let plain = options_from_url("postgres://h/db?lock_table_prefix=x").unwrap();
-        assert_eq!(plain.get_url(), "postgres://h/db");
+        let lite = config_from_url("sqlite://x.db?mode=rw&pool_max=2").unwrap();
+        assert_eq!(lite.url(), "sqlite://x.db?mode=rw");
+        let my = config_from_url("mysql://h/db?ssl-mode=REQUIRED&charset=utf8mb4").unwrap();
+        assert_eq!(my.url(), "mysql://h/db?ssl-mode=REQUIRED&charset=utf8mb4");
+        let plain = config_from_url("postgres://h/db?lock_table_prefix=x").unwrap();
+        assert_eq!(plain.url(), "postgres://h/db");
     }
 }

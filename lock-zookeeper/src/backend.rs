@@ -130,27 +130,32 @@ impl fmt::Debug for ZkBackend {
 
 impl ZkBackend {
     /// A backend that connects on first use (and again whenever a session has ended).
-    pub fn new(config: ZkConfig) -> Self {
-        ZkBackend {
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming a setting of `config` that is out of range.
+    pub fn new(config: ZkConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(ZkBackend {
             inner: Arc::new(Inner {
                 sessions: Sessions::new(config),
                 counters: Counters::default(),
                 writers: Mutex::new(HashMap::new()),
                 cleanups: lock_core::backend::Cleanups::default(),
             }),
-        }
+        })
     }
 
     /// A backend with its session established.
     ///
     /// # Errors
+    /// [`Error::InvalidArgument`] naming a setting of `config` that is out of range;
     /// [`Error::Unavailable`] if ZooKeeper cannot be reached within the connect timeout;
     /// [`Error::Backend`] if it refuses (for example the chroot cannot be created).
     ///
     /// # Cancel safety
     /// Cancel safe: a session being established when the future is dropped is closed.
     pub async fn connect(config: ZkConfig) -> Result<Self> {
-        let backend = ZkBackend::new(config);
+        let backend = ZkBackend::new(config)?;
         backend.inner.sessions.get().await?;
         Ok(backend)
     }

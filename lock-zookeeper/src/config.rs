@@ -20,6 +20,12 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// Where and how to connect to ZooKeeper.
 ///
+/// Made from a URL with [`from_url`](Self::from_url), then changed with the `with_*`
+/// setters, which never fail: every value is checked once, by
+/// [`ZkBackend::connect`](crate::ZkBackend::connect) (and [`ZkBackend::new`](crate::ZkBackend::new)),
+/// with an [`Error::InvalidArgument`] naming the setting. The password never appears in
+/// `Debug` output or errors.
+///
 /// ```
 /// use std::time::Duration;
 /// use lock_zookeeper::ZkConfig;
@@ -29,10 +35,12 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 /// assert_eq!(config.chroot(), Some("/apps/billing"));
 /// assert_eq!(config.session_timeout(), Duration::from_secs(6));
 ///
-/// let config = ZkConfig::new("127.0.0.1:2181")?
-///     .with_chroot("/locks-root")?
-///     .with_connect_timeout(Duration::from_secs(2))?
-///     .with_digest("tenant-a", "secret");
+/// let config = ZkConfig::from_url("zk://127.0.0.1:2181")?
+///     .with_chroot("/locks-root")
+///     .with_connect_timeout(Duration::from_secs(2))
+///     .with_credentials("tenant-a", "secret");
+/// assert_eq!(config.username(), Some("tenant-a"));
+/// assert!(!format!("{config:?}").contains("secret"));
 /// assert!(ZkConfig::from_url("http://x").is_err());
 /// # Ok::<(), lock_core::Error>(())
 /// ```
@@ -64,10 +72,7 @@ impl fmt::Debug for ZkConfig {
 
 impl ZkConfig {
     /// Settings for the comma-separated `host:port` list (the port defaults to 2181).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for an empty list or a bad host or port.
-    pub fn new(hosts: &str) -> Result<Self> {
+    fn from_hosts(hosts: &str) -> Result<Self> {
         let hosts = hosts
             .split(',')
             .map(parse_host)
@@ -91,7 +96,8 @@ impl ZkConfig {
     /// `connect_timeout_ms` and `request_timeout_ms` take milliseconds; with
     /// `zk+tls://`, `tls_ca`, `tls_cert` and `tls_key` ([`with_tls`](Self::with_tls)).
     /// Any other key is an error. `user:password` turns on
-    /// digest authentication and a creator-only ACL (see [`with_digest`](Self::with_digest)).
+    /// digest authentication and a creator-only ACL (see
+    /// [`with_credentials`](Self::with_credentials)).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] saying what is wrong with the URL.
@@ -119,9 +125,9 @@ impl ZkConfig {
             Some(at) => (&rest[..at], Some(&rest[at..])),
             None => (rest, None),
         };
-        let mut config = ZkConfig::new(hosts)?;
+        let mut config = ZkConfig::from_hosts(hosts)?;
         if let Some(chroot) = chroot.filter(|c| *c != "/") {
-            config = config.with_chroot(chroot)?;
+            config = config.with_chroot(chroot);
         }
         if let Some(userinfo) = userinfo {
             let (user, password) = userinfo.split_once(':').ok_or_else(|| {
@@ -132,7 +138,7 @@ impl ZkConfig {
                     "zookeeper URL credentials have an empty user",
                 ));
             }
-            config = config.with_digest(user, password);
+            config = config.with_credentials(user, password);
         }
         if let Some(query) = query {
             config = with_url_settings(config, query)?;
@@ -147,92 +153,107 @@ impl ZkConfig {
                 "TLS settings (tls_ca, tls_cert, tls_key) need a zk+tls:// URL",
             ));
         }
+        config.validate()?;
         Ok(config)
     }
 
-    /// Puts every path under `chroot` (an absolute path such as `/apps/billing`), which is
-    /// created (persistent) if missing.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] if it is not a valid absolute ZooKeeper path.
-    pub fn with_chroot(mut self, chroot: &str) -> Result<Self> {
-        let valid = chroot.starts_with('/')
-            && chroot.len() > 1
-            && chroot[1..]
-                .split('/')
-                .all(|s| !s.is_empty() && s != "." && s != "..")
-            && !chroot.chars().any(char::is_control);
-        if !valid {
-            return Err(Error::invalid_argument(format!(
-                "zookeeper chroot {chroot:?} must be an absolute path like /apps/locks, without empty, . or .. segments"
-            )));
+    /// Checks every setting; called by `from_url` and before connecting.
+    pub(crate) fn validate(&self) -> Result<()> {
+        if let Some(chroot) = &self.chroot {
+            let valid = chroot.starts_with('/')
+                && chroot.len() > 1
+                && chroot[1..]
+                    .split('/')
+                    .all(|s| !s.is_empty() && s != "." && s != "..")
+                && !chroot.chars().any(char::is_control);
+            if !valid {
+                return Err(Error::invalid_argument(format!(
+                    "zookeeper chroot {chroot:?} must be an absolute path like /apps/locks, without empty, . or .. segments"
+                )));
+            }
         }
-        self.chroot = Some(chroot.to_owned());
-        Ok(self)
+        for (what, timeout) in [
+            ("session timeout", self.session_timeout),
+            ("connect timeout", self.connect_timeout),
+            ("request timeout", self.request_timeout),
+        ] {
+            lock_core::backend::check_duration(
+                &format!("zookeeper {what}"),
+                timeout,
+                Duration::from_millis(1),
+                MAX_TIMEOUT,
+            )?;
+        }
+        if let Some((user, _)) = &self.digest {
+            if user.is_empty() {
+                return Err(Error::invalid_argument(
+                    "zookeeper credentials have an empty user",
+                ));
+            }
+        }
+        if let Some(tls) = &self.tls {
+            if !cfg!(feature = "tls") {
+                return Err(Error::invalid_argument(
+                    "TLS to ZooKeeper (zk+tls://) needs lock-zookeeper's `tls` feature",
+                ));
+            }
+            if tls.server_name.is_some() {
+                return Err(Error::invalid_argument(
+                    "ZooKeeper checks each server's certificate against its host: tls_server_name is not supported",
+                ));
+            }
+            if tls.ca_file.is_none() {
+                return Err(Error::invalid_argument(
+                    "TLS to ZooKeeper needs the CA to trust (tls_ca): its client has no built-in roots",
+                ));
+            }
+            tls.check()?;
+        }
+        Ok(())
     }
 
-    /// The session timeout to ask for: how long after this client stops being heard
-    /// from (a crash, a partition) the server ends its session and so frees its locks.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] unless between 1 ms and one hour.
-    pub fn with_session_timeout(mut self, timeout: Duration) -> Result<Self> {
-        self.session_timeout = check_timeout("session timeout", timeout)?;
-        Ok(self)
+    /// Puts every path under `chroot` (an absolute path such as `/apps/billing`, without
+    /// empty, `.` or `..` segments), which is created (persistent) if missing.
+    pub fn with_chroot(mut self, chroot: impl Into<String>) -> Self {
+        self.chroot = Some(chroot.into());
+        self
     }
 
-    /// How long connecting may take before [`Error::Unavailable`].
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] unless between 1 ms and one hour.
-    pub fn with_connect_timeout(mut self, timeout: Duration) -> Result<Self> {
-        self.connect_timeout = check_timeout("connect timeout", timeout)?;
-        Ok(self)
+    /// The session timeout to ask for (default [`DEFAULT_SESSION_TIMEOUT`], 1 ms to one
+    /// hour): how long after this client stops being heard from (a crash, a partition)
+    /// the server ends its session and so frees its locks.
+    pub fn with_session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// How long connecting may take before [`Error::Unavailable`] (default
+    /// [`DEFAULT_CONNECT_TIMEOUT`], 1 ms to one hour).
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
     }
 
     /// How long one request may wait for its answer before the call fails with a
-    /// retryable [`Error::Unavailable`] (default [`DEFAULT_REQUEST_TIMEOUT`]). Without
-    /// it, a request sent while the connection is lost waits until the client
-    /// reconnects or gives the session up, up to 7/5 of the session timeout. An
-    /// acquire's requests end at its wait limit too, while it may still wait; a
-    /// release retries within this timeout, and lock-core retries it in the
+    /// retryable [`Error::Unavailable`] (default [`DEFAULT_REQUEST_TIMEOUT`], 1 ms to
+    /// one hour). Without it, a request sent while the connection is lost waits until
+    /// the client reconnects or gives the session up, up to 7/5 of the session
+    /// timeout. An acquire's requests end at its wait limit too, while it may still
+    /// wait; a release retries within this timeout, and lock-core retries it in the
     /// background after it.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] unless between 1 ms and one hour.
-    pub fn with_request_timeout(mut self, timeout: Duration) -> Result<Self> {
-        self.request_timeout = check_timeout("request timeout", timeout)?;
-        Ok(self)
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
     }
 
     /// Connects over TLS (the servers' `secureClientPort`; needs the `tls` feature):
     /// the CA to trust (required: the client has no built-in roots) and a client
     /// certificate (for `ssl.clientAuth=need`), PEM files read at connect. The servers'
-    /// certificates are checked against their host names.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] without the `tls` feature, without a CA, for a
-    /// certificate without its key, or for `server_name` (the client checks each
-    /// host's own name).
-    pub fn with_tls(mut self, tls: TlsOptions) -> Result<Self> {
-        if !cfg!(feature = "tls") {
-            return Err(Error::invalid_argument(
-                "TLS to ZooKeeper (zk+tls://) needs lock-zookeeper's `tls` feature",
-            ));
-        }
-        if tls.server_name.is_some() {
-            return Err(Error::invalid_argument(
-                "ZooKeeper checks each server's certificate against its host: tls_server_name is not supported",
-            ));
-        }
-        if tls.ca_file.is_none() {
-            return Err(Error::invalid_argument(
-                "TLS to ZooKeeper needs the CA to trust (tls_ca): its client has no built-in roots",
-            ));
-        }
-        tls.check()?;
+    /// certificates are checked against their host names, so
+    /// [`TlsOptions::server_name`] is refused at connect.
+    pub fn with_tls(mut self, tls: TlsOptions) -> Self {
         self.tls = Some(tls);
-        Ok(self)
+        self
     }
 
     /// Authenticates with ZooKeeper's `digest` scheme and creates every node (lock path
@@ -240,9 +261,18 @@ impl ZkConfig {
     /// credentials can neither create contenders nor delete this client's nodes
     /// (ZooKeeper checks a delete against the parent's ACL, which is why the containers
     /// carry it too). Paths created earlier by others keep their own ACL.
-    pub fn with_digest(mut self, user: &str, password: &str) -> Self {
-        self.digest = Some((user.to_owned(), password.to_owned()));
+    pub fn with_credentials(
+        mut self,
+        user: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.digest = Some((user.into(), password.into()));
         self
+    }
+
+    /// The user name of the digest credentials, if any.
+    pub fn username(&self) -> Option<&str> {
+        self.digest.as_ref().map(|(user, _)| user.as_str())
     }
 
     /// The hosts, as `host:port`.
@@ -313,15 +343,6 @@ fn parse_host(host: &str) -> Result<String> {
     Ok(format!("{name}:{port}"))
 }
 
-fn check_timeout(what: &str, timeout: Duration) -> Result<Duration> {
-    lock_core::backend::check_duration(
-        &format!("zookeeper {what}"),
-        timeout,
-        Duration::from_millis(1),
-        MAX_TIMEOUT,
-    )
-}
-
 /// The timeouts of a URL's query, read into `config`; unknown keys are refused.
 fn with_url_settings(mut config: ZkConfig, query: &str) -> Result<ZkConfig> {
     let pairs = url::form_urlencoded::parse(query.as_bytes())
@@ -343,16 +364,16 @@ fn with_url_settings(mut config: ZkConfig, query: &str) -> Result<ZkConfig> {
     let tls = query.tls();
     query.finish("zookeeper")?;
     if let Some(tls) = tls {
-        config = config.with_tls(tls)?;
+        config = config.with_tls(tls);
     }
     if let Some(session) = session {
-        config = config.with_session_timeout(session)?;
+        config = config.with_session_timeout(session);
     }
     if let Some(connect) = connect {
-        config = config.with_connect_timeout(connect)?;
+        config = config.with_connect_timeout(connect);
     }
     if let Some(request) = request {
-        config = config.with_request_timeout(request)?;
+        config = config.with_request_timeout(request);
     }
     Ok(config)
 }
@@ -431,6 +452,33 @@ mod tests {
                 Err(Error::InvalidArgument { .. }) => {}
                 other => panic!("{url:?}: {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn setters_never_fail_and_connect_checks_their_values() {
+        let base = ZkConfig::from_url("zk://h").unwrap();
+        assert!(base.validate().is_ok());
+        for (bad, named) in [
+            (base.clone().with_chroot("relative"), "chroot"),
+            (base.clone().with_chroot("/a//b"), "chroot"),
+            (
+                base.clone().with_session_timeout(Duration::ZERO),
+                "session timeout",
+            ),
+            (
+                base.clone().with_connect_timeout(Duration::from_secs(7200)),
+                "connect timeout",
+            ),
+            (
+                base.clone().with_request_timeout(Duration::ZERO),
+                "request timeout",
+            ),
+            (base.clone().with_credentials("", "pw"), "empty user"),
+        ] {
+            let err = bad.validate().unwrap_err();
+            assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+            assert!(err.to_string().contains(named), "{named}: {err}");
         }
     }
 }

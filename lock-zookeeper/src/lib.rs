@@ -8,9 +8,9 @@
 //! use std::time::Duration;
 //!
 //! # #[tokio::main] async fn main() -> lock_core::Result<()> {
-//! let config = ZkConfig::new("zk1:2181,zk2:2181,zk3:2181")?
-//!     .with_chroot("/billing")?
-//!     .with_session_timeout(Duration::from_secs(10))?;
+//! let config = ZkConfig::from_url("zk://zk1:2181,zk2:2181,zk3:2181")?
+//!     .with_chroot("/billing")
+//!     .with_session_timeout(Duration::from_secs(10));
 //! let client = LockClient::new(ZkBackend::connect(config).await?);
 //! let guard = client.lock("invoice-run")?.acquire().await?;
 //! // ... work, passing guard.fencing_token() to the storage it writes ...

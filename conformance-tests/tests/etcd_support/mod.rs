@@ -21,11 +21,10 @@ pub struct Etcd {
 
 impl Etcd {
     fn config(&self) -> EtcdConfig {
-        EtcdConfig::builder(&self.url)
-            .connect_timeout(Duration::from_secs(2))
-            .request_timeout(Duration::from_secs(2))
-            .build()
+        EtcdConfig::from_url(&self.url)
             .expect("valid URL")
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_request_timeout(Duration::from_secs(2))
     }
 }
 

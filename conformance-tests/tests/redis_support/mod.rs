@@ -11,7 +11,7 @@ use conformance_tests::server::sentinel::SentinelDeployment;
 use conformance_tests::{Backend, ClientOptions, HolderSpec};
 use lock_core::backend::LockBackend;
 use lock_core::{DistributedLockExt, LockClient, LockFamily, LockKey, LockProvider};
-use lock_redis::{redis, RedisBackend, RedisConfig, RedisConfigBuilder};
+use lock_redis::{redis, RedisBackend, RedisConfig};
 use tokio::time::Instant;
 
 /// Every key of `namespace` on the server at `url` but the fencing counters, which stay
@@ -102,12 +102,11 @@ impl Redis {
     }
 
     pub fn config(&self) -> RedisConfig {
-        RedisConfig::builder(&self.url)
-            .connect_timeout(Duration::from_secs(1))
-            .command_timeout(Duration::from_secs(1))
-            .waiter_lease(Duration::from_secs(1))
-            .build()
+        RedisConfig::from_url(&self.url)
             .expect("valid URL")
+            .with_connect_timeout(Duration::from_secs(1))
+            .with_request_timeout(Duration::from_secs(1))
+            .with_waiter_lease(Duration::from_secs(1))
     }
 }
 
@@ -165,15 +164,16 @@ impl Backend for Redis {
     }
 }
 
-pub fn config(url: &str) -> RedisConfigBuilder {
-    RedisConfig::builder(url)
-        .connect_timeout(Duration::from_secs(1))
-        .command_timeout(Duration::from_secs(1))
-        .failover_grace(Duration::from_secs(60))
+pub fn config(url: &str) -> RedisConfig {
+    RedisConfig::from_url(url)
+        .expect("valid settings")
+        .with_connect_timeout(Duration::from_secs(1))
+        .with_request_timeout(Duration::from_secs(1))
+        .with_failover_grace(Duration::from_secs(60))
 }
 
-pub fn client(config: RedisConfigBuilder, namespace: &str) -> LockClient<RedisBackend> {
-    let backend = RedisBackend::new(config.build().expect("valid settings")).expect("backend");
+pub fn client(config: RedisConfig, namespace: &str) -> LockClient<RedisBackend> {
+    let backend = RedisBackend::new(config).expect("backend");
     LockClient::builder(backend)
         .namespace(namespace)
         // Long enough to outlast a failover, so the lease is kept across it.

@@ -8,7 +8,7 @@ use conformance_tests::holder::HolderProcess;
 use conformance_tests::{Backend, HolderSpec};
 use lock_core::prelude::*;
 use lock_core::{AcquireOptions, Error, LockClient, LockKey, LockName, Namespace};
-use lock_sql::{sqlx, Dialect, SqlBackend, SqlOptions, Strategy};
+use lock_sql::{sqlx, Dialect, SqlBackend, SqlConfig, Strategy};
 use sqlx::Row;
 use tokio::time::Instant;
 
@@ -18,7 +18,7 @@ fn ns() -> String {
     format!("extra-{}", uuid::Uuid::new_v4().simple())
 }
 
-async fn client(sql: &Sql, namespace: &str, options: SqlOptions) -> LockClient<SqlBackend> {
+async fn client(sql: &Sql, namespace: &str, options: SqlConfig) -> LockClient<SqlBackend> {
     let backend = SqlBackend::connect(options).await.expect("connect");
     let _ = sql;
     LockClient::builder(backend)
@@ -50,8 +50,13 @@ pub async fn clock_skew_never_steals(sql: &Sql) {
     let [ahead, behind] = skews(dialect);
     for (holder_skew, contender_skew) in [(ahead, behind), (behind, ahead)] {
         let ns = ns();
-        let holder = client(sql, &ns, sql.options().session_statement(holder_skew)).await;
-        let contender = client(sql, &ns, sql.options().session_statement(contender_skew)).await;
+        let holder = client(sql, &ns, sql.options().with_session_statement(holder_skew)).await;
+        let contender = client(
+            sql,
+            &ns,
+            sql.options().with_session_statement(contender_skew),
+        )
+        .await;
         let lease = Duration::from_millis(1500);
         let guard = holder
             .lock("skew")
@@ -203,7 +208,7 @@ pub async fn blocked_attempts_write_nothing(sql: &Sql) {
 async fn slow_polling_clients(sql: &Sql, namespace: &str, n: usize) -> Vec<LockClient<SqlBackend>> {
     let slow_polls = sql
         .options()
-        .poll_interval(Duration::from_secs(5), Duration::from_secs(5));
+        .with_poll_interval(Duration::from_secs(5), Duration::from_secs(5));
     let mut clients = Vec::new();
     for _ in 0..n {
         let backend = SqlBackend::connect(slow_polls.clone())
@@ -512,10 +517,11 @@ pub async fn strategies_never_mix_on_one_table_set(url: &str) {
     ] {
         let prefix = format!("{prefix}{}", first == Strategy::Lease);
         let options = |strategy| {
-            SqlOptions::new(url.to_owned())
-                .strategy(strategy)
-                .table_prefix(prefix.clone())
-                .max_connections(2)
+            SqlConfig::from_url(url)
+                .expect("database URL")
+                .with_strategy(strategy)
+                .with_table_prefix(prefix.clone())
+                .with_max_connections(2)
         };
         let client_of = |backend: SqlBackend| {
             LockClient::builder(backend)
@@ -662,9 +668,13 @@ pub async fn unreachable_is_unavailable_quickly(
     // A refused connection fails at once, saying so: not after a long connect timeout
     // as "pool timed out".
     let started = Instant::now();
-    let err = SqlBackend::connect(SqlOptions::new(url).connect_timeout(Duration::from_secs(30)))
-        .await
-        .expect_err("connected to nothing");
+    let err = SqlBackend::connect(
+        SqlConfig::from_url(url)
+            .expect("database URL")
+            .with_connect_timeout(Duration::from_secs(30)),
+    )
+    .await
+    .expect_err("connected to nothing");
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     assert!(
         err.to_string().to_lowercase().contains("refused"),
@@ -678,9 +688,13 @@ pub async fn unreachable_is_unavailable_quickly(
 
     let limit = Duration::from_secs(2);
     let started = Instant::now();
-    let err = SqlBackend::connect(SqlOptions::new(url).connect_timeout(limit))
-        .await
-        .expect_err("connected to nothing");
+    let err = SqlBackend::connect(
+        SqlConfig::from_url(url)
+            .expect("database URL")
+            .with_connect_timeout(limit),
+    )
+    .await
+    .expect_err("connected to nothing");
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     assert!(
         started.elapsed() < limit + Duration::from_secs(2),
@@ -692,7 +706,9 @@ pub async fn unreachable_is_unavailable_quickly(
     let c = client(
         sql,
         &ns,
-        sql.options().connect_timeout(limit).request_timeout(limit),
+        sql.options()
+            .with_connect_timeout(limit)
+            .with_request_timeout(limit),
     )
     .await;
     let lock = c.lock("down").unwrap();

@@ -108,7 +108,7 @@ async fn described_client(
 ) -> LockClient<SqlBackend> {
     let options = Sql::new(url, sql.strategy, &sql.prefix)
         .options()
-        .request_timeout(Duration::from_secs(1));
+        .with_request_timeout(Duration::from_secs(1));
     let backend = SqlBackend::connect(options).await.expect("connect");
     LockClient::builder(backend)
         .namespace(namespace)

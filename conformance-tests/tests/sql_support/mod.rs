@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use conformance_tests::{Backend, ClientOptions, HolderSpec};
 use lock_core::{LockFamily, LockKey, LockProvider};
-use lock_sql::{sqlx, SqlBackend, SqlOptions, Strategy};
+use lock_sql::{sqlx, SqlBackend, SqlConfig, Strategy};
 use sqlx::Row as _;
 
 /// One database with one strategy, as the suite sees it.
@@ -48,12 +48,12 @@ impl Sql {
     }
 
     /// The URL's settings (TLS, ...), with this strategy, prefix and a small pool.
-    pub fn options(&self) -> SqlOptions {
-        SqlOptions::from_url(&self.url)
+    pub fn options(&self) -> SqlConfig {
+        SqlConfig::from_url(&self.url)
             .expect("a test URL with valid settings")
-            .strategy(self.strategy)
-            .table_prefix(self.prefix.clone())
-            .max_connections(4)
+            .with_strategy(self.strategy)
+            .with_table_prefix(self.prefix.clone())
+            .with_max_connections(4)
     }
 
     pub async fn backend(&self) -> lock_core::Result<SqlBackend> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use conformance_tests::server::tls::test_certs;
 use conformance_tests::server::{ServerSpec, TestServer};
-use lock_sql::{SqlBackend, SqlOptions, Strategy};
+use lock_sql::{SqlBackend, SqlConfig, Strategy};
 
 use super::{run_transport_cases, servers, Sql};
 
@@ -69,9 +69,9 @@ async fn require_client_certificate(url: &str) {
 
 /// Connects to `url` and expects a refusal within the connect timeout and slack.
 async fn refused(url: &str) -> String {
-    let options = SqlOptions::from_url(url)
+    let options = SqlConfig::from_url(url)
         .expect("valid settings")
-        .connect_timeout(CONNECT_TIMEOUT);
+        .with_connect_timeout(CONNECT_TIMEOUT);
     let started = tokio::time::Instant::now();
     let outcome = tokio::time::timeout(CONNECT_TIMEOUT + SLACK, SqlBackend::connect(options))
         .await

@@ -48,7 +48,7 @@ impl Backend for Zk {
 
     async fn client(&self, options: ClientOptions) -> lock_core::Result<Arc<dyn LockProvider>> {
         // Each client is a session of its own, as another process's would be.
-        options.client(ZkBackend::new(self.config(SESSION_TIMEOUT)))
+        options.client(ZkBackend::new(self.config(SESSION_TIMEOUT)).expect("valid settings"))
     }
 
     async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, String> {

@@ -199,7 +199,10 @@ async fn frozen_holder_session_expires(zk: Arc<Zk>) {
     let pid = child.id().expect("running");
     signal(pid, "STOP");
     let resume = Resume(pid);
-    let ours = client(&ZkBackend::new(zk.config(SESSION_TIMEOUT)), &spec.namespace);
+    let ours = client(
+        &ZkBackend::new(zk.config(SESSION_TIMEOUT)).expect("valid settings"),
+        &spec.namespace,
+    );
     let frozen_at = Instant::now();
     let guard = within(
         "acquire after the frozen holder's session expired",
@@ -296,7 +299,10 @@ async fn paused_server_reports_session_loss(zk: Arc<Zk>) {
 /// watch on its own node), with no renewal needed.
 async fn deleted_node_reports_loss(zk: Arc<Zk>) {
     let ns = namespace("deleted");
-    let client = client(&ZkBackend::new(zk.config(SESSION_TIMEOUT)), &ns);
+    let client = client(
+        &ZkBackend::new(zk.config(SESSION_TIMEOUT)).expect("valid settings"),
+        &ns,
+    );
     let guard = client
         .lock("victim")
         .unwrap()
@@ -323,11 +329,17 @@ async fn cancelled_acquire_leaves_no_child(zk: Arc<Zk>) {
     let ns = namespace("cancel");
     let dir = ZkBackend::lock_path(&key(&ns, "c"), LockFamily::Exclusive);
     let raw = raw(&zk).await;
-    let holder = client(&ZkBackend::new(zk.config(SESSION_TIMEOUT)), &ns);
+    let holder = client(
+        &ZkBackend::new(zk.config(SESSION_TIMEOUT)).expect("valid settings"),
+        &ns,
+    );
     let guard = holder.lock("c").unwrap().acquire().await.expect("acquire");
     let held = children_until(&raw, &dir, zk.slack(), |c| c.len() == 1).await;
 
-    let waiter = client(&ZkBackend::new(zk.config(SESSION_TIMEOUT)), &ns);
+    let waiter = client(
+        &ZkBackend::new(zk.config(SESSION_TIMEOUT)).expect("valid settings"),
+        &ns,
+    );
     let lock = waiter.lock("c").unwrap();
     let task = tokio::spawn(async move { lock.acquire().await });
     children_until(&raw, &dir, zk.slack(), |c| c.len() == 2).await;
@@ -378,7 +390,7 @@ async fn curator_nodes_are_contenders(zk: Arc<Zk>) {
         .map(|c| format!("{dir}/{c}"))
         .unwrap();
 
-    let backend = ZkBackend::new(zk.config(SESSION_TIMEOUT));
+    let backend = ZkBackend::new(zk.config(SESSION_TIMEOUT)).expect("valid settings");
     let ours = client(&backend, &ns);
     assert!(
         ours.lock("shared")
@@ -484,7 +496,12 @@ async fn reader_tokens_lie_between_the_writers(zk: Arc<Zk>) {
     let ns = namespace("readers");
     let dir = ZkBackend::lock_path(&key(&ns, "t"), LockFamily::ReadWrite);
     let raw = raw(&zk).await;
-    let session = || client(&ZkBackend::new(zk.config(SESSION_TIMEOUT)), &ns);
+    let session = || {
+        client(
+            &ZkBackend::new(zk.config(SESSION_TIMEOUT)).expect("valid settings"),
+            &ns,
+        )
+    };
     let writer = session();
     let first = writer
         .rw_lock("t")
@@ -594,7 +611,7 @@ async fn reader_tokens_lie_between_the_writers(zk: Arc<Zk>) {
 async fn fifty_waiters_wake_one_each(zk: Arc<Zk>) {
     const WAITERS: u64 = 50;
     let ns = namespace("herd");
-    let backend = ZkBackend::new(zk.config(SESSION_TIMEOUT));
+    let backend = ZkBackend::new(zk.config(SESSION_TIMEOUT)).expect("valid settings");
     let client = client(&backend, &ns);
     let mut current = client
         .lock("herd")
@@ -667,7 +684,7 @@ async fn unreachable_server_is_unavailable(zk: Arc<Zk>) {
     );
 
     let lazy = client(
-        &ZkBackend::new(lock_zookeeper::ZkConfig::from_url(&url).unwrap()),
+        &ZkBackend::new(lock_zookeeper::ZkConfig::from_url(&url).unwrap()).expect("valid settings"),
         "x",
     );
     let err = lazy
@@ -751,7 +768,10 @@ async fn chroot_and_digest_acl(zk: Arc<Zk>) {
 /// Lock paths are containers: once empty, the server removes them.
 async fn empty_lock_paths_are_reaped(zk: Arc<Zk>) {
     let ns = namespace("reap");
-    let client = client(&ZkBackend::new(zk.config(SESSION_TIMEOUT)), &ns);
+    let client = client(
+        &ZkBackend::new(zk.config(SESSION_TIMEOUT)).expect("valid settings"),
+        &ns,
+    );
     let guard = client
         .lock("tmp")
         .unwrap()
@@ -843,7 +863,7 @@ async fn kazoo_try(zk: &Zk, path: &str) -> String {
 async fn kazoo_locks_and_ours_exclude_each_other(zk: Arc<Zk>) {
     let ns = namespace("kazoo");
     let path = format!("/{ns}/shared");
-    let backend = ZkBackend::new(zk.config(SESSION_TIMEOUT));
+    let backend = ZkBackend::new(zk.config(SESSION_TIMEOUT)).expect("valid settings");
     let lock = client(&backend, &ns).lock("shared").unwrap();
 
     let mut holder = kazoo(&zk, &path, "hold")
@@ -898,7 +918,10 @@ async fn blackholed_holder_reports_loss_before_the_server_frees_it(zk: Arc<Zk>) 
     );
     let cut_off = client(&ZkBackend::connect_url(&url).await.unwrap(), &ns);
     let guard = cut_off.lock("cut").unwrap().acquire().await.unwrap();
-    let other = client(&ZkBackend::new(zk.config(SESSION_TIMEOUT)), &ns);
+    let other = client(
+        &ZkBackend::new(zk.config(SESSION_TIMEOUT)).expect("valid settings"),
+        &ns,
+    );
     let lock = other.lock("cut").unwrap();
     // Let a few pings through first, so the server and the client agree on "last heard".
     tokio::time::sleep(Duration::from_millis(700)).await;

@@ -200,12 +200,11 @@ impl RedisServer {
     }
 
     pub fn config(&self) -> RedisConfig {
-        RedisConfig::builder(&self.url())
-            .connect_timeout(Duration::from_millis(500))
-            .command_timeout(Duration::from_millis(500))
-            .waiter_lease(Duration::from_millis(900))
-            .build()
+        RedisConfig::from_url(&self.url())
             .expect("valid test config")
+            .with_connect_timeout(Duration::from_millis(500))
+            .with_request_timeout(Duration::from_millis(500))
+            .with_waiter_lease(Duration::from_millis(900))
     }
 
     pub fn backend(&self) -> RedisBackend {
