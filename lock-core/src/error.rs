@@ -103,6 +103,14 @@ impl Error {
         }
     }
 
+    /// An [`Error::NotOwner`] for the lock of `key`: a release or an extend found
+    /// another lease than the caller's.
+    pub fn not_owner(key: &crate::LockKey) -> Self {
+        Error::NotOwner {
+            name: key.name().to_string(),
+        }
+    }
+
     /// An [`Error::Unavailable`] from any client error.
     pub fn unavailable(backend: &'static str, source: impl Into<BoxError>) -> Self {
         Error::Unavailable {

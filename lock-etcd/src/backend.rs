@@ -381,9 +381,7 @@ impl EtcdBackend {
     }
 
     fn not_owner(key: &LockKey) -> Error {
-        Error::NotOwner {
-            name: key.name().to_string(),
-        }
+        Error::not_owner(key)
     }
 
     /// Moves a lock's key to a new lease of `ttl` (its create revision, and so its

@@ -634,9 +634,7 @@ impl LockBackend for RedisBackend {
         if released == 1 {
             Ok(())
         } else {
-            Err(Error::NotOwner {
-                name: lease.key.name().to_string(),
-            })
+            Err(Error::not_owner(&lease.key))
         }
     }
 

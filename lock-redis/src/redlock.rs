@@ -545,9 +545,7 @@ impl LockBackend for RedLockBackend {
             }
             .into())
         } else {
-            Err(Error::NotOwner {
-                name: lease.key.name().to_string(),
-            })
+            Err(Error::not_owner(&lease.key))
         }
     }
 

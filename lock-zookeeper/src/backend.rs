@@ -294,9 +294,7 @@ impl LockBackend for ZkBackend {
     }
 
     async fn release(&self, lease: &HeldLease<ZkLease>) -> Result<()> {
-        let not_owner = || Error::NotOwner {
-            name: lease.key.name().to_string(),
-        };
+        let not_owner = || Error::not_owner(&lease.key);
         let flags = &lease.data.flags;
         let session = self
             .inner

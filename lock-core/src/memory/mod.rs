@@ -237,9 +237,7 @@ impl LockBackend for MemoryBackend {
         if released {
             Ok(())
         } else {
-            Err(Error::NotOwner {
-                name: lease.key.name().to_string(),
-            })
+            Err(Error::not_owner(&lease.key))
         }
     }
 

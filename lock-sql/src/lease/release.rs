@@ -92,9 +92,7 @@ pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>) -> Result<()> 
     if delete_lease(db, khash, lease.kind, lease.owner.as_str(), Some(fence)).await? {
         Ok(())
     } else {
-        Err(Error::NotOwner {
-            name: lease.key.name().to_string(),
-        })
+        Err(Error::not_owner(&lease.key))
     }
 }
 
