@@ -137,6 +137,41 @@ pub(crate) async fn acquire(
     }
     let key = KeyId::of(req.key);
     let kind = kind_code(req.kind);
+    let (mut pinned, connection) = start_transaction(db, &key, kind, req.ttl).await?;
+    let connection_id = connection.id;
+    match lock_row(db, &mut pinned, &connection, &key, kind, &req).await? {
+        RowLock::Locked => {}
+        RowLock::Busy => {
+            pinned.clean = rollback(&mut pinned).await;
+            return Ok(None);
+        }
+        // A cancel of its wait is on its way: it must never reach a statement of the
+        // connection's next user, so the connection is closed, not reused.
+        RowLock::Abandoned => return Ok(None),
+    }
+    let (fence, started_at) =
+        record_grant(db, &mut pinned, &key, kind, &req, connection_id).await?;
+    Ok(Some(Grant {
+        fence: fence as u64,
+        started_at,
+        data: SqlLease {
+            key,
+            pinned: Some(Pinned {
+                conn: Mutex::new(Some(pinned)),
+                connection_id,
+            }),
+        },
+    }))
+}
+
+/// Makes sure the lock's row exists, pins a connection of the held pool and begins the
+/// lock transaction on it.
+async fn start_transaction(
+    db: &Db,
+    key: &KeyId,
+    kind: i64,
+    ttl: Duration,
+) -> Result<(PinnedConn, Connection)> {
     let setup = async {
         // A plain read first: on MySQL, inserting a row that exists waits for its lock.
         let exists = q(&db.sql.row_lock.row_exists)
@@ -170,7 +205,7 @@ pub(crate) async fn acquire(
         };
         // Until the lock is granted, the limit only has to outlast the statements the
         // acquire sends in between (a short lease must not end a slow acquire).
-        let limit = silence_limit(db.dialect, req.ttl.max(db.request_timeout));
+        let limit = silence_limit(db.dialect, ttl.max(db.request_timeout));
         let begin = match db.dialect {
             Dialect::Postgres => format!("BEGIN; {limit}"),
             _ => format!("{limit}; BEGIN"),
@@ -182,35 +217,35 @@ pub(crate) async fn acquire(
     };
     // A slow server cannot stretch the wait limit: lock-core drops an acquire still
     // busy past its deadline, and the dropped connection closes.
-    let (mut pinned, connection) = db
-        .timed("starting a lock transaction", async {
-            setup.await.map_err(|e| db.err(e))
-        })
-        .await?;
+    db.timed("starting a lock transaction", async {
+        setup.await.map_err(|e| db.err(e))
+    })
+    .await
+}
 
-    let connection_id = connection.id;
-    match lock_row(db, &mut pinned, &connection, &key, kind, &req).await? {
-        RowLock::Locked => {}
-        RowLock::Busy => {
-            pinned.clean = rollback(&mut pinned).await;
-            return Ok(None);
-        }
-        // A cancel of its wait is on its way: it must never reach a statement of the
-        // connection's next user, so the connection is closed, not reused.
-        RowLock::Abandoned => return Ok(None),
-    }
-    // Locked. The fence and the holder record are committed on other connections: a
-    // row written in the lock transaction would vanish with it. The row lock lives
-    // only while its connection does, so the connection is checked again once the
-    // fence is drawn: a connection that died meanwhile let the lock go, perhaps to a
-    // holder whose fence came first, and this grant must not be reported. That check
-    // sets the lease's silence limit and is the transaction's last statement, so the
-    // server's limit runs from after it, and the lease from before it was sent.
+/// Draws the fence of a row lock just taken, sets the lease's silence limit and
+/// records the holder: the fence and when the lease started.
+///
+/// The fence and the holder record are committed on other connections: a row written
+/// in the lock transaction would vanish with it. The row lock lives only while its
+/// connection does, so the connection is checked again once the fence is drawn: a
+/// connection that died meanwhile let the lock go, perhaps to a holder whose fence
+/// came first, and this grant must not be reported. That check sets the lease's
+/// silence limit and is the transaction's last statement, so the server's limit runs
+/// from after it, and the lease from before it was sent.
+async fn record_grant(
+    db: &Db,
+    pinned: &mut PinnedConn,
+    key: &KeyId,
+    kind: i64,
+    req: &AcquireRequest<'_>,
+    connection_id: i64,
+) -> Result<(i64, Instant)> {
     let owner = req.owner.as_str().to_owned();
     let limit = silence_limit(db.dialect, req.ttl);
     let mut started_at = Instant::now();
     let record = async {
-        let fence = bump_fence(db, &key).await?;
+        let fence = bump_fence(db, key).await?;
         started_at = Instant::now();
         sqlx::raw_sql(AssertSqlSafe(limit))
             .execute(pinned.conn())
@@ -230,17 +265,7 @@ pub(crate) async fn acquire(
             record.await.map_err(|e| db.err(e))
         })
         .await?;
-    Ok(Some(Grant {
-        fence: fence as u64,
-        started_at,
-        data: SqlLease {
-            key,
-            pinned: Some(Pinned {
-                conn: Mutex::new(Some(pinned)),
-                connection_id,
-            }),
-        },
-    }))
+    Ok((fence, started_at))
 }
 
 /// How the locking `SELECT` ended.
@@ -413,9 +438,7 @@ pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>, pinned: &Pinne
     if ok {
         Ok(())
     } else {
-        Err(Error::NotOwner {
-            name: lease.key.name().to_string(),
-        })
+        Err(Error::not_owner(&lease.key))
     }
 }
 

@@ -291,76 +291,149 @@ async fn queue(
         let downgrade = downgrade_from.is_some();
         let Some(ahead) = blocker(req.kind, &queue, pos, downgrade) else {
             let fresh = first_check && (downgrade || parent.pzxid == created.czxid);
-            // Granted: finish within the request timeout, whatever the deadline.
-            let until = Instant::now() + limits.request_timeout;
-            let fence = match fence(inner, client, &node, owner, &created, fresh, until).await {
-                Ok(fence) => fence,
-                Err(ZkError::NoNode) => return Ok(Attempt::NodeVanished),
-                Err(err) => return Err(error::map(err)),
-            };
-            pending.disarm();
-            let flags = Arc::new(LeaseFlags::default());
-            if req.kind == LockKind::Write {
-                inner.register_writer(dir, req.owner, &flags, &node);
-            }
-            lease::watch(
-                flags.clone(),
+            let granted = Granted {
+                dir,
+                node,
+                owner,
+                created: &created,
+                fresh,
                 own_deleted,
-                session.dead_signal(),
-                req.loss.clone(),
-            );
-            return Ok(Attempt::Granted(Grant {
-                fence,
-                // The session, not this instant, keeps the lease; see `ZkBackend::renew`.
-                started_at: tokio::time::Instant::now(),
-                data: ZkLease {
-                    path: node,
-                    generation: session.generation,
-                    flags,
-                },
-            }));
+            };
+            return granted.finish(inner, session, req, limits, pending).await;
         };
         if req.deadline.has_passed() {
             pending.remove().await;
             return Ok(Attempt::TimedOut);
         }
-        // A child watch on the node ahead: it fires only when that node is deleted
-        // (ephemeral nodes have no children), not when its holder writes its data.
         let ahead_path = format!("{dir}/{}", ahead.name);
-        match bounded(limits.next(), client.list_and_watch_children(&ahead_path)).await {
-            Err(ZkError::NoNode) => {} // Already gone: look again.
-            Err(err) => return Err(error::map(err)),
-            Ok((_, watcher)) => {
-                let deadline = async {
-                    match req.deadline.instant() {
-                        Some(at) => tokio::time::sleep_until(at).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                let _waiting = inner.counters.waiting();
-                tokio::select! {
-                    event = watcher.changed() => {
-                        if event.event_type == EventType::Session {
-                            return Err(session::ended_error());
-                        }
-                        inner.counters.bump(Count::Wakeup);
-                    }
-                    event = &mut own_deleted => {
-                        if event.event_type == EventType::Session {
-                            return Err(session::ended_error());
-                        }
-                        return Ok(Attempt::NodeVanished);
-                    }
-                    () = session::ended(session.dead_signal()) => return Err(session::ended_error()),
-                    () = deadline => {
-                        pending.remove().await;
-                        return Ok(Attempt::TimedOut);
-                    }
-                }
+        let waited = wait_for_deletion(inner, session, req, &ahead_path, limits, &mut own_deleted);
+        match waited.await? {
+            Waited::Deleted => {}
+            Waited::OwnNodeGone => return Ok(Attempt::NodeVanished),
+            Waited::TimedOut => {
+                pending.remove().await;
+                return Ok(Attempt::TimedOut);
             }
         }
         first_check = false;
         listing = read_children(inner, client, dir, limits.next()).await;
+    }
+}
+
+/// A contender that found itself first in line.
+struct Granted<'a> {
+    dir: &'a str,
+    node: String,
+    owner: &'a [u8],
+    created: &'a Stat,
+    /// Nothing was granted on the lock path since the node was made (see [`fence`]).
+    fresh: bool,
+    own_deleted: BoxFuture<'static, WatchedEvent>,
+}
+
+impl Granted<'_> {
+    /// Reads the fencing token and hands the node over to the lease's watch.
+    async fn finish(
+        self,
+        inner: &Inner,
+        session: &Session,
+        req: &AcquireRequest<'_>,
+        limits: Limits,
+        pending: &mut Pending,
+    ) -> Result<Attempt> {
+        let client = &session.client;
+        // Granted: finish within the request timeout, whatever the deadline.
+        let until = Instant::now() + limits.request_timeout;
+        let fence = match fence(
+            inner,
+            client,
+            &self.node,
+            self.owner,
+            self.created,
+            self.fresh,
+            until,
+        )
+        .await
+        {
+            Ok(fence) => fence,
+            Err(ZkError::NoNode) => return Ok(Attempt::NodeVanished),
+            Err(err) => return Err(error::map(err)),
+        };
+        pending.disarm();
+        let flags = Arc::new(LeaseFlags::default());
+        if req.kind == LockKind::Write {
+            inner.register_writer(self.dir, req.owner, &flags, &self.node);
+        }
+        lease::watch(
+            flags.clone(),
+            self.own_deleted,
+            session.dead_signal(),
+            req.loss.clone(),
+        );
+        Ok(Attempt::Granted(Grant {
+            fence,
+            // The session, not this instant, keeps the lease; see `ZkBackend::renew`.
+            started_at: tokio::time::Instant::now(),
+            data: ZkLease {
+                path: self.node,
+                generation: session.generation,
+                flags,
+            },
+        }))
+    }
+}
+
+/// How a wait for the node ahead ended.
+enum Waited {
+    /// It was deleted (or already gone): look at the queue again.
+    Deleted,
+    /// Our own node went.
+    OwnNodeGone,
+    /// The acquire's deadline passed.
+    TimedOut,
+}
+
+/// Waits until the node at `ahead_path` is deleted, our own node goes, the session
+/// ends (an error) or the acquire's deadline passes.
+async fn wait_for_deletion(
+    inner: &Inner,
+    session: &Session,
+    req: &AcquireRequest<'_>,
+    ahead_path: &str,
+    limits: Limits,
+    own_deleted: &mut BoxFuture<'static, WatchedEvent>,
+) -> Result<Waited> {
+    // A child watch on the node ahead: it fires only when that node is deleted
+    // (ephemeral nodes have no children), not when its holder writes its data.
+    let client = &session.client;
+    let watcher = match bounded(limits.next(), client.list_and_watch_children(ahead_path)).await {
+        Err(ZkError::NoNode) => return Ok(Waited::Deleted), // Already gone.
+        Err(err) => return Err(error::map(err)),
+        Ok((_, watcher)) => watcher,
+    };
+    let deadline = async {
+        match req.deadline.instant() {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    let _waiting = inner.counters.waiting();
+    tokio::select! {
+        event = watcher.changed() => {
+            if event.event_type == EventType::Session {
+                return Err(session::ended_error());
+            }
+            inner.counters.bump(Count::Wakeup);
+            Ok(Waited::Deleted)
+        }
+        event = own_deleted => {
+            if event.event_type == EventType::Session {
+                return Err(session::ended_error());
+            }
+            Ok(Waited::OwnNodeGone)
+        }
+        () = session::ended(session.dead_signal()) => Err(session::ended_error()),
+        () = deadline => Ok(Waited::TimedOut),
     }
 }
 
