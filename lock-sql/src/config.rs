@@ -425,10 +425,29 @@ mod tests {
             config.driver_url().unwrap(),
             "postgres://old:pw@h:5432/db?sslmode=disable"
         );
-        let config = config.with_credentials("app user", "p@ss:/word");
+        let config = config.with_credentials("app user", "p@ss:/word%41");
         assert_eq!(
             config.driver_url().unwrap(),
-            "postgres://app%20user:p%40ss%3A%2Fword@h:5432/db?sslmode=disable"
+            "postgres://app%20user:p%40ss%3A%2Fword%2541@h:5432/db?sslmode=disable"
+        );
+        // A `%` written encoded in the URL stays one character.
+        let percent = SqlConfig::from_url("postgres://u:p%2541@h/db").unwrap();
+        assert_eq!(percent.driver_url().unwrap(), "postgres://u:p%2541@h/db");
+        let only_password = SqlConfig::from_url("postgres://:pw@h/db").unwrap();
+        assert_eq!(only_password.username(), None);
+        assert_eq!(only_password.driver_url().unwrap(), "postgres://:pw@h/db");
+        // PostgreSQL's own `user` and `password` keys are credentials too.
+        let keyed = SqlConfig::from_url("postgres://u:old@h/db?user=a&password=x%25y").unwrap();
+        assert_eq!(keyed.username(), Some("a"));
+        assert_eq!(keyed.url(), "postgres://h/db");
+        assert!(!format!("{keyed:?}").contains("x%y"), "{keyed:?}");
+        assert_eq!(keyed.driver_url().unwrap(), "postgres://a:x%25y@h/db");
+        let replaced = keyed.with_credentials("b", "y");
+        assert_eq!(replaced.driver_url().unwrap(), "postgres://b:y@h/db");
+        let not_utf8 = SqlConfig::from_url("postgres://u:%ff@h/db").unwrap_err();
+        assert!(
+            matches!(not_utf8, Error::InvalidArgument { .. }),
+            "{not_utf8}"
         );
         let encoded = SqlConfig::from_url("mysql://r%40ot:p%40ss@h/db").unwrap();
         assert_eq!(encoded.username(), Some("r@ot"));
