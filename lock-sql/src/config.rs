@@ -276,9 +276,13 @@ impl SqlConfig {
         &self.url
     }
 
-    /// The user name, from the URL or [`with_credentials`](Self::with_credentials).
+    /// The user name, from the URL (its user info, or PostgreSQL's `user` key) or
+    /// [`with_credentials`](Self::with_credentials).
     pub fn username(&self) -> Option<&str> {
-        self.credentials.as_ref().map(|(user, _)| user.as_str())
+        self.credentials
+            .as_ref()
+            .map(|(user, _)| user.as_str())
+            .filter(|user| !user.is_empty())
     }
 
     /// How locks are held.
@@ -346,8 +350,15 @@ impl SqlConfig {
         if url.scheme() == "sqlite" {
             return Err(refused());
         }
-        url.set_username(user).map_err(|()| refused())?;
-        url.set_password((!password.is_empty()).then_some(password.as_str()))
+        // The drivers percent-decode the user info, so every byte that is not a letter
+        // or a digit goes in encoded (`url` alone would leave a `%` as it is).
+        let encode = |text: &str| {
+            percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC)
+                .to_string()
+        };
+        url.set_username(&encode(user)).map_err(|()| refused())?;
+        let password = (!password.is_empty()).then(|| encode(password));
+        url.set_password(password.as_deref())
             .map_err(|()| refused())?;
         Ok(url.into())
     }

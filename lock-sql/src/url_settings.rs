@@ -26,8 +26,6 @@ fn driver_keys(dialect: Dialect) -> &'static [&'static str] {
             "hostaddr",
             "port",
             "dbname",
-            "user",
-            "password",
             "application_name",
         ],
         Dialect::MySql => &[
@@ -63,7 +61,7 @@ fn dialect_of(url: &str) -> Option<Dialect> {
 /// Reads this crate's settings and the credentials out of `url` (see
 /// [`SqlConfig::from_url`]); the URL itself is checked by the caller.
 pub(crate) fn config_from_url(url: &str) -> Result<SqlConfig> {
-    let (url, credentials) = take_credentials(url);
+    let (url, mut credentials) = take_credentials(url)?;
     let Some((base, query)) = url.split_once('?') else {
         return Ok(with_credentials(SqlConfig::defaults(url), credentials));
     };
@@ -82,6 +80,15 @@ pub(crate) fn config_from_url(url: &str) -> Result<SqlConfig> {
         }
     }
     let mut query = QuerySettings::new(pairs)?;
+    // PostgreSQL's driver lets `user` and `password` in the query win over the URL's
+    // user info: they are credentials too, kept in one place.
+    if dialect == Dialect::Postgres {
+        let (user, password) = (query.text("user"), query.text("password"));
+        if user.is_some() || password.is_some() {
+            let (old_user, old_password) = credentials.take().unwrap_or_default();
+            credentials = Some((user.unwrap_or(old_user), password.unwrap_or(old_password)));
+        }
+    }
     for key in driver_keys(dialect) {
         if let Some(value) = query.text(key) {
             driver.append_pair(key, &value);
@@ -141,7 +148,11 @@ pub(crate) fn config_from_url(url: &str) -> Result<SqlConfig> {
 }
 
 /// `url` without the user and password of a server URL, and those percent-decoded.
-fn take_credentials(url: &str) -> (String, Option<(String, String)>) {
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a user or password that is not UTF-8 once decoded.
+#[allow(clippy::type_complexity)]
+fn take_credentials(url: &str) -> Result<(String, Option<(String, String)>)> {
     let parsed = match url::Url::parse(url) {
         Ok(parsed)
             if parsed.scheme() != "sqlite"
@@ -149,21 +160,27 @@ fn take_credentials(url: &str) -> (String, Option<(String, String)>) {
         {
             parsed
         }
-        _ => return (url.to_owned(), None),
+        _ => return Ok((url.to_owned(), None)),
     };
-    let decode = |text: &str| {
+    let decode = |text: &str, what: &str| {
         percent_encoding::percent_decode_str(text)
-            .decode_utf8_lossy()
-            .into_owned()
+            .decode_utf8()
+            .map(|decoded| decoded.into_owned())
+            .map_err(|_| {
+                Error::invalid_argument(format!(
+                    "the {what} of database URL {:?} is not UTF-8 once percent-decoded",
+                    crate::url::redacted(url)
+                ))
+            })
     };
     let credentials = (
-        decode(parsed.username()),
-        decode(parsed.password().unwrap_or_default()),
+        decode(parsed.username(), "user name")?,
+        decode(parsed.password().unwrap_or_default(), "password")?,
     );
     let mut bare = parsed;
     let _ = bare.set_username("");
     let _ = bare.set_password(None);
-    (bare.into(), Some(credentials))
+    Ok((bare.into(), Some(credentials)))
 }
 
 fn with_credentials(config: SqlConfig, credentials: Option<(String, String)>) -> SqlConfig {
