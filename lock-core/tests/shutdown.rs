@@ -126,3 +126,48 @@ async fn shutdown_waits_for_releases_retried_in_the_background() {
         .unwrap()
         .is_some());
 }
+
+/// Once a release may have reached the backend, no guard or watch of that lease says
+/// held: another owner may have the lock before the release's reply comes back. Here
+/// the reply takes a second, and another client is granted the lock meanwhile.
+#[tokio::test]
+async fn a_lease_whose_release_was_sent_is_no_longer_held() {
+    let backend = Wrapped::default();
+    backend.delay_release_replies(Duration::from_secs(1));
+    let client = LockClient::builder(backend.clone()).build().unwrap();
+    let other = LockClient::builder(backend).build().unwrap();
+    let wait = AcquireOptions::wait_for(Duration::from_secs(5));
+
+    // By shutdown.
+    let guard = client.lock("a").unwrap().acquire().await.unwrap();
+    let watch = guard.watch();
+    let shutdown = tokio::spawn({
+        let client = client.clone();
+        async move { client.shutdown().await }
+    });
+    let theirs = other.lock("a").unwrap().acquire_with(wait).await.unwrap();
+    assert!(
+        !guard.is_held() && !watch.is_held(),
+        "the shut-down client still believes it holds `a` while another client does"
+    );
+    assert!(guard.expires_at().is_none());
+    shutdown.await.unwrap().unwrap();
+    assert_eq!(guard.lost().await, LeaseLoss::Released);
+    theirs.release().await.unwrap();
+
+    // By a release whose reply is slow: its watch says not held while it is on its way.
+    let client = LockClient::builder(other.backend().clone())
+        .build()
+        .unwrap();
+    let guard = client.lock("b").unwrap().acquire().await.unwrap();
+    let watch = guard.watch();
+    let release = tokio::spawn(guard.release());
+    let theirs = other.lock("b").unwrap().acquire_with(wait).await.unwrap();
+    assert!(
+        !watch.is_held(),
+        "a released lease still looks held while another client holds `b`"
+    );
+    release.await.unwrap().unwrap();
+    assert_eq!(watch.lost().await, LeaseLoss::Released);
+    theirs.release().await.unwrap();
+}
