@@ -135,6 +135,7 @@ impl<B: LockBackend> Acquisition<B> {
 
     /// Stops renewing and tracking the lease: it is about to be released.
     fn stop(&self) {
+        self.lease.state.letting_go();
         let client = self.handle.client();
         client.watchdog.unwatch(&self.lease);
         client.untrack(&self.lease);

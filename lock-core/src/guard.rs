@@ -126,18 +126,20 @@ impl LockGuard {
         self.fence
     }
 
-    /// Whether the lease is still held, as far as this client knows: not reported lost
-    /// and not past its expiry (counted from when the acquire or last renewal was sent,
-    /// less the clock-drift margin, counting time the machine spent suspended). Costs no
-    /// round trip.
+    /// Whether the lease is still held, as far as this client knows: not reported lost,
+    /// not past its expiry (counted from when the acquire or last renewal was sent,
+    /// less the clock-drift margin, counting time the machine spent suspended), and no
+    /// release of it sent (by the last guard's release or drop, or by
+    /// [`LockClient::shutdown`](crate::LockClient::shutdown)): the backend may let it go
+    /// before the reply comes back. Costs no round trip.
     pub fn is_held(&self) -> bool {
-        self.state.is_held()
+        self.state.counts()
     }
 
     /// When the lease runs out as this client counts it, unless renewed or extended
     /// first; `None` once it is not held. A watchdog lease moves on at every renewal.
     pub fn expires_at(&self) -> Option<tokio::time::Instant> {
-        self.state.is_held().then(|| self.state.expires_at())
+        self.state.counts().then(|| self.state.expires_at())
     }
 
     /// How long the lease has left as this client counts it; `None` once it is not held.
@@ -292,7 +294,7 @@ impl LeaseWatch {
 
     /// As [`LockGuard::is_held`].
     pub fn is_held(&self) -> bool {
-        self.state.is_held()
+        self.state.counts()
     }
 
     /// As [`LockGuard::lost`].

@@ -68,6 +68,9 @@ impl Stamp {
 #[derive(Clone, Debug)]
 struct Status {
     ended: Option<LeaseLoss>,
+    /// Its release is on its way: the backend may have let it go already, so nobody
+    /// may count on it, though how it ended is only known from the reply.
+    letting_go: bool,
     /// The local expiry on tokio's clock, as of `mark`.
     expires_at: Instant,
     /// The suspend reading when `expires_at` was set: a suspend since then shortens
@@ -116,6 +119,7 @@ impl LeaseState {
         Arc::new(LeaseState {
             status: watch::Sender::new(Status {
                 ended: None,
+                letting_go: false,
                 expires_at,
                 mark: crate::clock::suspended(),
             }),
@@ -128,9 +132,25 @@ impl LeaseState {
         self.identity.as_ref()
     }
 
-    /// Held: not ended and not past its local expiry.
+    /// Live: not ended and not past its local expiry. A lease being released is still
+    /// live here, so that the release can tell a lease lost before it from one it let
+    /// go; what a guard reports is [`counts`](Self::counts).
     pub(crate) fn is_held(&self) -> bool {
         self.ended().is_none()
+    }
+
+    /// Whether its holder may count on it: live, and no release sent.
+    pub(crate) fn counts(&self) -> bool {
+        !self.status.borrow().letting_go && self.is_held()
+    }
+
+    /// Its release is about to be sent: from now on nobody counts on it.
+    pub(crate) fn letting_go(&self) {
+        self.status.send_if_modified(|status| {
+            let changed = !status.letting_go;
+            status.letting_go = true;
+            changed
+        });
     }
 
     /// The local expiry, as tokio's clock names it now.
