@@ -151,6 +151,9 @@ async fn a_lease_whose_release_was_sent_is_no_longer_held() {
         "the shut-down client still believes it holds `a` while another client does"
     );
     assert!(guard.expires_at().is_none());
+    // `lost()` (what `run_exclusive` stops a job on) says so too, before the reply.
+    let told = tokio::time::timeout(Duration::from_millis(300), watch.lost()).await;
+    assert_eq!(told, Ok(LeaseLoss::Released), "lost() waited for the reply");
     shutdown.await.unwrap().unwrap();
     assert_eq!(guard.lost().await, LeaseLoss::Released);
     theirs.release().await.unwrap();
