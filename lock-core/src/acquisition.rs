@@ -362,7 +362,7 @@ impl<B: LockBackend> Acquisition<B> {
         // then wait for a renewal already in flight to be applied before sending ours.
         let was_watched = client.watchdog.unwatch(&self.lease);
         let _renewal = self.lease.renewal.lock().await;
-        if !self.lease.state.is_held() {
+        if !self.lease.state.counts() {
             return Err(self.lease_lost());
         }
         let sent = Stamp::now();
@@ -375,10 +375,14 @@ impl<B: LockBackend> Acquisition<B> {
         {
             Ok(renewed) => renewed,
             Err(err) => {
-                // Nothing is known to have changed: a lease the watchdog kept stays kept.
-                if was_watched && *self.holds() > 0 {
+                // Nothing is known to have changed: a lease the watchdog kept stays kept,
+                // unless its release was sent meanwhile (checked under the holds' lock,
+                // which the last give-up takes before it stops the watchdog).
+                let holds = self.holds();
+                if was_watched && *holds > 0 && self.lease.state.counts() {
                     client.watchdog.watch(self.lease.clone());
                 }
+                drop(holds);
                 return Err(err);
             }
         };

@@ -223,12 +223,21 @@ impl LeaseState {
         let mut rx = self.status.subscribe();
         async move {
             loop {
-                let (ended, expires_at) = {
+                let (ended, letting_go, expires_at) = {
                     let status = rx.borrow_and_update();
-                    (status.ended.clone(), status.effective_expiry())
+                    (
+                        status.ended.clone(),
+                        status.letting_go,
+                        status.effective_expiry(),
+                    )
                 };
                 if let Some(loss) = ended {
                     return loss;
+                }
+                // Its release is on its way: it stopped protecting anyone when that was
+                // sent, whatever the reply says later.
+                if letting_go {
+                    return LeaseLoss::Released;
                 }
                 let now = Instant::now();
                 if now >= expires_at {

@@ -238,7 +238,9 @@ async fn tick<B: LockBackend>(shared: &Shared<B>, interval: Duration, retry: Dur
     tracing::debug!(%error, leases = live.len(), "lease renewal failed; retrying");
     shared.telemetry.renewals(0, live.len());
     let now = Instant::now();
-    for entry in &live {
+    // As above: a lease released or extended while the renewal was out is not this
+    // tick's to report.
+    for entry in live.iter().filter(|e| e.watched.load(Ordering::Acquire)) {
         if entry.failures.fetch_add(1, Ordering::Relaxed) == 0 {
             if let Some(identity) = entry.state.identity() {
                 identity.renewal_failed(&error);
