@@ -179,6 +179,44 @@ impl RedLockBackend {
 
     /// How long to wait for one master in a round: its own call timeout, but never
     /// longer than the lease, which would be gone by then anyway.
+    /// Runs one [`round`] in a task of its own, counted as a clean-up: if the acquire
+    /// future is dropped meanwhile, the task gives back what the round won. The outcome,
+    /// and the lease the round used.
+    async fn one_round(
+        &self,
+        request: &Request,
+        timeouts: &[Duration],
+        holder: &str,
+    ) -> Result<(Round, RedisLease)> {
+        let (tx, rx) = oneshot::channel();
+        let nodes = self.nodes.clone();
+        let attempt_request = request.clone();
+        let attempt_timeouts = timeouts.to_vec();
+        // A new id per round: rounds of one owner may overlap (a round abandoned by a
+        // dropped acquire still runs), and must not act on each other's keys.
+        let lease = RedisLease::fresh(holder);
+        let round_lease = lease.clone();
+        let cleanups = self.nodes[0].cleanups().clone();
+        cleanups.spawn_on(&tokio::runtime::Handle::current(), async move {
+            let outcome = round(
+                nodes.clone(),
+                attempt_request.clone(),
+                round_lease.clone(),
+                attempt_timeouts,
+            )
+            .await;
+            if let Err(Ok(Round::Granted(fence))) = tx.send(outcome) {
+                // The acquire future is gone: give the majority back.
+                let value = lease_value(&attempt_request.owner, &round_lease, fence);
+                release_everywhere(&nodes, &attempt_request.keys, value, None).await;
+            }
+        });
+        let outcome = rx
+            .await
+            .map_err(|_| Error::backend(BACKEND, "the RedLock round ended without an answer"))??;
+        Ok((outcome, lease))
+    }
+
     fn per_node_timeout(&self, node: &Node, ttl: Duration) -> Duration {
         node.config().call_timeout().min(ttl)
     }
@@ -241,17 +279,8 @@ async fn round(
             }
             Ok(Ok(Attempt::Blocked(blocker))) => {
                 answered += 1;
-                // The soonest end of a lease wins (a lease without expiry never does);
-                // silent if any master's holder is.
                 holder = Some(match holder {
-                    Some(prev) => Blocker {
-                        ms: if prev.ms >= 0 && (blocker.ms < 0 || prev.ms < blocker.ms) {
-                            prev.ms
-                        } else {
-                            blocker.ms
-                        },
-                        silent: prev.silent || blocker.silent,
-                    },
+                    Some(prev) => sooner(prev, blocker),
                     None => blocker,
                 });
             }
@@ -260,24 +289,76 @@ async fn round(
         }
     }
     let fence = granted.iter().map(|(_, f)| *f).max().unwrap_or(0);
-    let owner = &request.owner;
-    let chosen = lease_value(owner, &lease, fence);
-    let mut settled = 0;
-    if granted.len() >= quorum {
-        let settle = granted.iter().map(|(i, f)| {
-            let node = &nodes[*i];
-            let timeout = timeouts[*i];
+    let won = RoundGrants {
+        nodes: &nodes,
+        request: &request,
+        lease: &lease,
+        timeouts: &timeouts,
+        granted,
+        fence,
+    };
+    let settled = if won.granted.len() >= quorum {
+        won.settle().await
+    } else {
+        0
+    };
+    let validity = drift_validity(request.ttl).saturating_sub(started.elapsed());
+    if settled >= quorum && validity >= min_validity(request.ttl) {
+        return Ok(Round::Granted(fence));
+    }
+    // No valid majority: release every grant of this round, whichever fence it is at.
+    won.release().await;
+    Ok(Round::Failed { holder, answered })
+}
+
+/// Of two masters' blockers, the soonest end of a lease (a lease without expiry never
+/// ends); silent if either master's holder is.
+fn sooner(a: Blocker, b: Blocker) -> Blocker {
+    Blocker {
+        ms: if a.ms >= 0 && (b.ms < 0 || a.ms < b.ms) {
+            a.ms
+        } else {
+            b.ms
+        },
+        silent: a.silent || b.silent,
+    }
+}
+
+/// What one round won: the masters that granted it, each at its own fence, and the
+/// fence the round settles on (the highest).
+struct RoundGrants<'a> {
+    nodes: &'a [Node],
+    request: &'a Request,
+    lease: &'a RedisLease,
+    timeouts: &'a [Duration],
+    /// Master index and the fence it granted at.
+    granted: Vec<(usize, u64)>,
+    fence: u64,
+}
+
+impl RoundGrants<'_> {
+    /// The lease's value at the chosen fence.
+    fn chosen(&self) -> String {
+        lease_value(&self.request.owner, self.lease, self.fence)
+    }
+
+    /// Moves every grant to the chosen fence; how many masters hold it there.
+    async fn settle(&self) -> usize {
+        let chosen = self.chosen();
+        let settle = self.granted.iter().map(|(i, f)| {
+            let node = &self.nodes[*i];
+            let timeout = self.timeouts[*i];
             let call = Call {
                 script: scripts::REDLOCK_SETTLE.get(false),
-                keys: vec![request.keys.lock.clone(), request.keys.fence()],
+                keys: vec![self.request.keys.lock.clone(), self.request.keys.fence()],
                 args: vec![
-                    lease_value(owner, &lease, *f),
+                    lease_value(&self.request.owner, self.lease, *f),
                     chosen.clone(),
-                    fence.to_string(),
+                    self.fence.to_string(),
                 ],
             };
             async move {
-                if *f == fence {
+                if *f == self.fence {
                     // Already at the chosen fence (and its counter is at least that).
                     return true;
                 }
@@ -286,24 +367,26 @@ async fn round(
                 matches!(settled, Ok(Ok(1)))
             }
         });
-        settled = join_all(settle).await.into_iter().filter(|ok| *ok).count();
+        join_all(settle).await.into_iter().filter(|ok| *ok).count()
     }
-    let validity = drift_validity(request.ttl).saturating_sub(started.elapsed());
-    if settled >= quorum && validity >= min_validity(request.ttl) {
-        return Ok(Round::Granted(fence));
+
+    /// Releases every grant, at its own fence or the chosen one.
+    async fn release(&self) {
+        let chosen = self.chosen();
+        let release = self.granted.iter().map(|(i, f)| {
+            let values = [
+                lease_value(&self.request.owner, self.lease, *f),
+                chosen.clone(),
+            ];
+            let call = calls::release(&self.request.keys, LockKind::Exclusive, &values);
+            let node = &self.nodes[*i];
+            let timeout = self.timeouts[*i];
+            async move {
+                let _ = tokio::time::timeout(timeout, node.call::<i64>("release", &call)).await;
+            }
+        });
+        join_all(release).await;
     }
-    // No valid majority: release every grant of this round, whichever fence it is at.
-    let release = granted.iter().map(|(i, f)| {
-        let values = [lease_value(owner, &lease, *f), chosen.clone()];
-        let call = calls::release(&request.keys, LockKind::Exclusive, &values);
-        let node = &nodes[*i];
-        let timeout = timeouts[*i];
-        async move {
-            let _ = tokio::time::timeout(timeout, node.call::<i64>("release", &call)).await;
-        }
-    });
-    join_all(release).await;
-    Ok(Round::Failed { holder, answered })
 }
 
 /// Runs one call per master and collects the answers, by master index, until every
@@ -450,35 +533,8 @@ impl LockBackend for RedLockBackend {
                 )
                 .await;
             }
-            let (tx, rx) = oneshot::channel();
             let round_started = Instant::now();
-            let nodes = self.nodes.clone();
-            let attempt_request = request.clone();
-            let attempt_timeouts = timeouts.clone();
-            // A new id per round: rounds of one owner may overlap (a round abandoned by
-            // a dropped acquire still runs), and must not act on each other's keys.
-            let lease = RedisLease::fresh(req.holder);
-            let round_lease = lease.clone();
-            // Counted as a clean-up: if the acquire future is dropped, this task gives
-            // back what the round won.
-            let cleanups = self.nodes[0].cleanups().clone();
-            cleanups.spawn_on(&tokio::runtime::Handle::current(), async move {
-                let outcome = round(
-                    nodes.clone(),
-                    attempt_request.clone(),
-                    round_lease.clone(),
-                    attempt_timeouts,
-                )
-                .await;
-                if let Err(Ok(Round::Granted(fence))) = tx.send(outcome) {
-                    // The acquire future is gone: give the majority back.
-                    let value = lease_value(&attempt_request.owner, &round_lease, fence);
-                    release_everywhere(&nodes, &attempt_request.keys, value, None).await;
-                }
-            });
-            let outcome = rx.await.map_err(|_| {
-                Error::backend(BACKEND, "the RedLock round ended without an answer")
-            })??;
+            let (outcome, lease) = self.one_round(&request, &timeouts, req.holder).await?;
             let (holder, answered) = match outcome {
                 Round::Granted(fence) => {
                     return Ok(Some(Grant {
