@@ -34,7 +34,8 @@ async fn etcd_conformance() {
             admin: admin.clone(),
         })
     })
-    .expect("a loopback URL");
+    .expect("a loopback URL")
+    .with_freezer(server.freezer());
     checker::check_behind_proxy(
         etcd,
         Arc::new(cut_off),

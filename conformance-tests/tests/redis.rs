@@ -33,7 +33,8 @@ async fn redis_conformance() {
     let cut_off = checker::ProxiedUrl::new(&url, move |through| {
         Arc::new(Redis::new("redis", Inspect::Url(direct.clone()), through))
     })
-    .expect("a loopback URL");
+    .expect("a loopback URL")
+    .with_freezer(server.freezer());
     let redis = Arc::new(Redis::new("redis", Inspect::Url(url.clone()), url));
     checker::check_behind_proxy(
         redis,

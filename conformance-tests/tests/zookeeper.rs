@@ -93,7 +93,8 @@ async fn zookeeper_conformance() {
             operator: operator.clone(),
         })
     })
-    .expect("a loopback URL");
+    .expect("a loopback URL")
+    .with_freezer(server.freezer());
     checker::check_behind_proxy(zk, Arc::new(cut_off), Budget::seeds(checker::CUT_OFF_SEEDS)).await;
     drop(server);
 }

@@ -15,6 +15,7 @@ use tokio::time::{sleep, timeout, Instant};
 use super::gen::{CallPlan, Family, LeasePlan, Op, Plan, WaitPlan};
 use super::history::{History, HoldId, Recorded, What};
 use crate::backend::{Backend, ClientOptions};
+use crate::server::Freezer;
 
 /// The longest a release, extend, downgrade or shutdown may take before the run stops
 /// waiting for it (a cut-off client's calls wait for their command timeout).
@@ -30,6 +31,37 @@ const RUN: usize = usize::MAX;
 pub(crate) struct Cuttable {
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) proxy: Arc<crate::proxy::Blackhole>,
+}
+
+/// A frozen server, thawed when this goes, however the run ends (an aborted side task
+/// included): a server left frozen would fail every later test.
+struct Frozen(Option<Freezer>);
+
+impl Frozen {
+    /// Thaws it now, saying how that went.
+    fn thaw(mut self) -> Result<(), String> {
+        self.0.take().map_or(Ok(()), |freezer| freezer.thaw())
+    }
+}
+
+/// Runs `work` (a `kill` or `docker` command) off the runtime's threads, for at most
+/// 10 s.
+async fn blocking(
+    work: impl FnOnce() -> Result<(), String> + Send + 'static,
+) -> Result<(), String> {
+    match timeout(Duration::from_secs(10), tokio::task::spawn_blocking(work)).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(err)) => Err(format!("the command's thread failed: {err}")),
+        Err(_) => Err("no answer within 10 s".to_owned()),
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        if let Some(Err(err)) = self.0.take().map(|freezer| freezer.thaw()) {
+            eprintln!("could not thaw the server: {err}");
+        }
+    }
 }
 
 /// What a run left: its history, and what the run itself saw go wrong.
@@ -444,6 +476,7 @@ impl Worker {
 pub(crate) async fn run(
     backend: &Arc<dyn Backend>,
     cuttable: Option<Cuttable>,
+    freezer: Option<Freezer>,
     plan: &Plan,
     namespace: &str,
 ) -> Result<Ran, String> {
@@ -550,6 +583,26 @@ pub(crate) async fn run(
                     proxy.heal();
                 }
             }
+        }));
+    }
+    if let (Some(pause), Some(freezer)) = (plan.pause, freezer) {
+        let history = history.clone();
+        side.push(tokio::spawn(async move {
+            sleep(Duration::from_millis(pause.at_ms)).await;
+            history.record(RUN, What::Paused { ms: pause.for_ms });
+            // Thawed when this goes, even if the freeze is still under way then.
+            let frozen = Frozen(Some(freezer.clone()));
+            let froze = blocking(move || freezer.freeze()).await;
+            if let Err(err) = froze {
+                history.record(RUN, What::Note(format!("could not freeze: {err}")));
+            } else {
+                sleep(Duration::from_millis(pause.for_ms)).await;
+            }
+            let thawed = blocking(move || frozen.thaw()).await;
+            if let Err(err) = thawed {
+                history.record(RUN, What::Note(format!("could not thaw: {err}")));
+            }
+            history.record(RUN, What::Resumed);
         }));
     }
     let tasks: Vec<JoinHandle<()>> = plan

@@ -148,6 +148,18 @@ pub(crate) struct Plan {
     pub(crate) shutdown: Option<(usize, u64)>,
     /// Cut the faulty client off from its server (only with a fault hook).
     pub(crate) cut: Option<CutPlan>,
+    /// Freeze the server itself for a while (only with a hook that can).
+    pub(crate) pause: Option<PausePlan>,
+}
+
+/// The server frozen (SIGSTOP, `docker pause`): its connections stay open and nothing
+/// answers any client until it is thawed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PausePlan {
+    /// When, in ms into the run.
+    pub(crate) at_ms: u64,
+    /// For how long, in ms.
+    pub(crate) for_ms: u64,
 }
 
 /// A network fault between client 0 and its server.
@@ -195,12 +207,13 @@ impl Plan {
     }
 }
 
-/// What the generator may use: the backend's capabilities, and whether a client can
-/// be cut off.
+/// What the generator may use: the backend's capabilities, whether a client can be
+/// cut off, and whether the server can be frozen.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Limits {
     pub(crate) caps: Capabilities,
     pub(crate) can_cut: bool,
+    pub(crate) can_pause: bool,
 }
 
 /// The plan for `seed`.
@@ -275,6 +288,11 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
             cut.delay_ms = Some(rng.range(300, 4_000));
         }
     }
+    // And last of all the server's pause, which a hook offers on a few targets.
+    let pause = (limits.can_pause && rng.chance(50)).then(|| PausePlan {
+        at_ms: rng.range(0, 3_000),
+        for_ms: rng.range(300, 3_000),
+    });
     Plan {
         seed,
         names,
@@ -283,6 +301,7 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
         tasks,
         shutdown,
         cut,
+        pause,
     }
 }
 
@@ -501,9 +520,31 @@ mod tests {
         let limits = Limits {
             caps: Capabilities::ALL,
             can_cut: false,
+            can_pause: false,
         };
         let a = format!("{:?}", generate(7, limits));
         assert_eq!(a, format!("{:?}", generate(7, limits)));
         assert_ne!(a, format!("{:?}", generate(8, limits)));
+    }
+
+    #[test]
+    fn a_server_pause_changes_nothing_else_of_a_seed() {
+        let base = Limits {
+            caps: Capabilities::ALL,
+            can_cut: true,
+            can_pause: false,
+        };
+        let pausing = Limits {
+            can_pause: true,
+            ..base
+        };
+        let mut paused = 0;
+        for seed in 1..=40 {
+            let mut plan = generate(seed, pausing);
+            paused += usize::from(plan.pause.is_some());
+            plan.pause = None;
+            assert_eq!(format!("{plan:?}"), format!("{:?}", generate(seed, base)));
+        }
+        assert!((10..=30).contains(&paused), "{paused} of 40 seeds paused");
     }
 }

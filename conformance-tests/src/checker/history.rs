@@ -68,6 +68,10 @@ pub(crate) enum What {
     Delayed { client: usize, ms: u64 },
     /// The network between that client and its server came back.
     Healed { client: usize },
+    /// The server was frozen for this many ms: no client gets an answer meanwhile.
+    Paused { ms: u64 },
+    /// The server was thawed.
+    Resumed,
     /// Anything else worth seeing in an excerpt.
     Note(String),
 }
@@ -363,6 +367,8 @@ impl fmt::Display for Show<'_> {
                 write!(f, "c{client}'s replies {ms} ms late from now on")
             }
             What::Healed { client } => write!(f, "c{client}'s network back"),
+            What::Paused { ms } => write!(f, "the server frozen for {ms} ms"),
+            What::Resumed => f.write_str("the server thawed"),
             What::Note(note) => f.write_str(note),
         }
     }

@@ -75,6 +75,12 @@ pub trait CutOff: Send + Sync {
     /// A backend whose clients all go through a fresh proxy, and that proxy (which the
     /// run cuts, cuts one way, and heals).
     async fn cuttable(&self) -> Result<(Arc<dyn Backend>, Arc<crate::proxy::Blackhole>), String>;
+
+    /// Freezes and thaws the server every client talks to, if the target can (a
+    /// server started here); the run then freezes it now and then.
+    fn freezer(&self) -> Option<crate::server::Freezer> {
+        None
+    }
 }
 
 /// One failing seed.
@@ -105,6 +111,8 @@ pub struct Report {
     pub cancels: usize,
     /// How many leases were lost (expired, revoked, ...) rather than released.
     pub losses: usize,
+    /// How many runs froze the server for a while.
+    pub pauses: usize,
     /// How long it took (wall clock).
     pub elapsed: Duration,
     /// The failing seeds.
@@ -112,10 +120,15 @@ pub struct Report {
 }
 
 impl Report {
-    /// `N seeds, M ops (G grants, C cancelled, L leases lost), K events, F failing, in T`.
+    /// `N seeds, M ops (G grants, C cancelled, L leases lost), K events, F failing, in T`,
+    /// and how many runs froze the server, if any did.
     pub fn summary(&self) -> String {
+        let pauses = match self.pauses {
+            0 => String::new(),
+            n => format!(", {n} with the server frozen"),
+        };
         format!(
-            "{} seeds, {} ops ({} grants, {} cancelled, {} leases lost), {} events, {} failing, in {:.1?}",
+            "{} seeds{pauses}, {} ops ({} grants, {} cancelled, {} leases lost), {} events, {} failing, in {:.1?}",
             self.seeds,
             self.ops,
             self.grants,
@@ -241,7 +254,11 @@ impl Runner {
             },
             _ => None,
         };
-        let ran = match exec::run(&self.backend, cuttable, plan, &namespace).await {
+        let freezer = match (&self.cut_off, plan.pause) {
+            (Some(hook), Some(_)) => hook.freezer(),
+            _ => None,
+        };
+        let ran = match exec::run(&self.backend, cuttable, freezer, plan, &namespace).await {
             Ok(ran) => ran,
             Err(err) => return (vec![setup(err)], Counts::default()),
         };
@@ -307,6 +324,11 @@ impl Runner {
             p.cut = None;
             out.push(p);
         }
+        if plan.pause.is_some() {
+            let mut p = plan.clone();
+            p.pause = None;
+            out.push(p);
+        }
         out
     }
 
@@ -345,6 +367,7 @@ struct Counts {
     grants: usize,
     cancels: usize,
     losses: usize,
+    pauses: usize,
 }
 
 impl Counts {
@@ -363,6 +386,7 @@ impl Counts {
                     counts.cancels += 1;
                 }
                 What::Lost { reason, .. } if !reason.contains("released") => counts.losses += 1,
+                What::Paused { .. } => counts.pauses += 1,
                 _ => {}
             }
         }
@@ -423,6 +447,9 @@ async fn check_inner(
     let limits = Limits {
         caps: capabilities(&*backend).await,
         can_cut: cut_off.is_some(),
+        can_pause: cut_off
+            .as_ref()
+            .is_some_and(|hook| hook.freezer().is_some()),
     };
     let mut runner = Runner {
         backend,
@@ -467,6 +494,7 @@ async fn check_inner(
         report.grants += counts.grants;
         report.cancels += counts.cancels;
         report.losses += counts.losses;
+        report.pauses += counts.pauses;
         if matches!(which, Seeds::One(_)) {
             println!(
                 "checker[{name}] seed {seed}: {} ops, {counts:?}",

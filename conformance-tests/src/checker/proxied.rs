@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use super::CutOff;
 use crate::backend::Backend;
 use crate::proxy::Blackhole;
+use crate::server::Freezer;
 
 /// Makes the backend of a URL.
 pub type MakeBackend = dyn Fn(String) -> Arc<dyn Backend> + Send + Sync;
@@ -17,6 +18,7 @@ pub struct ProxiedUrl {
     url: String,
     port: u16,
     make: Box<MakeBackend>,
+    freezer: Option<Freezer>,
 }
 
 impl ProxiedUrl {
@@ -40,7 +42,14 @@ impl ProxiedUrl {
             url: url.to_owned(),
             port,
             make: Box::new(make),
+            freezer: None,
         })
+    }
+
+    /// The same hook, which also freezes the server with `freezer` now and then.
+    pub fn with_freezer(mut self, freezer: Option<Freezer>) -> Self {
+        self.freezer = freezer;
+        self
     }
 }
 
@@ -54,5 +63,9 @@ impl CutOff for ProxiedUrl {
             1,
         );
         Ok(((self.make)(through), Arc::new(proxy)))
+    }
+
+    fn freezer(&self) -> Option<Freezer> {
+        self.freezer.clone()
     }
 }

@@ -118,7 +118,7 @@ fn fencing(rec: &Recorded, found: &mut Vec<Violation>) {
 /// plus `slack`. While a client's replies come late, a grant may also take two delays
 /// more (the reply that found it free, and the one that completes it), and a single try
 /// is bounded by the request timeout, not by its zero limit; a timeout must still come
-/// on time.
+/// on time. A frozen server delays every client's replies by up to its pause.
 fn waits(rec: &Recorded, slack: Duration, found: &mut Vec<Violation>) {
     struct Open {
         started: Duration,
@@ -128,13 +128,39 @@ fn waits(rec: &Recorded, slack: Duration, found: &mut Vec<Violation>) {
         client: usize,
         /// The delay of the client's replies during the call, if any.
         slowed: Option<Duration>,
+        /// The server's pause during the call, if any.
+        frozen: Option<Duration>,
     }
     let mut open: HashMap<usize, Open> = HashMap::new();
     // Per client: the delay of its replies, and until when it lasts (replies held back
     // before the heal still arrive up to a delay after it).
     let mut slow: HashMap<usize, (Duration, Duration)> = HashMap::new();
+    // The same for every client while the server is frozen.
+    let mut frozen: Option<(Duration, Duration)> = None;
+    let slowed_at = |slow: &HashMap<usize, (Duration, Duration)>,
+                     frozen: Option<(Duration, Duration)>,
+                     client: usize,
+                     at: Duration| {
+        let late = |(delay, until): (Duration, Duration)| (at < until).then_some(delay);
+        let by_network = slow.get(&client).copied().and_then(late);
+        let by_server = frozen.and_then(late);
+        by_network.max(by_server)
+    };
     for event in &rec.events {
         match &event.what {
+            What::Paused { ms } => {
+                let pause = Duration::from_millis(*ms);
+                frozen = Some((pause, Duration::MAX));
+                for call in open.values_mut() {
+                    call.slowed = call.slowed.max(Some(pause));
+                    call.frozen = Some(pause);
+                }
+            }
+            What::Resumed => {
+                if let Some((pause, until)) = frozen.as_mut() {
+                    *until = event.at + *pause;
+                }
+            }
             What::Delayed { client, ms } => {
                 let delay = Duration::from_millis(*ms);
                 slow.insert(*client, (delay, Duration::MAX));
@@ -162,10 +188,10 @@ fn waits(rec: &Recorded, slack: Duration, found: &mut Vec<Violation>) {
                         names: names.clone(),
                         seq: event.seq,
                         client: *client,
-                        slowed: slow
-                            .get(client)
+                        slowed: slowed_at(&slow, frozen, *client, event.at),
+                        frozen: frozen
                             .filter(|(_, until)| event.at < *until)
-                            .map(|(delay, _)| *delay),
+                            .map(|(pause, _)| pause),
                     },
                 );
             }
@@ -180,13 +206,16 @@ fn waits(rec: &Recorded, slack: Duration, found: &mut Vec<Violation>) {
                     names,
                     seq,
                     slowed,
+                    frozen,
                     ..
                 }) = open.remove(call)
                 {
                     let extra = match slowed {
                         Some(_) if limit.is_zero() => continue,
                         Some(delay) if outcome.starts_with("granted") => delay * 2,
-                        _ => Duration::ZERO,
+                        // A timeout may still wait out a frozen server once (a
+                        // multi-lock gives back what it got before it answers).
+                        _ => frozen.unwrap_or(Duration::ZERO),
                     };
                     let took = event.at.saturating_sub(started);
                     if took > limit + slack + extra {
@@ -283,6 +312,8 @@ pub(crate) fn excerpt(
             | What::Cut { .. }
             | What::Delayed { .. }
             | What::Healed { .. }
+            | What::Paused { .. }
+            | What::Resumed
             | What::Note(_) => true,
             _ => false,
         };
@@ -335,7 +366,9 @@ pub(crate) fn leftover_excerpt(rec: &Recorded, leftovers: &[String]) -> Vec<Stri
             What::Shutdown { .. }
             | What::Cut { .. }
             | What::Delayed { .. }
-            | What::Healed { .. } => true,
+            | What::Healed { .. }
+            | What::Paused { .. }
+            | What::Resumed => true,
             _ => false,
         })
         .map(|event| rec.line(event))

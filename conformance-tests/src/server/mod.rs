@@ -300,8 +300,11 @@ impl Freezer {
     fn run(&self, signal: &str, docker: &str) -> Result<(), String> {
         let mut command = match self {
             Freezer::Process(pid) => {
+                // The whole tree: PostgreSQL serves each connection from a child of
+                // the process started here, which would answer on otherwise.
                 let mut c = Command::new("kill");
-                c.arg(format!("-{signal}")).arg(pid.to_string());
+                c.arg(format!("-{signal}"));
+                c.args(process_tree(*pid).iter().map(u32::to_string));
                 c
             }
             Freezer::Container(id) => {
@@ -320,6 +323,35 @@ impl Freezer {
             ))
         }
     }
+}
+
+/// `pid` and every process descended from it, read from `/proc`.
+fn process_tree(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let child: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+            let parent = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?;
+            Some((child, parent.parse().ok()?))
+        })
+        .collect();
+    let mut tree = vec![pid];
+    let mut next = 0;
+    while next < tree.len() {
+        let parent = tree[next];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, p)| *p == parent)
+                .map(|(c, _)| *c),
+        );
+        next += 1;
+    }
+    tree
 }
 
 /// A server process started for tests.

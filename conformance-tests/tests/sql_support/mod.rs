@@ -263,14 +263,16 @@ pub async fn run_suite(sql: Sql, min_passed: usize) {
 }
 
 /// The history checker again, with one client of some seeds behind a proxy that is cut
-/// at a random moment (both ways, or only the server's replies), healed or not.
-pub async fn check_with_cut_off(sql: Sql) {
+/// at a random moment (both ways, or only the server's replies), healed or not, and
+/// the server frozen now and then when `freezer` can.
+pub async fn check_with_cut_off(sql: Sql, freezer: Option<conformance_tests::server::Freezer>) {
     use conformance_tests::checker::{self, Budget, ProxiedUrl};
     let (strategy, prefix, label) = (sql.strategy, sql.prefix.clone(), sql.label.clone());
     let cut_off = ProxiedUrl::new(&sql.url, move |through| {
         Arc::new(Sql::new(&through, strategy, &prefix).labelled(label.clone()))
     })
-    .expect("a loopback URL");
+    .expect("a loopback URL")
+    .with_freezer(freezer);
     checker::check_behind_proxy(
         Arc::new(sql),
         Arc::new(cut_off),
@@ -322,8 +324,12 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     let update_prefix = format!("{prefix}u");
     run_suite(Sql::new(&url, Strategy::Lease, &prefix), 60).await;
     run_suite(Sql::new(&url, Strategy::ForUpdate, &update_prefix), 20).await;
-    check_with_cut_off(Sql::new(&url, Strategy::Lease, &prefix)).await;
-    check_with_cut_off(Sql::new(&url, Strategy::ForUpdate, &update_prefix)).await;
+    check_with_cut_off(Sql::new(&url, Strategy::Lease, &prefix), server.freezer()).await;
+    check_with_cut_off(
+        Sql::new(&url, Strategy::ForUpdate, &update_prefix),
+        server.freezer(),
+    )
+    .await;
 
     let lease = Sql::new(&url, Strategy::Lease, &prefix);
     let for_update = Sql::new(&url, Strategy::ForUpdate, &update_prefix);
