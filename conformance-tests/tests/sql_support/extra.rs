@@ -951,3 +951,59 @@ pub async fn a_silent_holder_lets_go(sql: &Sql) {
         sql.label
     );
 }
+
+/// A release the server never saw (the network cut while it was sent) still removes
+/// the holder record that `status` and `inspect` read, once the server can be reached
+/// again, though the lock itself went with the connection.
+pub async fn a_release_the_server_missed_still_forgets_its_holder(sql: &Sql) {
+    use conformance_tests::checker::{CutOff as _, ProxiedUrl};
+    use conformance_tests::ClientOptions;
+    let ns = ns();
+    let (strategy, prefix) = (sql.strategy, sql.prefix.clone());
+    // Short timeouts, so that the release gives up soon.
+    let separator = if sql.url.contains('?') { '&' } else { '?' };
+    let url = format!(
+        "{}{separator}request_timeout=1s&connect_timeout=1s",
+        sql.url
+    );
+    let hook = ProxiedUrl::new(&url, move |through| {
+        std::sync::Arc::new(Sql::new(&through, strategy, &prefix))
+    })
+    .expect("a loopback URL");
+    let (proxied, proxy) = hook.cuttable().await.expect("proxy");
+    let cut_off = proxied
+        .client(ClientOptions {
+            namespace: ns.clone(),
+            watchdog_lease: Duration::from_secs(30),
+            holder_description: None,
+        })
+        .await
+        .expect("client");
+    let held = cut_off.lock("missed").unwrap().acquire().await.unwrap();
+    proxy.cut();
+    let released = held.release().await;
+    assert!(
+        released.is_err(),
+        "a release through a cut network: {released:?}"
+    );
+    proxy.heal();
+    let checker = sql.backend().await.unwrap();
+    let until = Instant::now() + Duration::from_secs(15);
+    let left = loop {
+        let mut left = super::leftover_rows(&checker, &ns).await.unwrap();
+        left.extend(super::held_row_locks(&checker, &ns).await.unwrap());
+        if left.is_empty() || Instant::now() >= until {
+            break left;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        left.is_empty(),
+        "left behind 15 s after the network came back: {left:?}"
+    );
+    let _ = cut_off.shutdown().await;
+    println!(
+        "sql-extra[{}] PASS a_release_the_server_missed_still_forgets_its_holder",
+        sql.label
+    );
+}
