@@ -410,7 +410,11 @@ async fn rollback(pinned: &mut PinnedConn) -> bool {
 
 /// Ends the lock transaction: [`Error::NotOwner`] if its connection died first (the
 /// lock was lost then). Either way the holder record goes.
-pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>, pinned: &Pinned) -> Result<()> {
+pub(crate) async fn release(
+    db: &std::sync::Arc<Db>,
+    lease: &HeldLease<SqlLease>,
+    pinned: &Pinned,
+) -> Result<()> {
     let taken = pinned.conn.lock().await.take();
     let ok = match taken {
         Some(mut conn) => {
@@ -423,22 +427,63 @@ pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>, pinned: &Pinne
         // The watchdog found the connection dead: the lock went with it.
         None => false,
     };
-    let forget = q(&db.sql.row_lock.delete_holder)
-        .bind(lease.data.key.hash.clone())
-        .bind(kind_code(lease.kind))
-        .bind(lease.owner.as_str().to_owned())
-        .bind(lease.fence as i64)
-        .execute(&db.pool);
-    // Only a record for operators: a failed delete leaves it to the next holder.
-    let _ = db
-        .timed("forgetting the lock holder", async {
-            forget.await.map_err(|e| db.err(e))
-        })
-        .await;
+    let holder = HolderRecord {
+        hash: lease.data.key.hash.clone(),
+        kind: kind_code(lease.kind),
+        owner: lease.owner.as_str().to_owned(),
+        fence: lease.fence as i64,
+    };
+    // Only a record for operators, but one that `status` and `inspect` show: a delete
+    // that failed (the server slow, frozen or cut off) is tried again in the background
+    // for a while; a later holder of the lock overwrites it meanwhile.
+    if holder.forget(db).await.is_err() {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let db = db.clone();
+            let cleanups = db.cleanups.clone();
+            cleanups.spawn_on(&rt, async move {
+                let until = Instant::now() + FORGET_RETRY_LIMIT;
+                while Instant::now() < until {
+                    tokio::time::sleep(FORGET_RETRY_PAUSE).await;
+                    if holder.forget(&db).await.is_ok() {
+                        break;
+                    }
+                }
+            });
+        }
+    }
     if ok {
         Ok(())
     } else {
         Err(Error::not_owner(&lease.key))
+    }
+}
+
+/// How long a holder record whose delete failed is tried again, in the background.
+const FORGET_RETRY_LIMIT: Duration = Duration::from_secs(20);
+/// The pause between those tries.
+const FORGET_RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// The record naming a lock's holder, kept beside the row lock for operators.
+struct HolderRecord {
+    hash: String,
+    kind: i64,
+    owner: String,
+    fence: i64,
+}
+
+impl HolderRecord {
+    /// Deletes it, within the request timeout.
+    async fn forget(&self, db: &Db) -> Result<()> {
+        let delete = q(&db.sql.row_lock.delete_holder)
+            .bind(self.hash.clone())
+            .bind(self.kind)
+            .bind(self.owner.clone())
+            .bind(self.fence)
+            .execute(&db.pool);
+        db.timed("forgetting the lock holder", async {
+            delete.await.map(drop).map_err(|e| db.err(e))
+        })
+        .await
     }
 }
 
