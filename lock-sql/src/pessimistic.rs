@@ -234,7 +234,7 @@ async fn start_transaction(
 /// silence limit and is the transaction's last statement, so the server's limit runs
 /// from after it, and the lease from before it was sent.
 async fn record_grant(
-    db: &Db,
+    db: &std::sync::Arc<Db>,
     pinned: &mut PinnedConn,
     key: &KeyId,
     kind: i64,
@@ -244,16 +244,28 @@ async fn record_grant(
     let owner = req.owner.as_str().to_owned();
     let limit = silence_limit(db.dialect, req.ttl);
     let mut started_at = Instant::now();
+    // A record written for a grant that then fails or is dropped would name a holder
+    // that never was: it is deleted again unless the grant completes.
+    let mut written = UnconfirmedRecord {
+        db: db.clone(),
+        record: None,
+    };
     let record = async {
         let fence = bump_fence(db, key).await?;
         started_at = Instant::now();
         sqlx::raw_sql(AssertSqlSafe(limit))
             .execute(pinned.conn())
             .await?;
+        written.record = Some(HolderRecord {
+            hash: key.hash.clone(),
+            kind,
+            owner: owner.clone(),
+            fence,
+        });
         q(&db.sql.row_lock.put_holder)
             .bind(key.hash.clone())
             .bind(kind)
-            .bind(owner)
+            .bind(owner.clone())
             .bind(fence)
             .bind(connection_id)
             .execute(&db.pool)
@@ -265,6 +277,7 @@ async fn record_grant(
             record.await.map_err(|e| db.err(e))
         })
         .await?;
+    written.record = None;
     Ok((fence, started_at))
 }
 
@@ -437,19 +450,7 @@ pub(crate) async fn release(
     // that failed (the server slow, frozen or cut off) is tried again in the background
     // for a while; a later holder of the lock overwrites it meanwhile.
     if holder.forget(db).await.is_err() {
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let db = db.clone();
-            let cleanups = db.cleanups.clone();
-            cleanups.spawn_on(&rt, async move {
-                let until = Instant::now() + FORGET_RETRY_LIMIT;
-                while Instant::now() < until {
-                    tokio::time::sleep(FORGET_RETRY_PAUSE).await;
-                    if holder.forget(&db).await.is_ok() {
-                        break;
-                    }
-                }
-            });
-        }
+        holder.forget_in_background(db, FORGET_RETRY_PAUSE);
     }
     if ok {
         Ok(())
@@ -459,9 +460,24 @@ pub(crate) async fn release(
 }
 
 /// How long a holder record whose delete failed is tried again, in the background.
-const FORGET_RETRY_LIMIT: Duration = Duration::from_secs(20);
+const FORGET_RETRY_LIMIT: Duration = Duration::from_secs(10);
 /// The pause between those tries.
 const FORGET_RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// A holder record sent for a grant not yet complete: deleted in the background if
+/// this is dropped with it still set.
+struct UnconfirmedRecord {
+    db: std::sync::Arc<Db>,
+    record: Option<HolderRecord>,
+}
+
+impl Drop for UnconfirmedRecord {
+    fn drop(&mut self) {
+        if let Some(record) = self.record.take() {
+            record.forget_in_background(&self.db, Duration::ZERO);
+        }
+    }
+}
 
 /// The record naming a lock's holder, kept beside the row lock for operators.
 struct HolderRecord {
@@ -472,6 +488,23 @@ struct HolderRecord {
 }
 
 impl HolderRecord {
+    /// Deletes it in a background task, first after `pause`, and again every
+    /// [`FORGET_RETRY_PAUSE`] while that fails, for up to [`FORGET_RETRY_LIMIT`].
+    fn forget_in_background(self, db: &std::sync::Arc<Db>, pause: Duration) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let db = db.clone();
+        let cleanups = db.cleanups.clone();
+        cleanups.spawn_on(&rt, async move {
+            let until = Instant::now() + FORGET_RETRY_LIMIT;
+            tokio::time::sleep(pause).await;
+            while self.forget(&db).await.is_err() && Instant::now() < until {
+                tokio::time::sleep(FORGET_RETRY_PAUSE).await;
+            }
+        });
+    }
+
     /// Deletes it, within the request timeout.
     async fn forget(&self, db: &Db) -> Result<()> {
         let delete = q(&db.sql.row_lock.delete_holder)
