@@ -886,23 +886,8 @@ pub async fn is_locked_never_makes_a_try_fail(sql: &Sql) {
 /// server's own timer, not after hours of TCP keep-alive. And a holder that lost its
 /// locks leaves no holder record behind once it gives them up.
 pub async fn a_silent_holder_lets_go(sql: &Sql) {
-    use conformance_tests::checker::{CutOff as _, ProxiedUrl};
-    use conformance_tests::ClientOptions;
     let ns = ns();
-    let (strategy, prefix) = (sql.strategy, sql.prefix.clone());
-    let hook = ProxiedUrl::new(&sql.url, move |through| {
-        std::sync::Arc::new(Sql::new(&through, strategy, &prefix))
-    })
-    .expect("a loopback URL");
-    let (proxied, proxy) = hook.cuttable().await.expect("proxy");
-    let silent = proxied
-        .client(ClientOptions {
-            namespace: ns.clone(),
-            watchdog_lease: Duration::from_millis(600),
-            holder_description: None,
-        })
-        .await
-        .expect("client");
+    let (silent, proxy) = proxied_client(sql, &sql.url, &ns, Duration::from_millis(600)).await;
     let other = client(sql, &ns, sql.options()).await;
     let held = silent.lock("silent").unwrap().acquire().await.unwrap();
     let also_held = silent.lock("also-silent").unwrap().acquire().await.unwrap();
@@ -956,29 +941,14 @@ pub async fn a_silent_holder_lets_go(sql: &Sql) {
 /// the holder record that `status` and `inspect` read, once the server can be reached
 /// again, though the lock itself went with the connection.
 pub async fn a_release_the_server_missed_still_forgets_its_holder(sql: &Sql) {
-    use conformance_tests::checker::{CutOff as _, ProxiedUrl};
-    use conformance_tests::ClientOptions;
     let ns = ns();
-    let (strategy, prefix) = (sql.strategy, sql.prefix.clone());
     // Short timeouts, so that the release gives up soon.
     let separator = if sql.url.contains('?') { '&' } else { '?' };
     let url = format!(
         "{}{separator}request_timeout=1s&connect_timeout=1s",
         sql.url
     );
-    let hook = ProxiedUrl::new(&url, move |through| {
-        std::sync::Arc::new(Sql::new(&through, strategy, &prefix))
-    })
-    .expect("a loopback URL");
-    let (proxied, proxy) = hook.cuttable().await.expect("proxy");
-    let cut_off = proxied
-        .client(ClientOptions {
-            namespace: ns.clone(),
-            watchdog_lease: Duration::from_secs(30),
-            holder_description: None,
-        })
-        .await
-        .expect("client");
+    let (cut_off, proxy) = proxied_client(sql, &url, &ns, Duration::from_secs(30)).await;
     let held = cut_off.lock("missed").unwrap().acquire().await.unwrap();
     proxy.cut();
     let released = held.release().await;
@@ -1006,4 +976,33 @@ pub async fn a_release_the_server_missed_still_forgets_its_holder(sql: &Sql) {
         "sql-extra[{}] PASS a_release_the_server_missed_still_forgets_its_holder",
         sql.label
     );
+}
+
+/// A client of `sql`'s tables through `url` (`sql`'s server, perhaps with other
+/// settings) behind a fresh proxy the test can cut, and that proxy.
+async fn proxied_client(
+    sql: &Sql,
+    url: &str,
+    namespace: &str,
+    watchdog_lease: Duration,
+) -> (
+    std::sync::Arc<dyn lock_core::LockProvider>,
+    std::sync::Arc<conformance_tests::proxy::Blackhole>,
+) {
+    use conformance_tests::checker::{CutOff as _, ProxiedUrl};
+    let (strategy, prefix) = (sql.strategy, sql.prefix.clone());
+    let hook = ProxiedUrl::new(url, move |through| {
+        std::sync::Arc::new(Sql::new(&through, strategy, &prefix))
+    })
+    .expect("a loopback URL");
+    let (proxied, proxy) = hook.cuttable().await.expect("proxy");
+    let client = proxied
+        .client(conformance_tests::ClientOptions {
+            namespace: namespace.to_owned(),
+            watchdog_lease,
+            holder_description: None,
+        })
+        .await
+        .expect("client");
+    (client, proxy)
 }
