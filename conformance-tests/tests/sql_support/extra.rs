@@ -919,15 +919,7 @@ pub async fn a_silent_holder_lets_go(sql: &Sql) {
     let _ = held.release().await;
     let _ = also_held.release().await;
     let checker = sql.backend().await.unwrap();
-    let until = Instant::now() + Duration::from_secs(10);
-    let left = loop {
-        let mut left = super::leftover_rows(&checker, &ns).await.unwrap();
-        left.extend(super::held_row_locks(&checker, &ns).await.unwrap());
-        if left.is_empty() || Instant::now() >= until {
-            break left;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let left = rows_left_within(&checker, &ns, Duration::from_secs(10)).await;
     assert!(left.is_empty(), "left behind: {left:?}");
     let _ = silent.shutdown().await;
     let _ = other.shutdown().await;
@@ -958,15 +950,7 @@ pub async fn a_release_the_server_missed_still_forgets_its_holder(sql: &Sql) {
     );
     proxy.heal();
     let checker = sql.backend().await.unwrap();
-    let until = Instant::now() + Duration::from_secs(15);
-    let left = loop {
-        let mut left = super::leftover_rows(&checker, &ns).await.unwrap();
-        left.extend(super::held_row_locks(&checker, &ns).await.unwrap());
-        if left.is_empty() || Instant::now() >= until {
-            break left;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let left = rows_left_within(&checker, &ns, Duration::from_secs(15)).await;
     assert!(
         left.is_empty(),
         "left behind 15 s after the network came back: {left:?}"
@@ -1005,4 +989,18 @@ async fn proxied_client(
         .await
         .expect("client");
     (client, proxy)
+}
+
+/// The holder records and row locks of `namespace` still there after `limit` (or as
+/// soon as there are none), looked up on one connection of `checker`.
+async fn rows_left_within(checker: &SqlBackend, namespace: &str, limit: Duration) -> Vec<String> {
+    let until = Instant::now() + limit;
+    loop {
+        let mut left = super::leftover_rows(checker, namespace).await.unwrap();
+        left.extend(super::held_row_locks(checker, namespace).await.unwrap());
+        if left.is_empty() || Instant::now() >= until {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
