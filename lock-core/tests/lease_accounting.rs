@@ -244,3 +244,31 @@ async fn a_multi_lock_never_changes_a_lease_it_did_not_take() {
     );
     outer.release().await.unwrap();
 }
+
+/// A grant that comes after a wait longer than its lease is live when the backend hands
+/// it over: its lease counts from the attempt that won it, not from the start of the
+/// wait. A backend may act on that at once (etcd passes the next owner of the client
+/// its turn when a grant's notifier says it ended), so a notifier that said "ended"
+/// here would let a second owner in beside a holder lock-core then reports held.
+#[tokio::test(start_paused = true)]
+async fn a_grant_after_a_long_wait_is_live_when_the_backend_hands_it_over() {
+    let backend = Wrapped::default();
+    let client = client(&backend, Duration::from_secs(1));
+    let holder = client.lock("waited").unwrap().acquire().await.unwrap();
+    let waiter = client.lock("waited").unwrap();
+    let waiting = tokio::spawn(async move {
+        let options = lock_core::AcquireOptions::wait_for(Duration::from_secs(30));
+        waiter.acquire_with(options).await
+    });
+    // Well past the waiter's lease of 1 s, counted from the start of its wait.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    holder.release().await.unwrap();
+    let guard = waiting.await.unwrap().expect("granted after the release");
+    assert!(guard.is_held());
+    assert_eq!(
+        *backend.calls.live_at_grant.lock().unwrap(),
+        [true, true],
+        "the waiter's loss notifier said its lease had ended as the backend granted it"
+    );
+    guard.release().await.unwrap();
+}

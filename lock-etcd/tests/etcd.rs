@@ -503,3 +503,47 @@ async fn an_abandoned_key_is_removed_after_a_long_outage() {
     guard.release().await.unwrap();
     kept.release().await.unwrap();
 }
+
+/// Two owners of one client wait, longer than the client's lease, behind another
+/// client's holder. When the first is granted, the second must keep waiting: they
+/// share the key `<prefix>/<session lease>`, and the second would write over it. (The
+/// second once took the turn when the first's lease, counted from the start of its
+/// wait, looked ended for the moment before lock-core counted it from the grant; a
+/// race, so three rounds.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_after_a_wait_longer_than_the_lease_keeps_its_clients_turn() {
+    let (server, _admin) = start().await;
+    let other = client(backend(&server.url()).await, Duration::from_secs(10));
+    let waiters = client(backend(&server.url()).await, Duration::from_secs(1));
+    for round in 0..3 {
+        let name = format!("long-wait-{round}");
+        let held = other.lock(&name).unwrap().acquire().await.unwrap();
+        let (first, second) = (waiters.lock(&name).unwrap(), waiters.lock(&name).unwrap());
+        let first =
+            tokio::spawn(async move { first.acquire_timeout(Duration::from_secs(30)).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let second =
+            tokio::spawn(async move { second.acquire_timeout(Duration::from_secs(30)).await });
+        // Past the waiters' lease of 1 s, counted from the start of their waits.
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        held.release().await.unwrap();
+        let first = first.await.unwrap().expect("the first waiter is granted");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            !second.is_finished(),
+            "round {round}: the second owner of the client was let in beside the first \
+             (first held: {}): {:?}",
+            first.is_held(),
+            second
+                .await
+                .unwrap()
+                .map(|g| (g.fencing_token(), g.is_held()))
+        );
+        assert!(first.is_held(), "round {round}: the first lost its lock");
+        let token = first.fencing_token();
+        first.release().await.unwrap();
+        let second = second.await.unwrap().expect("the second waiter is granted");
+        assert!(second.fencing_token() > token);
+        second.release().await.unwrap();
+    }
+}

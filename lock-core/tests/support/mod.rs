@@ -21,6 +21,9 @@ pub struct Calls {
     pub renew: AtomicUsize,
     /// How many leases each renew call carried.
     pub renew_sizes: Mutex<Vec<usize>>,
+    /// For each grant, whether its loss notifier said live as the backend handed it
+    /// over (a backend may act on that at once, as etcd's turns of one client do).
+    pub live_at_grant: Mutex<Vec<bool>>,
 }
 
 /// What a test has asked the backend to do differently.
@@ -173,7 +176,16 @@ impl LockBackend for Wrapped {
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<()>>> {
         self.calls.acquire.fetch_add(1, Ordering::SeqCst);
-        self.inner.acquire(req).await
+        let loss = req.loss.clone();
+        let grant = self.inner.acquire(req).await?;
+        if grant.is_some() {
+            self.calls
+                .live_at_grant
+                .lock()
+                .unwrap()
+                .push(loss.is_live());
+        }
+        Ok(grant)
     }
 
     async fn release(&self, lease: &HeldLease<()>) -> Result<()> {
