@@ -18,7 +18,7 @@ use crate::client::ClientInner;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::id::LockId;
-use crate::lease::{LeaseState, LossNotifier, Stamp};
+use crate::lease::{LeaseState, LossNotifier};
 use crate::name::LockKey;
 use crate::options::{AcquireOptions, Lease, Wait};
 use crate::telemetry::{kind_label, LeaseIdentity, Outcome};
@@ -134,8 +134,7 @@ impl<B: LockBackend> Handle<B> {
         );
         let mut ended = AcquireEnded::new(self, kind, options.wait());
         let result = async {
-            let sent = Stamp::now();
-            let state = LeaseState::of(sent.at + client.validity(ttl), identity.clone());
+            let state = LeaseState::pending(identity.clone());
             let loss = LossNotifier::new(&state);
             let request = AcquireRequest {
                 key: &self.key,

@@ -71,7 +71,13 @@ struct Status {
     /// Its release is on its way: the backend may have let it go already, so nobody
     /// may count on it, though how it ended is only known from the reply.
     letting_go: bool,
-    /// The local expiry on tokio's clock, as of `mark`.
+    /// Still being acquired: live whatever the clock says until [`LeaseState::granted`]
+    /// counts its expiry from the attempt that won it. A backend may act on its
+    /// notifier's liveness as it hands a grant over (etcd passes the next owner of the
+    /// client its turn on a key whose holder ended), so a wait longer than the lease
+    /// must not make a grant look ended before it is counted.
+    pending: bool,
+    /// The local expiry on tokio's clock, as of `mark` (unused while pending).
     expires_at: Instant,
     /// The suspend reading when `expires_at` was set: a suspend since then shortens
     /// what is left, since tokio's clock did not count it.
@@ -86,6 +92,11 @@ impl Status {
         self.expires_at
             .checked_sub(slept)
             .unwrap_or(self.expires_at)
+    }
+
+    /// Whether its local expiry has passed by `now` (never while pending).
+    fn expired(&self, now: Instant) -> bool {
+        !self.pending && now >= self.effective_expiry()
     }
 }
 
@@ -107,19 +118,30 @@ impl LeaseState {
     /// A live lease that expires at `expires_at` unless renewed.
     #[cfg(test)]
     pub(crate) fn new(expires_at: Instant) -> Arc<Self> {
-        Self::build(expires_at, None)
+        Self::build(false, expires_at, None)
     }
 
-    /// A live lease of `identity` that expires at `expires_at` unless renewed.
-    pub(crate) fn of(expires_at: Instant, identity: Arc<LeaseIdentity>) -> Arc<Self> {
-        Self::build(expires_at, Some(identity))
+    /// The lease of `identity`, being acquired: live, with no expiry, until
+    /// [`granted`](Self::granted) (or dropped, if the acquire is).
+    pub(crate) fn pending(identity: Arc<LeaseIdentity>) -> Arc<Self> {
+        Self::build(true, Instant::now(), Some(identity))
     }
 
-    fn build(expires_at: Instant, identity: Option<Arc<LeaseIdentity>>) -> Arc<Self> {
+    #[cfg(test)]
+    pub(crate) fn pending_for_test() -> Arc<Self> {
+        Self::build(true, Instant::now(), None)
+    }
+
+    fn build(
+        pending: bool,
+        expires_at: Instant,
+        identity: Option<Arc<LeaseIdentity>>,
+    ) -> Arc<Self> {
         Arc::new(LeaseState {
             status: watch::Sender::new(Status {
                 ended: None,
                 letting_go: false,
+                pending,
                 expires_at,
                 mark: crate::clock::suspended(),
             }),
@@ -163,7 +185,7 @@ impl LeaseState {
         let status = self.status.borrow();
         match &status.ended {
             Some(loss) => Some(loss.clone()),
-            None if Instant::now() >= status.effective_expiry() => Some(LeaseLoss::Expired),
+            None if status.expired(Instant::now()) => Some(LeaseLoss::Expired),
             None => None,
         }
     }
@@ -177,6 +199,7 @@ impl LeaseState {
             if status.ended.is_some() {
                 return false;
             }
+            status.pending = false;
             status.expires_at = started_at + validity;
             status.mark = mark;
             true
@@ -193,7 +216,8 @@ impl LeaseState {
     /// replies are applied in the order the server saw the requests.
     pub(crate) fn renewed(&self, sent: Stamp, validity: Duration) -> bool {
         self.status.send_if_modified(|status| {
-            if status.ended.is_some() || Instant::now() >= status.effective_expiry() {
+            // A pending lease is not granted yet: nothing to renew.
+            if status.ended.is_some() || status.pending || status.expired(Instant::now()) {
                 return false;
             }
             status.expires_at = sent.at + validity;
@@ -228,7 +252,7 @@ impl LeaseState {
                     (
                         status.ended.clone(),
                         status.letting_go,
-                        status.effective_expiry(),
+                        (!status.pending).then(|| status.effective_expiry()),
                     )
                 };
                 if let Some(loss) = ended {
@@ -240,10 +264,11 @@ impl LeaseState {
                     return LeaseLoss::Released;
                 }
                 let now = Instant::now();
-                if now >= expires_at {
+                if expires_at.is_some_and(|at| now >= at) {
                     return LeaseLoss::Expired;
                 }
-                let look_again = expires_at.min(now + SUSPEND_RECHECK);
+                let look_again =
+                    expires_at.map_or(now + SUSPEND_RECHECK, |at| at.min(now + SUSPEND_RECHECK));
                 tokio::select! {
                     changed = rx.changed() => {
                         if changed.is_err() {
@@ -319,6 +344,40 @@ mod tests {
         LossNotifier::new(&state).notify(LeaseLoss::Revoked);
         assert_eq!(fut.await.unwrap(), LeaseLoss::Revoked);
         assert!(!state.end(LeaseLoss::Released), "first reason wins");
+    }
+
+    /// A lease being acquired is live however long the wait, and is counted from the
+    /// attempt that won it once granted.
+    #[tokio::test(start_paused = true)]
+    async fn a_pending_lease_is_live_until_granted_then_counted_from_the_grant() {
+        let state = LeaseState::pending_for_test();
+        let notifier = LossNotifier::new(&state);
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(notifier.is_live() && state.is_held());
+        assert!(
+            !state.renewed(Stamp::now(), Duration::from_secs(5)),
+            "a lease not granted yet is never renewed"
+        );
+        let won_at = Instant::now() - Duration::from_secs(2);
+        state.granted(won_at, Duration::from_secs(3));
+        assert_eq!(state.expires_at(), won_at + Duration::from_secs(3));
+        assert_eq!(
+            state.ended_future().await,
+            LeaseLoss::Expired,
+            "runs out 3 s after the winning attempt"
+        );
+        let ran_out = Instant::now() - won_at;
+        assert!(
+            ran_out >= Duration::from_secs(3) && ran_out < Duration::from_millis(3_010),
+            "{ran_out:?}"
+        );
+
+        let state = LeaseState::pending_for_test();
+        let fut = tokio::spawn(state.ended_future());
+        tokio::task::yield_now().await;
+        assert!(!fut.is_finished());
+        LossNotifier::new(&state).notify(LeaseLoss::SessionLost);
+        assert_eq!(fut.await.unwrap(), LeaseLoss::SessionLost);
     }
 
     /// A machine that sleeps longer than the lease: tokio's clock stood still, the
