@@ -297,3 +297,34 @@ async fn released_guard_reports_released_and_extend_checks_its_ttl() {
     guard.release().await.unwrap();
     assert_eq!(lost.await.reason, lock_core::LeaseLoss::Released);
 }
+
+/// A member held by someone else ends a wait-limited acquire at its limit, even when
+/// giving back the members already taken is slow (a server slow to answer): the
+/// releases go on in the background, and nothing stays held.
+#[tokio::test(start_paused = true)]
+async fn a_slow_release_of_the_members_taken_does_not_stretch_the_wait_limit() {
+    let backend = Wrapped::default();
+    let client = LockClient::new(backend.clone());
+    let other = LockClient::new(backend.clone());
+    let held = other.lock("b").unwrap().acquire().await.unwrap();
+    let first = client.lock("a").unwrap();
+    let lock = MultiLock::builder()
+        .lock(first.clone())
+        .lock(client.lock("b").unwrap())
+        .build()
+        .unwrap();
+    backend.delay_release_requests(Duration::from_secs(20));
+    let started = tokio::time::Instant::now();
+    let err = lock.acquire_timeout(Duration::from_secs(1)).await.unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert!(
+        took <= Duration::from_millis(2_100),
+        "a 1 s wait answered after {took:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    assert_eq!(first.hold_count(), 0);
+    assert!(!first.is_locked().await.unwrap(), "`a` was left held");
+    backend.delay_release_requests(Duration::ZERO);
+    held.release().await.unwrap();
+}
