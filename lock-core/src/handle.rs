@@ -27,7 +27,7 @@ use crate::watchdog::LeaseEntry;
 /// How long past the deadline of a wait a backend's acquire may take before it is
 /// dropped (cancel safe, as every backend's acquire is) and the wait answers
 /// `Timeout`: longer than the backends' own clean-up graces, so they answer first.
-const OVERDUE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const OVERDUE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A key of one client, shared by a handle's clones and by its acquisitions.
 #[derive(Debug)]

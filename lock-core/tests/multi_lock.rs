@@ -315,7 +315,10 @@ async fn a_slow_release_of_the_members_taken_does_not_stretch_the_wait_limit() {
         .unwrap();
     backend.delay_release_requests(Duration::from_secs(20));
     let started = tokio::time::Instant::now();
-    let err = lock.acquire_timeout(Duration::from_secs(1)).await.unwrap_err();
+    let err = lock
+        .acquire_timeout(Duration::from_secs(1))
+        .await
+        .unwrap_err();
     let took = started.elapsed();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     assert!(

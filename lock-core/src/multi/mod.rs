@@ -15,8 +15,9 @@ use crate::api::{DistributedLock, ReadWriteLock};
 use crate::backend::LockKind;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::handle::OVERDUE_GRACE;
 use crate::id::LockId;
-use crate::options::{AcquireOptions, Lease, Wait};
+use crate::options::{AcquireOptions, Deadline, Lease, Wait};
 pub use guard::{MemberError, MemberLoss, MultiGuard, MultiReleaseError};
 use member::Member;
 
@@ -71,7 +72,9 @@ use member::Member;
 ///   directly).
 ///
 /// When an acquire fails (a member held, the wait limit reached, a backend error), every
-/// member taken so far is released before it returns.
+/// member taken so far is released before it returns. A wait limit holds all the same:
+/// releases a slow server has not answered a second past the limit go on in the
+/// background, as a dropped guard's do.
 ///
 /// # Owners and re-entry
 ///
@@ -155,7 +158,9 @@ impl MultiLock {
     ///   anything is taken;
     /// * any member's error ([`Error::Unavailable`], [`Error::Closed`], ...).
     ///
-    /// Whatever the error, the members taken by this call were released first.
+    /// Whatever the error, the members taken by this call were released first, or, for
+    /// a wait limit, are being released in the background if the server had not
+    /// answered a second past the limit.
     ///
     /// # Cancel safety
     /// Cancel safe: if the future is dropped, the member being waited for is left as
@@ -187,7 +192,7 @@ impl MultiLock {
                     Ok(guard) => taken.push((member.id().clone(), guard)),
                     Err(err) => {
                         tracing::debug!(lock = %member.id(), error = %err, "multi-lock member not acquired");
-                        release_all(taken).await;
+                        release_all(taken, options.wait(), deadline).await;
                         return Err(with_wait_limit(err, options.wait()));
                     }
                 }
@@ -196,7 +201,7 @@ impl MultiLock {
                 let earlier = taken[..last].iter();
                 let extended = join_all(earlier.map(|(_, guard)| guard.extend(ttl))).await;
                 if let Some(err) = extended.into_iter().find_map(Result::err) {
-                    release_all(taken).await;
+                    release_all(taken, options.wait(), deadline).await;
                     return Err(err);
                 }
             }
@@ -208,14 +213,28 @@ impl MultiLock {
     }
 }
 
-/// Releases what a failed acquire took; their own errors only matter to the logs.
-async fn release_all(taken: Vec<(LockId, LockGuard)>) {
+/// Releases what a failed acquire took; their own errors only matter to the logs. A
+/// wait limit bounds it as it bounds one lock's acquire: releases still unanswered
+/// [`OVERDUE_GRACE`] past the deadline are seen through in the background (a dropped
+/// release future's are), so a slow server cannot stretch the limit.
+async fn release_all(taken: Vec<(LockId, LockGuard)>, wait: Wait, deadline: Deadline) {
     let releases = taken.into_iter().map(|(id, guard)| async move {
         if let Err(err) = guard.release().await {
             tracing::debug!(lock = %id, error = %err, "releasing a member of a failed multi-lock acquire");
         }
     });
-    join_all(releases).await;
+    let releases = join_all(releases);
+    match (wait, deadline.instant()) {
+        (Wait::For(_), Some(at)) => {
+            let bounded = tokio::time::timeout_at(at + OVERDUE_GRACE, releases).await;
+            if bounded.is_err() {
+                tracing::debug!("members of a failed multi-lock acquire are still being released; going on in the background");
+            }
+        }
+        _ => {
+            releases.await;
+        }
+    }
 }
 
 /// A member's timeout reports the limit the caller gave, not what was left of it.
