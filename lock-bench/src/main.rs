@@ -48,6 +48,11 @@ struct Args {
     /// Acquisitions per worker in the contended run.
     #[arg(long, default_value_t = 100)]
     cycles: usize,
+    /// Runs of every measurement, taken in turns (each contender once per round, so
+    /// drift on the machine falls on all alike); medians are reported with their
+    /// range over the runs.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    runs: u32,
     /// Only contenders whose name contains this (e.g. `ours`, `advisory`).
     #[arg(long)]
     only: Option<String>,
@@ -89,8 +94,9 @@ async fn run(args: Args) -> Result<(), BenchError> {
         targets.push(bench(&args, url).await?);
     }
     let settings = format!(
-        "{} uncontended cycles per lock; {} workers x {} cycles contended; \
+        "{} run(s) of: {} uncontended cycles per lock; {} workers x {} cycles contended; \
          PostgreSQL and MariaDB {}.",
+        args.runs,
         args.iterations,
         args.workers,
         args.cycles,
@@ -123,32 +129,51 @@ async fn bench(args: &Args, url: &str) -> Result<Target, BenchError> {
         measured: Vec::new(),
         failed: Vec::new(),
     };
-    for contender in contenders {
-        let name = contender.name();
-        if args
-            .only
+    contenders.retain(|contender| {
+        args.only
             .as_ref()
-            .is_some_and(|only| !name.contains(only.as_str()))
-        {
-            continue;
-        }
-        eprintln!("lock-bench: {} / {name}", target.backend);
-        match tokio::time::timeout(RUN_LIMIT, measure(args, &*contender)).await {
-            Ok(Ok(measured)) => target.measured.push(measured),
-            Ok(Err(err)) => target.failed.push((name, err.to_string())),
-            Err(_) => target.failed.push((name, format!("over {RUN_LIMIT:?}"))),
+            .is_none_or(|only| contender.name().contains(only.as_str()))
+    });
+    // Each contender's runs so far; `None` once one of its runs failed.
+    let mut results: Vec<Option<Measured>> = vec![None; contenders.len()];
+    let mut failed = vec![false; contenders.len()];
+    for run in 1..=args.runs {
+        for (i, contender) in contenders.iter().enumerate() {
+            if failed[i] {
+                continue;
+            }
+            let name = contender.name();
+            eprintln!(
+                "lock-bench: {} / {name} (run {run} of {})",
+                target.backend, args.runs
+            );
+            let why = match tokio::time::timeout(RUN_LIMIT, measure(args, &**contender)).await {
+                Ok(Ok(measured)) => {
+                    match &mut results[i] {
+                        Some(earlier) => earlier.absorb(measured),
+                        slot => *slot = Some(measured),
+                    }
+                    continue;
+                }
+                Ok(Err(err)) => err.to_string(),
+                Err(_) => format!("over {RUN_LIMIT:?}"),
+            };
+            failed[i] = true;
+            results[i] = None;
+            target.failed.push((name, format!("run {run}: {why}")));
         }
     }
+    target.measured = results.into_iter().flatten().collect();
     Ok(target)
 }
 
 async fn measure(args: &Args, contender: &dyn Contender) -> Result<Measured, BenchError> {
     let cycle = scenarios::uncontended(contender, args.iterations).await?;
     let contended = scenarios::contended(contender, args.workers, args.cycles).await?;
-    Ok(Measured {
-        name: contender.name(),
-        role: contender.role(),
+    Ok(Measured::new(
+        contender.name(),
+        contender.role(),
         cycle,
         contended,
-    })
+    ))
 }

@@ -178,18 +178,20 @@ mod tests {
                     .collect::<Vec<_>>(),
             )
         };
-        let measured = |name: &str, base| Measured {
-            name: name.into(),
-            role: Role::Peer,
-            cycle: samples(base),
-            contended: Contended {
-                grants: 50,
-                counter: 50,
-                overlaps: 0,
-                elapsed: Duration::from_millis(5),
-                handoffs: samples(base * 2),
-                same_worker: 0,
-            },
+        let measured = |name: &str, base| {
+            Measured::new(
+                name.into(),
+                Role::Peer,
+                samples(base),
+                Contended {
+                    grants: 50,
+                    counter: 50,
+                    overlaps: 0,
+                    elapsed: Duration::from_millis(5),
+                    handoffs: samples(base * 2),
+                    same_worker: 0,
+                },
+            )
         };
         let targets = vec![Target {
             backend: "redis".into(),

@@ -11,7 +11,9 @@ use crate::stats::Micros;
 /// Handoffs slower than this are counted: a wake-up that was missed.
 const SLOW_HANDOFF: Duration = Duration::from_millis(20);
 
-/// The report for `targets`, with the settings it ran with.
+/// The report for `targets`, with the settings it ran with. With several runs, a
+/// median is the median of the runs' medians, followed by their range; a p99 and the
+/// counts are over all runs' samples.
 pub fn markdown(targets: &[Target], settings: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{settings}\n");
@@ -43,12 +45,13 @@ fn row(target: &Target, m: &Measured) -> String {
         Role::Floor => format!("{} (floor)", m.name),
         Role::Peer => m.name.clone(),
     };
-    let handoff = |p: f64| {
-        if h.is_empty() {
-            "—".to_owned()
-        } else {
-            Micros(h.percentile(p)).to_string()
-        }
+    let dash = |spread: Option<crate::stats::Spread>| {
+        spread.map_or_else(|| "—".to_owned(), |s| s.to_string())
+    };
+    let handoff_p99 = if h.is_empty() {
+        "—".to_owned()
+    } else {
+        Micros(h.percentile(99.0)).to_string()
     };
     let counter = if c.exact() {
         format!("{} exact", c.counter)
@@ -56,14 +59,13 @@ fn row(target: &Target, m: &Measured) -> String {
         format!("**{} of {}, {} overlaps**", c.counter, c.grants, c.overlaps)
     };
     format!(
-        "| {name} | {} | {} | {} | {} | {:.0} | {counter} | {} | {} | {} | {} | {} of {} | {:.0}% |",
-        Micros(m.cycle.percentile(50.0)),
+        "| {name} | {} | {} | {} | {} | {} | {counter} | {} | {handoff_p99} | {} | {} | {} of {} | {:.0}% |",
+        dash(m.cycle_spread()),
         Micros(m.cycle.percentile(99.0)),
         ratio(target, m, cycle_p50, false),
         ratio(target, m, cycle_p50, true),
-        c.throughput(),
-        handoff(50.0),
-        handoff(99.0),
+        dash(m.throughput_spread()),
+        dash(m.handoff_spread()),
         ratio(target, m, handoff_p50, false),
         ratio(target, m, handoff_p50, true),
         h.over(SLOW_HANDOFF),
@@ -106,11 +108,11 @@ mod tests {
 
     fn measured(name: &str, role: Role, cycle_us: u64, handoff_us: u64) -> Measured {
         let us = |n| Samples::from(vec![Duration::from_micros(n); 10]);
-        Measured {
-            name: name.into(),
+        Measured::new(
+            name.into(),
             role,
-            cycle: us(cycle_us),
-            contended: Contended {
+            us(cycle_us),
+            Contended {
                 grants: 10,
                 counter: 10,
                 overlaps: 0,
@@ -118,7 +120,7 @@ mod tests {
                 handoffs: us(handoff_us),
                 same_worker: 0,
             },
-        }
+        )
     }
 
     #[test]
@@ -159,5 +161,29 @@ mod tests {
             failed: vec![],
         };
         assert!(markdown(&[target], "").contains("**9 of 10, 1 overlaps**"));
+    }
+
+    #[test]
+    fn several_runs_show_the_median_of_their_medians_and_the_range() {
+        let mut ours = measured("ours", Role::Ours, 300, 400);
+        ours.absorb(measured("ours", Role::Ours, 100, 500));
+        ours.absorb(measured("ours", Role::Ours, 200, 600));
+        let mut floor = measured("floor", Role::Floor, 100, 100);
+        floor.absorb(measured("floor", Role::Floor, 100, 100));
+        let target = Target {
+            backend: "x".into(),
+            measured: vec![ours, floor],
+            failed: vec![],
+        };
+        let report = markdown(&[target], "");
+        let ours = report
+            .lines()
+            .find(|l| l.starts_with("| **ours**"))
+            .unwrap();
+        let cells: Vec<&str> = ours.split('|').map(str::trim).collect();
+        assert_eq!(cells[2], "200 (100–300)");
+        assert_eq!(cells[4], "2.00×");
+        assert_eq!(cells[7], "30 exact");
+        assert_eq!(cells[8], "500 (400–600)");
     }
 }

@@ -64,6 +64,17 @@ impl Contended {
         self.counter == self.grants && self.overlaps == 0
     }
 
+    /// Adds another run's counts and handoffs (its elapsed time too, so the throughput
+    /// is over all runs).
+    pub fn absorb(&mut self, other: &Contended) {
+        self.grants += other.grants;
+        self.counter += other.counter;
+        self.overlaps += other.overlaps;
+        self.elapsed += other.elapsed;
+        self.handoffs.extend(&other.handoffs);
+        self.same_worker += other.same_worker;
+    }
+
     /// The share of grants that went back to the releaser, 0.0 to 1.0.
     pub fn same_worker_share(&self) -> f64 {
         self.same_worker as f64 / (self.grants.max(1)) as f64

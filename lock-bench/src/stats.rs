@@ -13,6 +13,11 @@ impl Samples {
         self.0.push(sample);
     }
 
+    /// Adds every sample of `other`.
+    pub fn extend(&mut self, other: &Samples) {
+        self.0.extend_from_slice(&other.0);
+    }
+
     /// How many samples there are.
     pub fn len(&self) -> usize {
         self.0.len()
@@ -57,6 +62,49 @@ impl From<Vec<Duration>> for Samples {
     }
 }
 
+/// One number measured in several runs: the median of the runs and the range.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub runs: usize,
+}
+
+impl Spread {
+    /// The spread of `values`; `None` without any.
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Option<Spread> {
+        let mut values: Vec<f64> = values.into_iter().collect();
+        if values.is_empty() {
+            return None;
+        }
+        values.sort_unstable_by(f64::total_cmp);
+        let n = values.len();
+        let median = if n % 2 == 1 {
+            values[n / 2]
+        } else {
+            (values[n / 2 - 1] + values[n / 2]) / 2.0
+        };
+        Some(Spread {
+            median,
+            min: values[0],
+            max: values[n - 1],
+            runs: n,
+        })
+    }
+}
+
+impl fmt::Display for Spread {
+    /// The median, and with more than one run the range: `1234 (1200–1300)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:.0}", self.median)?;
+        if self.runs > 1 {
+            write!(f, " ({:.0}–{:.0})", self.min, self.max)?;
+        }
+        Ok(())
+    }
+}
+
 /// A duration in whole microseconds, for tables.
 pub struct Micros(pub Duration);
 
@@ -82,5 +130,15 @@ mod tests {
         assert_eq!(s.percentile(0.0), Duration::from_millis(1));
         assert_eq!(s.over(Duration::from_millis(90)), 10);
         assert_eq!(Samples::default().percentile(50.0), Duration::ZERO);
+    }
+
+    #[test]
+    fn spread_is_the_median_of_the_runs_and_their_range() {
+        let three = Spread::of([30.0, 10.0, 20.0]).unwrap();
+        assert_eq!((three.median, three.min, three.max), (20.0, 10.0, 30.0));
+        assert_eq!(three.to_string(), "20 (10–30)");
+        assert_eq!(Spread::of([10.0, 20.0]).unwrap().median, 15.0);
+        assert_eq!(Spread::of([7.4]).unwrap().to_string(), "7");
+        assert_eq!(Spread::of([]), None);
     }
 }

@@ -4,6 +4,8 @@
 use crate::contender::Contender;
 
 #[cfg(feature = "etcd")]
+mod etcd_raw;
+#[cfg(feature = "etcd")]
 mod etcd_v3lock;
 #[cfg(feature = "zookeeper")]
 mod kazoo;
@@ -17,6 +19,8 @@ mod pg_advisory;
 mod redis_raw;
 #[cfg(feature = "redis")]
 mod rslock;
+#[cfg(feature = "zookeeper")]
+mod zk_raw;
 
 /// How often the polling recipes (raw `SET NX`, the naive table) try again while the
 /// lock is held: often enough to be a fair rival, rarely enough not to flood the server.
@@ -33,9 +37,15 @@ pub fn for_url(url: &str) -> Vec<Box<dyn Contender>> {
             Box::new(rslock::Rslock::new(url)),
         ],
         #[cfg(feature = "etcd")]
-        "etcd" => vec![Box::new(etcd_v3lock::V3Lock::new(url))],
+        "etcd" => vec![
+            Box::new(etcd_raw::RawEtcd::new(url)),
+            Box::new(etcd_v3lock::V3Lock::new(url)),
+        ],
         #[cfg(feature = "zookeeper")]
-        "zk" => vec![Box::new(kazoo::Kazoo::new(url))],
+        "zk" => vec![
+            Box::new(zk_raw::RawZk::new(url)),
+            Box::new(kazoo::Kazoo::new(url)),
+        ],
         #[cfg(feature = "sql")]
         "postgres" | "postgresql" => vec![
             Box::new(pg_advisory::PgAdvisory::new(url)),
