@@ -547,3 +547,61 @@ async fn a_grant_after_a_wait_longer_than_the_lease_keeps_its_clients_turn() {
         second.release().await.unwrap();
     }
 }
+
+/// An acquire dropped after etcd granted it but before its caller read the grant (a
+/// `tokio::time::timeout` around it, racing the grant) leaves nothing behind: the
+/// grant goes back, and another client gets the lock. Forced here by polling the
+/// acquire once, letting it be granted, and dropping it unread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_its_caller_never_read_goes_back() {
+    let (server, admin) = start().await;
+    let holder = client(backend(&server.url()).await, Duration::from_secs(3));
+    // Keeps the session lease alive: a key left on it would stay for good.
+    let other_lock = holder
+        .lock("unread-keepalive")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let lock = holder.lock("unread").unwrap();
+    let mut acquiring = Box::pin(lock.acquire());
+    assert!(
+        futures::poll!(acquiring.as_mut()).is_pending(),
+        "granted on the first poll"
+    );
+    // Granted at etcd meanwhile; the grant waits unread for its caller.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(acquiring);
+    let other = client(backend(&server.url()).await, Duration::from_secs(3));
+    let taken = other
+        .lock("unread")
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(10))
+        .await;
+    let keys = admin
+        .client()
+        .kv_client()
+        .get(
+            format!("{NS}/unread/"),
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only(),
+            ),
+        )
+        .await
+        .unwrap();
+    assert!(
+        taken.is_ok(),
+        "the unread grant kept the lock from another client ({:?}); keys: {:?}",
+        taken.err(),
+        keys.kvs()
+            .iter()
+            .map(|kv| kv.key_str().unwrap_or("?").to_owned())
+            .collect::<Vec<_>>()
+    );
+    taken.unwrap().release().await.unwrap();
+    other_lock.release().await.unwrap();
+    holder.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}
