@@ -108,16 +108,75 @@ pub(crate) async fn acquire(
         cleanups: inner.cleanups.clone(),
         answered: false,
     };
+    let mut answer = Answer {
+        rx,
+        inner: inner.clone(),
+        prefix: Prefix::new(req.key, req.kind.family()),
+        owner: req.owner.clone(),
+        read: false,
+    };
     let run = job.run(tx);
     tokio::spawn(async move {
         run.await;
         drop(abandoned);
     });
-    let answer = rx
+    let outcome = (&mut answer.rx)
         .await
         .map_err(|_| error::unexpected("the acquire task ended without an answer"));
+    answer.read = true;
     on_drop.answered = true;
-    answer?
+    outcome?
+}
+
+/// The caller's end of the job's answer. If the caller's future is dropped after the
+/// job sent a grant but before it was read (a timeout racing the grant), the job
+/// believes it delivered: this gives that grant back, in the background, as the job
+/// does for a grant whose caller had already gone.
+struct Answer {
+    rx: oneshot::Receiver<Result<Option<Grant<EtcdLease>>>>,
+    inner: Arc<Inner>,
+    prefix: Prefix,
+    owner: OwnerToken,
+    read: bool,
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        if self.read {
+            return;
+        }
+        // From here on the job's send fails, and the job gives the grant back itself.
+        self.rx.close();
+        let Ok(Ok(Some(grant))) = self.rx.try_recv() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        tracing::debug!(key = %grant.data.key(), "acquire dropped with its grant unread; releasing");
+        let (inner, prefix, owner) = (self.inner.clone(), self.prefix.clone(), self.owner.clone());
+        let cleanups = inner.cleanups.clone();
+        cleanups.spawn_on(&runtime, async move {
+            give_back(&inner, &prefix, &owner, grant).await;
+        });
+    }
+}
+
+/// Removes the key of a grant nobody will hold, then lets the next owner of this
+/// client through the gate.
+async fn give_back(inner: &Inner, prefix: &Prefix, owner: &OwnerToken, grant: Grant<EtcdLease>) {
+    let fence = grant.fence as i64;
+    let revision = grant.data.revision();
+    let (key, lease, gate) = grant.data.into_parts();
+    inner.writes.forget_key(prefix, owner, &key, revision);
+    let contender = Contender {
+        key,
+        revision,
+        fence,
+        lease,
+    };
+    contender.clean_up(inner).await;
+    drop(gate);
 }
 
 /// Counts a dropped acquire's job as a clean-up until the job ends (the job and this
@@ -165,7 +224,7 @@ impl Job {
                         // queued ahead of everyone until the lease runs out. One try,
                         // bounded: the retries below wait while etcd is down.
                         if let Some(placed) = &contender {
-                            if self.remove(placed).await.is_ok() {
+                            if placed.remove(&self.inner).await.is_ok() {
                                 contender = None;
                             }
                         }
@@ -177,7 +236,7 @@ impl Job {
                     }
                 }
                 if let Some(contender) = contender {
-                    self.clean_up(&contender).await;
+                    contender.clean_up(&self.inner).await;
                 }
                 // Only now may the next owner of this client write the same key.
                 drop(gate);
@@ -223,18 +282,7 @@ impl Job {
         };
         if let Err(Ok(Some(grant))) = reply.send(Ok(Some(grant))) {
             tracing::debug!(key = %grant.data.key(), "acquire abandoned after it was granted; releasing");
-            let (key, lease, gate) = grant.data.into_parts();
-            self.inner
-                .writes
-                .forget_key(&prefix, &self.owner, &key, revision);
-            let contender = Contender {
-                key,
-                revision,
-                fence,
-                lease,
-            };
-            self.clean_up(&contender).await;
-            drop(gate);
+            give_back(&self.inner, &prefix, &self.owner, grant).await;
         }
     }
 
@@ -268,7 +316,7 @@ impl Job {
                 Ok(false) => {
                     tracing::debug!(key = %contender.key, "own key vanished while waiting; queueing again");
                     if !contender.lease.is_session() {
-                        self.clean_up(&contender).await;
+                        contender.clean_up(&self.inner).await;
                     }
                 }
                 Err(stop) => return Err((stop, Some(contender))),
@@ -560,45 +608,46 @@ impl Job {
         let found = within("scan contenders", timeout, kv.get(range, Some(options))).await?;
         Ok((queries::scanned(found.kvs(), prefix), revision))
     }
+}
 
+impl Contender {
     /// Removes what an acquisition wrote: revokes a fixed lease (etcd deletes its one
     /// key), or deletes the key from the session lease, guarded by its revision when
     /// known. Retried, with backoff, for as long as etcd may still keep the lease the
     /// key hangs on: a key left on the session lease would block others for as long as
     /// this client keeps that lease alive, which it does while it holds any lock.
-    async fn clean_up(&self, contender: &Contender) {
+    async fn clean_up(&self, inner: &Inner) {
         let mut attempt = 0u32;
         loop {
-            let err = match self.remove(contender).await {
+            let err = match self.remove(inner).await {
                 Ok(()) => return,
                 Err(err) => err,
             };
-            let lease = &contender.lease;
+            let lease = &self.lease;
             // A session lease found gone took the key with it. (A fixed lease is marked
             // dead by the revoke being tried: it goes when it runs out.)
             let gone = lease.is_session() && lease.is_dead();
             if gone || Instant::now() >= lease.may_live_until() {
-                tracing::debug!(key = %contender.key, error = %err, "could not remove an abandoned key; it went with its lease");
+                tracing::debug!(key = %self.key, error = %err, "could not remove an abandoned key; it went with its lease");
                 return;
             }
-            tracing::debug!(key = %contender.key, error = %err, attempt, "could not remove an abandoned key; retrying");
+            tracing::debug!(key = %self.key, error = %err, attempt, "could not remove an abandoned key; retrying");
             tokio::time::sleep(Duration::from_millis(100) * 2u32.pow(attempt.min(5))).await;
             attempt = attempt.saturating_add(1);
         }
     }
 
-    /// One try at removing what an acquisition wrote (see [`Job::clean_up`]), bounded
+    /// One try at removing what an acquisition wrote (see [`Contender::clean_up`]), bounded
     /// by the request timeout.
-    async fn remove(&self, contender: &Contender) -> Result<()> {
-        let inner = &self.inner;
+    async fn remove(&self, inner: &Inner) -> Result<()> {
         let timeout = inner.config.request_timeout();
-        if !contender.lease.is_session() {
-            contender.lease.revoke(&inner.client, timeout).await
-        } else if contender.revision > 0 {
+        if !self.lease.is_session() {
+            self.lease.revoke(&inner.client, timeout).await
+        } else if self.revision > 0 {
             inner
                 .txn(
                     "clean up",
-                    queries::delete_if(contender.key.as_bytes(), contender.revision),
+                    queries::delete_if(self.key.as_bytes(), self.revision),
                 )
                 .await
                 .map(drop)
@@ -607,7 +656,7 @@ impl Job {
             // fair and read-write keys are unique, and the gate keeps other owners of
             // this client off the exclusive key meanwhile.
             let mut kv = inner.client.kv_client();
-            within("clean up", timeout, kv.delete(contender.key.as_str(), None))
+            within("clean up", timeout, kv.delete(self.key.as_str(), None))
                 .await
                 .map(drop)
         }
