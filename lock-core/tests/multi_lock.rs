@@ -331,3 +331,31 @@ async fn a_slow_release_of_the_members_taken_does_not_stretch_the_wait_limit() {
     backend.delay_release_requests(Duration::ZERO);
     held.release().await.unwrap();
 }
+
+/// With a fixed lease, the members taken first are set to it once all are held; a
+/// server slow to answer that must not stretch the wait limit either, and nothing
+/// stays held.
+#[tokio::test(start_paused = true)]
+async fn a_slow_extend_to_the_fixed_lease_does_not_stretch_the_wait_limit() {
+    let backend = Wrapped::default();
+    let client = LockClient::new(backend.clone());
+    let (a, b) = (client.lock("a").unwrap(), client.lock("b").unwrap());
+    let lock = MultiLock::builder()
+        .lock(a.clone())
+        .lock(b.clone())
+        .build()
+        .unwrap();
+    backend.delay_renewal_requests(Duration::from_secs(20));
+    let options = AcquireOptions::wait_for(Duration::from_secs(1)).lease(Duration::from_secs(5));
+    let started = tokio::time::Instant::now();
+    let outcome = lock.acquire_with(options).await;
+    let took = started.elapsed();
+    assert!(outcome.is_err(), "granted without its fixed leases set");
+    assert!(
+        took <= Duration::from_millis(2_100),
+        "a 1 s wait answered after {took:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(a.hold_count() + b.hold_count(), 0);
+    assert!(!a.is_locked().await.unwrap() && !b.is_locked().await.unwrap());
+}
