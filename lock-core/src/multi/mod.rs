@@ -73,7 +73,8 @@ use member::Member;
 ///
 /// When an acquire fails (a member held, the wait limit reached, a backend error), every
 /// member taken so far is released before it returns. A wait limit holds all the same:
-/// releases a slow server has not answered a second past the limit go on in the
+/// fixed leases a slow server has not set a second past the limit fail the acquire
+/// with [`Error::Timeout`], and releases it has not answered by then go on in the
 /// background, as a dropped guard's do.
 ///
 /// # Owners and re-entry
@@ -199,8 +200,19 @@ impl MultiLock {
             }
             if let Lease::Fixed(ttl) = options.lease_policy() {
                 let earlier = taken[..last].iter();
-                let extended = join_all(earlier.map(|(_, guard)| guard.extend(ttl))).await;
-                if let Some(err) = extended.into_iter().find_map(Result::err) {
+                let extends = join_all(earlier.map(|(_, guard)| guard.extend(ttl)));
+                let failed = match within_limit(options.wait(), deadline, extends).await {
+                    Some(extended) => extended.into_iter().find_map(Result::err),
+                    // A server too slow to set the fixed leases within the limit.
+                    None => Some(with_wait_limit(
+                        Error::Timeout {
+                            name: taken[0].0.name().to_string(),
+                            waited: Duration::ZERO,
+                        },
+                        options.wait(),
+                    )),
+                };
+                if let Some(err) = failed {
                     release_all(taken, options.wait(), deadline).await;
                     return Err(err);
                 }
@@ -223,17 +235,25 @@ async fn release_all(taken: Vec<(LockId, LockGuard)>, wait: Wait, deadline: Dead
             tracing::debug!(lock = %id, error = %err, "releasing a member of a failed multi-lock acquire");
         }
     });
-    let releases = join_all(releases);
+    if within_limit(wait, deadline, join_all(releases))
+        .await
+        .is_none()
+    {
+        tracing::debug!("members of a failed multi-lock acquire are still being released; going on in the background");
+    }
+}
+
+/// Runs `work` until a wait limit's deadline plus [`OVERDUE_GRACE`], as one lock's
+/// acquire is bounded (without a limit, to its end): `None` if the deadline came
+/// first, and `work` was dropped.
+async fn within_limit<T>(
+    wait: Wait,
+    deadline: Deadline,
+    work: impl std::future::Future<Output = T>,
+) -> Option<T> {
     match (wait, deadline.instant()) {
-        (Wait::For(_), Some(at)) => {
-            let bounded = tokio::time::timeout_at(at + OVERDUE_GRACE, releases).await;
-            if bounded.is_err() {
-                tracing::debug!("members of a failed multi-lock acquire are still being released; going on in the background");
-            }
-        }
-        _ => {
-            releases.await;
-        }
+        (Wait::For(_), Some(at)) => tokio::time::timeout_at(at + OVERDUE_GRACE, work).await.ok(),
+        _ => Some(work.await),
     }
 }
 
