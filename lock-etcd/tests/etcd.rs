@@ -420,10 +420,15 @@ async fn two_owners_of_one_client_take_turns_on_one_key() {
 
 /// The keys of the fair lock `name` now (`{NS}/{name}<US>fair/...`).
 async fn fair_keys(admin: &EtcdBackend, name: &str) -> Vec<String> {
+    keys_under(admin, &format!("{NS}/{name}\u{1f}fair/")).await
+}
+
+/// The keys under `prefix` now.
+async fn keys_under(admin: &EtcdBackend, prefix: &str) -> Vec<String> {
     let mut kv = admin.client().kv_client();
     let found = kv
         .get(
-            format!("{NS}/{name}\u{1f}fair/"),
+            prefix,
             Some(
                 etcd_client::GetOptions::new()
                     .with_prefix()
@@ -578,27 +583,11 @@ async fn a_grant_its_caller_never_read_goes_back() {
         .unwrap()
         .acquire_timeout(Duration::from_secs(10))
         .await;
-    let keys = admin
-        .client()
-        .kv_client()
-        .get(
-            format!("{NS}/unread/"),
-            Some(
-                etcd_client::GetOptions::new()
-                    .with_prefix()
-                    .with_keys_only(),
-            ),
-        )
-        .await
-        .unwrap();
+    let keys = keys_under(&admin, &format!("{NS}/unread/")).await;
     assert!(
         taken.is_ok(),
-        "the unread grant kept the lock from another client ({:?}); keys: {:?}",
+        "the unread grant kept the lock from another client ({:?}); keys: {keys:?}",
         taken.err(),
-        keys.kvs()
-            .iter()
-            .map(|kv| kv.key_str().unwrap_or("?").to_owned())
-            .collect::<Vec<_>>()
     );
     taken.unwrap().release().await.unwrap();
     other_lock.release().await.unwrap();

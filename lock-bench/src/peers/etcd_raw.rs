@@ -127,10 +127,10 @@ impl Worker for RawEtcdWorker {
                 return Err("the watch was not created".into());
             }
             let there = self.client.get(ahead, None).await?;
-            if !there
+            if there
                 .kvs()
                 .first()
-                .is_some_and(|kv| kv.create_revision() == created_at)
+                .is_none_or(|kv| kv.create_revision() != created_at)
             {
                 continue;
             }
