@@ -174,3 +174,23 @@ async fn a_lease_whose_release_was_sent_is_no_longer_held() {
     assert_eq!(watch.lost().await, LeaseLoss::Released);
     theirs.release().await.unwrap();
 }
+
+/// A release under way when another task shuts the client down is waited for: once
+/// `shutdown` returns, the lock is free at the server, as for every other hold.
+#[tokio::test(start_paused = true)]
+async fn shutdown_waits_for_a_release_under_way() {
+    let backend = Wrapped::default();
+    let client = LockClient::builder(backend.clone()).build().unwrap();
+    let other = LockClient::builder(backend.clone()).build().unwrap();
+    let guard = client.lock("slow").unwrap().acquire().await.unwrap();
+    backend.delay_release_requests(Duration::from_secs(2));
+    let releasing = tokio::spawn(guard.release());
+    // The release is on its way to the server.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    client.shutdown().await.unwrap();
+    assert!(
+        !other.lock("slow").unwrap().is_locked().await.unwrap(),
+        "shutdown returned with a release still under way"
+    );
+    releasing.await.unwrap().unwrap();
+}
