@@ -147,7 +147,12 @@ impl<B: LockBackend> Acquisition<B> {
         match self.give_up() {
             GiveUp::Remaining if self.lease.state.is_held() => Ok(()),
             GiveUp::Remaining | GiveUp::AlreadyGone => Err(self.lease_lost()),
-            GiveUp::Last => self.give_back().await,
+            GiveUp::Last => {
+                // Counted as a clean-up while under way: the lease is no longer tracked
+                // as held, and a shutdown meanwhile must still wait for it.
+                let _under_way = self.handle.client().cleanups.begin();
+                self.give_back().await
+            }
         }
     }
 
