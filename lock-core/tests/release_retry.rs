@@ -73,3 +73,33 @@ async fn releasing_a_lost_lease_says_lease_lost_whatever_the_backend_answers() {
         "a lost lease released: {err}"
     );
 }
+
+/// A release dropped after it reached the backend, before its reply: the background
+/// sends it again and the backend, which already let go, says it no longer has the
+/// lease. That is the release going through, not a lost lock: no `Lost` event, and the
+/// lease reports `Released`.
+#[tokio::test(start_paused = true)]
+async fn a_release_sent_again_after_it_went_through_is_no_loss() {
+    use lock_core::{LeaseLoss, LockEventKind};
+    use std::sync::{Arc, Mutex};
+    let backend = Wrapped::default();
+    let events: Arc<Mutex<Vec<LockEventKind>>> = Arc::default();
+    let seen = events.clone();
+    let client = LockClient::builder(backend.clone())
+        .on_event(move |event| seen.lock().unwrap().push(event.what.clone()))
+        .build()
+        .unwrap();
+    let guard = client.lock("twice").unwrap().acquire().await.unwrap();
+    let watch = guard.lost();
+    backend.delay_release_replies(Duration::from_secs(1));
+    let dropped = tokio::time::timeout(Duration::from_millis(100), guard.release()).await;
+    assert!(dropped.is_err(), "the release answered before its reply delay");
+    backend.delay_release_replies(Duration::ZERO);
+    client.shutdown().await.unwrap();
+    assert_eq!(watch.await, LeaseLoss::Released);
+    let events = events.lock().unwrap();
+    assert!(
+        !events.iter().any(|e| matches!(e, LockEventKind::Lost { .. })),
+        "a release that went through was reported as a lost lock: {events:?}"
+    );
+}
