@@ -195,6 +195,11 @@ impl<B: LockBackend> Acquisition<B> {
     /// Releases the lease at the backend and says what that means for the caller: the
     /// one place a release's outcome is read.
     async fn give_back(self: &Arc<Self>) -> Result<()> {
+        self.send_release(Attempt::First).await
+    }
+
+    /// Sends the release; a resent one may find its first attempt went through.
+    async fn send_release(self: &Arc<Self>, attempt: Attempt) -> Result<()> {
         let held = &self.lease.held;
         // A lease already lost here (expired, revoked, its session gone) is reported
         // as lost whatever the backend answers: the caller holds nothing to retry for.
@@ -213,7 +218,7 @@ impl<B: LockBackend> Acquisition<B> {
         let mut unfinished = Unfinished(Some(self.clone()));
         let result = self.handle.backend().release(held).instrument(span).await;
         unfinished.0 = None;
-        match self.outcome(result, lost_before) {
+        match self.outcome(result, lost_before, attempt) {
             Outcome::Done(result) => result,
             Outcome::Retry(err) => {
                 self.retry_in_background();
@@ -222,12 +227,12 @@ impl<B: LockBackend> Acquisition<B> {
         }
     }
 
-    fn outcome(&self, result: Result<()>, lost_before: bool) -> Outcome {
+    fn outcome(&self, result: Result<()>, lost_before: bool, attempt: Attempt) -> Outcome {
         if lost_before {
             // Ran out here without anyone noticing: count it as the loss it was.
             self.lease.state.end(LeaseLoss::Expired);
         }
-        let outcome = self.read_outcome(result, lost_before);
+        let outcome = self.read_outcome(result, lost_before, attempt);
         if let (Outcome::Retry(err) | Outcome::Done(Err(err)), Some(identity)) =
             (&outcome, self.lease.state.identity())
         {
@@ -238,7 +243,7 @@ impl<B: LockBackend> Acquisition<B> {
         outcome
     }
 
-    fn read_outcome(&self, result: Result<()>, lost_before: bool) -> Outcome {
+    fn read_outcome(&self, result: Result<()>, lost_before: bool, attempt: Attempt) -> Outcome {
         let (state, key, fence) = (
             &self.lease.state,
             &self.lease.held.key,
@@ -254,6 +259,13 @@ impl<B: LockBackend> Acquisition<B> {
             Ok(()) => {
                 state.end(LeaseLoss::Released);
                 tracing::debug!(%key, fence, "lock released");
+                Outcome::Done(Ok(()))
+            }
+            Err(Error::NotOwner { .. }) if attempt == Attempt::Again => {
+                // Most likely the first attempt went through and only its reply was
+                // lost; either way its holder had let go of it.
+                state.end(LeaseLoss::Released);
+                tracing::debug!(%key, fence, "a resent release found the lease gone: released");
                 Outcome::Done(Ok(()))
             }
             Err(Error::NotOwner { .. }) => {
@@ -286,7 +298,7 @@ impl<B: LockBackend> Acquisition<B> {
         let acquisition = self.clone();
         let cleanups = self.handle.client().cleanups.clone();
         cleanups.spawn_on(&runtime, async move {
-            let _ = acquisition.give_back().await;
+            let _ = acquisition.send_release(Attempt::Again).await;
         });
     }
 
@@ -336,7 +348,10 @@ impl<B: LockBackend> Acquisition<B> {
                         return;
                     }
                     Err(Error::NotOwner { .. }) => {
-                        state.end(LeaseLoss::Revoked);
+                        // The failed attempt before may have gone through: see
+                        // `read_outcome`.
+                        state.end(LeaseLoss::Released);
+                        tracing::debug!(key = %held.key, fence = held.fence, "a release retry found the lease gone: released");
                         return;
                     }
                     Err(err) if err.is_retryable() && Instant::now() < give_up => {
@@ -480,4 +495,12 @@ impl<B: LockBackend> HoldOps for GuardHold<B> {
             .handle
             .lock_id(self.acquisition.kind().family())
     }
+}
+
+/// Which send of a release this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Attempt {
+    First,
+    /// Sent again after a send whose answer never came: the backend may have let go.
+    Again,
 }

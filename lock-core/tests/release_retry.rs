@@ -93,13 +93,18 @@ async fn a_release_sent_again_after_it_went_through_is_no_loss() {
     let watch = guard.lost();
     backend.delay_release_replies(Duration::from_secs(1));
     let dropped = tokio::time::timeout(Duration::from_millis(100), guard.release()).await;
-    assert!(dropped.is_err(), "the release answered before its reply delay");
+    assert!(
+        dropped.is_err(),
+        "the release answered before its reply delay"
+    );
     backend.delay_release_replies(Duration::ZERO);
     client.shutdown().await.unwrap();
     assert_eq!(watch.await, LeaseLoss::Released);
     let events = events.lock().unwrap();
     assert!(
-        !events.iter().any(|e| matches!(e, LockEventKind::Lost { .. })),
+        !events
+            .iter()
+            .any(|e| matches!(e, LockEventKind::Lost { .. })),
         "a release that went through was reported as a lost lock: {events:?}"
     );
 }
