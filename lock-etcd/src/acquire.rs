@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use etcd_client::EventType;
 use lock_core::backend::{
-    AcquireRequest, Cleanups, Deadline, Grant, LossNotifier, OwnerToken, PendingCleanup,
+    AcquireRequest, Deadline, Grant, LossNotifier, OwnerToken, PendingCleanup,
 };
 use lock_core::{LockKey, LockKind, Result};
 use tokio::sync::oneshot;
@@ -103,13 +103,9 @@ pub(crate) async fn acquire(
     // If this future is dropped before the answer, the job cleans up after noticing:
     // count that from the drop on, so a shutdown right after it waits for the job.
     let abandoned = Arc::new(StdMutex::new(None));
-    let mut on_drop = AbandonCount {
-        slot: abandoned.clone(),
-        cleanups: inner.cleanups.clone(),
-        answered: false,
-    };
     let mut answer = Answer {
         rx,
+        abandoned: abandoned.clone(),
         inner: inner.clone(),
         prefix: Prefix::new(req.key, req.kind.family()),
         owner: req.owner.clone(),
@@ -124,16 +120,20 @@ pub(crate) async fn acquire(
         .await
         .map_err(|_| error::unexpected("the acquire task ended without an answer"));
     answer.read = true;
-    on_drop.answered = true;
     outcome?
 }
 
-/// The caller's end of the job's answer. If the caller's future is dropped after the
-/// job sent a grant but before it was read (a timeout racing the grant), the job
-/// believes it delivered: this gives that grant back, in the background, as the job
-/// does for a grant whose caller had already gone.
+/// The caller's end of the job's answer. If the caller's future is dropped before it
+/// read the answer:
+/// * a job still running cleans up once it notices, so it counts as a clean-up from
+///   the drop on (the job and this share `abandoned`; whichever lets go last drops the
+///   count), and a shutdown right after waits for it;
+/// * a grant the job already sent (a timeout racing the grant) would be taken as
+///   delivered, so this gives it back, in the background, as the job does for a grant
+///   whose caller had already gone.
 struct Answer {
     rx: oneshot::Receiver<Result<Option<Grant<EtcdLease>>>>,
+    abandoned: Arc<StdMutex<Option<PendingCleanup>>>,
     inner: Arc<Inner>,
     prefix: Prefix,
     owner: OwnerToken,
@@ -144,6 +144,10 @@ impl Drop for Answer {
     fn drop(&mut self) {
         if self.read {
             return;
+        }
+        if Arc::strong_count(&self.abandoned) > 1 {
+            *self.abandoned.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(self.inner.cleanups.begin());
         }
         // From here on the job's send fails, and the job gives the grant back itself.
         self.rx.close();
@@ -177,22 +181,6 @@ async fn give_back(inner: &Inner, prefix: &Prefix, owner: &OwnerToken, grant: Gr
     };
     contender.clean_up(inner).await;
     drop(gate);
-}
-
-/// Counts a dropped acquire's job as a clean-up until the job ends (the job and this
-/// share `slot`; whichever lets go last drops the count).
-struct AbandonCount {
-    slot: Arc<StdMutex<Option<PendingCleanup>>>,
-    cleanups: Cleanups,
-    answered: bool,
-}
-
-impl Drop for AbandonCount {
-    fn drop(&mut self) {
-        if !self.answered && Arc::strong_count(&self.slot) > 1 {
-            *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.cleanups.begin());
-        }
-    }
 }
 
 impl Job {
