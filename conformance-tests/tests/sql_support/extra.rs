@@ -962,6 +962,54 @@ pub async fn a_release_the_server_missed_still_forgets_its_holder(sql: &Sql) {
     );
 }
 
+/// FOR UPDATE: `inspect` names the holder of a row lock (its owner and token), and
+/// a holder cut off for good, whose release never reaches the server, is no holder
+/// once the server has let its connection go: `inspect` names nobody and forgets the
+/// holder record the cut-off release could not delete.
+pub async fn a_holder_cut_off_for_good_is_forgotten(sql: &Sql) {
+    let ns = ns();
+    // Short timeouts, so that the cut-off client gives up soon.
+    let separator = if sql.url.contains('?') { '&' } else { '?' };
+    let url = format!(
+        "{}{separator}request_timeout=1s&connect_timeout=1s",
+        sql.url
+    );
+    let (cut_off, proxy) = proxied_client(sql, &url, &ns, Duration::from_millis(600)).await;
+    let observer = client(sql, &ns, sql.options()).await;
+    let lock = observer.lock("cut-off").unwrap();
+    let held = cut_off.lock("cut-off").unwrap().acquire().await.unwrap();
+    let info = lock.inspect().await.expect("inspect a row lock");
+    assert_eq!(info.holders.len(), 1, "one holder: {info:?}");
+    assert_eq!(
+        info.holders[0].fencing_token,
+        Some(held.fencing_token()),
+        "{info:?}"
+    );
+    assert!(info.holders[0].owner.is_some(), "{info:?}");
+
+    proxy.cut();
+    // The server ends the silent lock transaction after the lease (600 ms; MariaDB
+    // counts whole seconds); the rest is slack for a loaded machine.
+    let until = Instant::now() + Duration::from_secs(20);
+    while lock.is_locked().await.unwrap() {
+        assert!(Instant::now() < until, "the row lock outlived its lease");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = held.release().await;
+    let _ = cut_off.shutdown().await;
+    let checker = sql.backend().await.unwrap();
+    let stale = super::leftover_rows(&checker, &ns).await.unwrap();
+    let info = lock.inspect().await.expect("inspect a free lock");
+    assert!(info.holders.is_empty(), "a gone holder named: {info:?}");
+    let left = super::leftover_rows(&checker, &ns).await.unwrap();
+    assert!(left.is_empty(), "left after inspect: {left:?}");
+    let _ = observer.shutdown().await;
+    println!(
+        "sql-extra[{}] PASS a_holder_cut_off_for_good_is_forgotten (before inspect: {stale:?})",
+        sql.label
+    );
+}
+
 /// A client of `sql`'s tables through `url` (`sql`'s server, perhaps with other
 /// settings) behind a fresh proxy the test can cut, and that proxy.
 async fn proxied_client(
@@ -996,8 +1044,8 @@ async fn proxied_client(
 async fn rows_left_within(checker: &SqlBackend, namespace: &str, limit: Duration) -> Vec<String> {
     let until = Instant::now() + limit;
     loop {
-        let mut left = super::leftover_rows(checker, namespace).await.unwrap();
-        left.extend(super::held_row_locks(checker, namespace).await.unwrap());
+        let mut left = super::held_row_locks(checker, namespace).await.unwrap();
+        left.extend(super::leftover_rows(checker, namespace).await.unwrap());
         if left.is_empty() || Instant::now() >= until {
             return left;
         }

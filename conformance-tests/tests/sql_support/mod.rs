@@ -343,6 +343,7 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     extra::killed_connection(&for_update).await;
     extra::a_silent_holder_lets_go(&for_update).await;
     extra::a_release_the_server_missed_still_forgets_its_holder(&for_update).await;
+    extra::a_holder_cut_off_for_good_is_forgotten(&for_update).await;
     extra::force_unlock_spares_a_reused_connection_id(&for_update).await;
     extra::killed_connection(&lease).await;
     extra::sigkilled_for_update_holder_frees_at_once(&for_update).await;
