@@ -11,6 +11,7 @@ use lock_core::backend::{AcquireRequest, Grant, HeldLease, LockBackend, Renewal}
 use crate::config::{SqlConfig, Strategy};
 use crate::db::Db;
 use crate::dialect::Dialect;
+use crate::holder_record;
 use crate::key::KeyId;
 use crate::lease::{self, Timing};
 use crate::listen::Listener;
@@ -183,9 +184,9 @@ impl LockBackend for SqlBackend {
     fn capabilities(&self) -> Capabilities {
         match self.inner.strategy {
             Strategy::Lease => Capabilities::ALL.with_loss_notice(false),
-            // A row lock says nothing of its holder but what `force_unlock` digs out of
-            // the server's lock tables; one holder at a time, broken by `force_unlock`.
-            // A fixed lease is the server's silence limit left to run out.
+            // `inspect` names a row lock's holder by owner and token only (no
+            // description); one holder at a time, broken by `force_unlock`. A fixed
+            // lease is the server's silence limit left to run out.
             Strategy::ForUpdate => Capabilities::ALL
                 .with_inspect(false)
                 .with_loss_notice(false)
@@ -254,10 +255,9 @@ impl LockBackend for SqlBackend {
     async fn inspect(&self, key: &LockKey, family: LockFamily) -> Result<LockInfo> {
         match self.inner.strategy {
             Strategy::Lease => lease::inspect(&self.inner.db, &KeyId::of(key), family).await,
-            Strategy::ForUpdate => Err(Error::Unsupported {
-                backend: self.name(),
-                operation: "inspecting a lock with Strategy::ForUpdate",
-            }),
+            Strategy::ForUpdate => {
+                holder_record::inspect(&self.inner.db, &KeyId::of(key), family).await
+            }
         }
     }
 }

@@ -69,6 +69,7 @@ mod db;
 mod decide;
 mod dialect;
 mod error;
+mod holder_record;
 mod hot;
 mod key;
 mod lease;

@@ -6,7 +6,7 @@
 //! single try; otherwise the database queues the waiter and wakes it on release, with
 //! a lock timeout at the caller's deadline). Then it bumps the key's fence in its own
 //! committed statement, and records the holder (owner, fence, connection id) for
-//! operators. [`force_unlock`] frees the lock by killing the holder's connection,
+//! `inspect` and operators ([`crate::holder_record`]). [`force_unlock`] frees the lock by killing the holder's connection,
 //! guarded against ids that now name another connection. Release rolls the
 //! transaction back and returns the connection to the pool; if the connection died,
 //! the database already rolled back and the lock was lost.
@@ -29,6 +29,7 @@ use tokio::time::Instant;
 use crate::db::{q, Db};
 use crate::dialect::Dialect;
 use crate::error::{classify, Class};
+use crate::holder_record::{HolderRecord, UnconfirmedRecord};
 use crate::key::{kind_code, KeyId};
 use crate::SqlLease;
 
@@ -246,10 +247,7 @@ async fn record_grant(
     let mut started_at = Instant::now();
     // A record written for a grant that then fails or is dropped would name a holder
     // that never was: it is deleted again unless the grant completes.
-    let mut written = UnconfirmedRecord {
-        db: db.clone(),
-        record: None,
-    };
+    let mut written = UnconfirmedRecord::new(db);
     let record = async {
         let fence = bump_fence(db, key).await?;
         started_at = Instant::now();
@@ -446,77 +444,13 @@ pub(crate) async fn release(
         owner: lease.owner.as_str().to_owned(),
         fence: lease.fence as i64,
     };
-    // Only a record for operators, but one that `status` and `inspect` show: a delete
-    // that failed (the server slow, frozen or cut off) is tried again in the background
-    // for a while; a later holder of the lock overwrites it meanwhile.
-    if holder.forget(db).await.is_err() {
-        holder.forget_in_background(db, FORGET_RETRY_PAUSE);
-    }
+    // A record `inspect` would find stale once the row is free, but operators read the
+    // table too.
+    holder.forget_or_retry(db).await;
     if ok {
         Ok(())
     } else {
         Err(Error::not_owner(&lease.key))
-    }
-}
-
-/// How long a holder record whose delete failed is tried again, in the background.
-const FORGET_RETRY_LIMIT: Duration = Duration::from_secs(10);
-/// The pause between those tries.
-const FORGET_RETRY_PAUSE: Duration = Duration::from_millis(500);
-
-/// A holder record sent for a grant not yet complete: deleted in the background if
-/// this is dropped with it still set.
-struct UnconfirmedRecord {
-    db: std::sync::Arc<Db>,
-    record: Option<HolderRecord>,
-}
-
-impl Drop for UnconfirmedRecord {
-    fn drop(&mut self) {
-        if let Some(record) = self.record.take() {
-            record.forget_in_background(&self.db, Duration::ZERO);
-        }
-    }
-}
-
-/// The record naming a lock's holder, kept beside the row lock for operators.
-struct HolderRecord {
-    hash: String,
-    kind: i64,
-    owner: String,
-    fence: i64,
-}
-
-impl HolderRecord {
-    /// Deletes it in a background task, first after `pause`, and again every
-    /// [`FORGET_RETRY_PAUSE`] while that fails, for up to [`FORGET_RETRY_LIMIT`].
-    fn forget_in_background(self, db: &std::sync::Arc<Db>, pause: Duration) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let db = db.clone();
-        let cleanups = db.cleanups.clone();
-        cleanups.spawn_on(&rt, async move {
-            let until = Instant::now() + FORGET_RETRY_LIMIT;
-            tokio::time::sleep(pause).await;
-            while self.forget(&db).await.is_err() && Instant::now() < until {
-                tokio::time::sleep(FORGET_RETRY_PAUSE).await;
-            }
-        });
-    }
-
-    /// Deletes it, within the request timeout.
-    async fn forget(&self, db: &Db) -> Result<()> {
-        let delete = q(&db.sql.row_lock.delete_holder)
-            .bind(self.hash.clone())
-            .bind(self.kind)
-            .bind(self.owner.clone())
-            .bind(self.fence)
-            .execute(&db.pool);
-        db.timed("forgetting the lock holder", async {
-            delete.await.map(drop).map_err(|e| db.err(e))
-        })
-        .await
     }
 }
 

@@ -17,6 +17,9 @@ pub(crate) struct RowLockStatements {
     pub(crate) row_exists: Stmt,
     pub(crate) put_holder: Stmt,
     pub(crate) delete_holder: Stmt,
+    /// A lock's holder record: its owner and fence, and (PostgreSQL) whether the
+    /// connection it names still holds the row lock, by the server's lock state.
+    pub(crate) read_holder: Stmt,
     /// The connection's id (PostgreSQL's pid, MySQL's thread id) and, on PostgreSQL,
     /// when its backend started: a pid is reused, the pair is not.
     pub(crate) connection_id: Stmt,
@@ -68,6 +71,14 @@ impl RowLockStatements {
         let delete_holder = st(format!(
             "DELETE FROM {holders} WHERE khash = ? AND kind = ? AND owner = ? AND fence = ?"
         ));
+        let read_holder = st(match dialect {
+            Dialect::Postgres => format!(
+                "SELECT h.owner, h.fence, (SELECT COUNT(*) FROM {rows} r JOIN pg_stat_activity a \
+                 ON a.backend_xid = r.xmax WHERE r.khash = h.khash AND r.kind = h.kind \
+                 AND a.pid = h.connection_id) FROM {holders} h WHERE h.khash = ? AND h.kind = ?"
+            ),
+            _ => format!("SELECT owner, fence, 0 FROM {holders} WHERE khash = ? AND kind = ?"),
+        });
         let connection_id = st(match dialect {
             Dialect::Postgres => {
                 "SELECT CAST(pg_backend_pid() AS BIGINT), CAST(backend_start AS TEXT) \
@@ -106,6 +117,7 @@ impl RowLockStatements {
             row_exists,
             put_holder,
             delete_holder,
+            read_holder,
             connection_id,
             cancel_wait,
             kill_row_holder,
