@@ -16,7 +16,6 @@ use sqlx::Row;
 use tokio::time::Instant;
 
 use crate::db::{q, Db};
-use crate::dialect::Dialect;
 use crate::key::{kind_code, KeyId};
 
 /// How long a holder record whose delete failed is tried again, in the background.
@@ -100,12 +99,15 @@ impl HolderRecord {
 
 /// Who holds the row lock of `key`: its owner and fencing token from the holder
 /// record, if the record is still true; a holder without them if the row is locked by
-/// a connection that has not recorded itself yet. A stale record is deleted.
+/// a connection that has not recorded itself yet. A stale record is deleted (best
+/// effort: the answer does not depend on it).
 ///
-/// PostgreSQL checks that the record's connection is the one whose transaction holds
-/// the row. MariaDB cannot name a row lock's holder without the `PROCESS` privilege,
-/// so there the record is believed while the row is locked at all: for the moment
-/// between a new holder's lock and its record, the previous holder may be named.
+/// A record is true while the row is locked, its fence is the key's latest (a new
+/// holder draws its fence right after its lock) and, on PostgreSQL, the connection it
+/// names is the one whose transaction holds the row. MariaDB cannot name a row lock's
+/// holder without the `PROCESS` privilege and sees a row lock only by probing it, so
+/// there a record may be believed for a moment too long: while a new holder that has
+/// locked the row draws its fence, or while another probe holds a free row.
 pub(crate) async fn inspect(db: &Db, key: &KeyId, family: LockFamily) -> Result<LockInfo> {
     if family != LockFamily::Exclusive {
         // The strategy has exclusive locks only.
@@ -132,8 +134,7 @@ pub(crate) async fn inspect(db: &Db, key: &KeyId, family: LockFamily) -> Result<
     let locked = crate::pessimistic::is_locked(db, key, family).await?;
     let believed = match record {
         Some((owner, fence, holds)) => {
-            let true_now = locked && (holds || db.dialect != Dialect::Postgres);
-            if true_now {
+            if locked && holds {
                 Some((owner, fence))
             } else {
                 // Only this record: one a new holder wrote meanwhile has a higher fence.
@@ -143,7 +144,9 @@ pub(crate) async fn inspect(db: &Db, key: &KeyId, family: LockFamily) -> Result<
                     owner,
                     fence,
                 };
-                stale.forget(db).await?;
+                if let Err(error) = stale.forget(db).await {
+                    tracing::debug!(%error, "could not delete a stale holder record");
+                }
                 None
             }
         }

@@ -17,8 +17,9 @@ pub(crate) struct RowLockStatements {
     pub(crate) row_exists: Stmt,
     pub(crate) put_holder: Stmt,
     pub(crate) delete_holder: Stmt,
-    /// A lock's holder record: its owner and fence, and (PostgreSQL) whether the
-    /// connection it names still holds the row lock, by the server's lock state.
+    /// A lock's holder record: its owner and fence, and whether it can still be true:
+    /// its fence is the key's latest and (PostgreSQL) the connection it names holds
+    /// the row lock, by the server's lock state.
     pub(crate) read_holder: Stmt,
     /// The connection's id (PostgreSQL's pid, MySQL's thread id) and, on PostgreSQL,
     /// when its backend started: a pid is reused, the pair is not.
@@ -34,7 +35,7 @@ pub(crate) struct RowLockStatements {
 
 impl RowLockStatements {
     pub(crate) fn new(dialect: Dialect, t: &Tables) -> Self {
-        let (rows, holders) = (&t.rows, &t.holders);
+        let (rows, holders, keys) = (&t.rows, &t.holders, &t.keys);
         let st = |sql: String| s(dialect, sql);
         let ensure_row = st(match dialect {
             // MariaDB's duplicate check waits for the row lock of a row that exists
@@ -71,13 +72,20 @@ impl RowLockStatements {
         let delete_holder = st(format!(
             "DELETE FROM {holders} WHERE khash = ? AND kind = ? AND owner = ? AND fence = ?"
         ));
+        // A record of an earlier grant has a fence below the key's: its holder let go,
+        // whatever connection holds the row now (a pooled connection, a reused pid).
+        let current = format!("h.fence = (SELECT k.fence FROM {keys} k WHERE k.khash = h.khash)");
         let read_holder = st(match dialect {
             Dialect::Postgres => format!(
-                "SELECT h.owner, h.fence, (SELECT COUNT(*) FROM {rows} r JOIN pg_stat_activity a \
-                 ON a.backend_xid = r.xmax WHERE r.khash = h.khash AND r.kind = h.kind \
-                 AND a.pid = h.connection_id) FROM {holders} h WHERE h.khash = ? AND h.kind = ?"
+                "SELECT h.owner, h.fence, CASE WHEN {current} AND EXISTS (SELECT 1 FROM {rows} r \
+                 JOIN pg_stat_activity a ON a.backend_xid = r.xmax WHERE r.khash = h.khash \
+                 AND r.kind = h.kind AND a.pid = h.connection_id) THEN 1 ELSE 0 END \
+                 FROM {holders} h WHERE h.khash = ? AND h.kind = ?"
             ),
-            _ => format!("SELECT owner, fence, 0 FROM {holders} WHERE khash = ? AND kind = ?"),
+            _ => format!(
+                "SELECT h.owner, h.fence, CASE WHEN {current} THEN 1 ELSE 0 END \
+                 FROM {holders} h WHERE h.khash = ? AND h.kind = ?"
+            ),
         });
         let connection_id = st(match dialect {
             Dialect::Postgres => {
