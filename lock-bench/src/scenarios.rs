@@ -155,3 +155,108 @@ pub async fn contended(
         same_worker: baton.same_worker,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::contender::{Role, Worker};
+
+    /// Workers of one in-process lock that count their acquires; the first worker
+    /// fails its acquire after `fail_after` cycles, if set.
+    struct Counting {
+        lock: Arc<tokio::sync::Mutex<()>>,
+        acquires: Arc<AtomicUsize>,
+        made: AtomicUsize,
+        fail_after: Option<usize>,
+    }
+
+    struct CountingWorker {
+        lock: Arc<tokio::sync::Mutex<()>>,
+        held: Option<tokio::sync::OwnedMutexGuard<()>>,
+        acquires: Arc<AtomicUsize>,
+        left_before_failing: Option<usize>,
+    }
+
+    #[async_trait]
+    impl Contender for Counting {
+        fn name(&self) -> String {
+            "counting".into()
+        }
+        fn role(&self) -> Role {
+            Role::Floor
+        }
+        async fn worker(&self, _name: &str) -> Result<Box<dyn Worker>, BenchError> {
+            let first = self.made.fetch_add(1, Ordering::SeqCst) == 0;
+            Ok(Box::new(CountingWorker {
+                lock: self.lock.clone(),
+                held: None,
+                acquires: self.acquires.clone(),
+                left_before_failing: self.fail_after.filter(|_| first),
+            }))
+        }
+    }
+
+    #[async_trait]
+    impl Worker for CountingWorker {
+        async fn acquire(&mut self) -> Result<(), BenchError> {
+            if let Some(left) = self.left_before_failing.as_mut() {
+                if *left == 0 {
+                    return Err("the server went away".into());
+                }
+                *left -= 1;
+            }
+            self.held = Some(self.lock.clone().lock_owned().await);
+            self.acquires.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+        async fn release(&mut self) -> Result<(), BenchError> {
+            self.held = None;
+            Ok(())
+        }
+    }
+
+    fn counting(fail_after: Option<usize>) -> (Counting, Arc<AtomicUsize>) {
+        let acquires = Arc::new(AtomicUsize::new(0));
+        let contender = Counting {
+            lock: Arc::new(tokio::sync::Mutex::new(())),
+            acquires: acquires.clone(),
+            made: AtomicUsize::new(0),
+            fail_after,
+        };
+        (contender, acquires)
+    }
+
+    /// Whether any worker still takes the lock after the run ended.
+    async fn still_running(acquires: &AtomicUsize) -> bool {
+        let before = acquires.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        acquires.load(Ordering::SeqCst) != before
+    }
+
+    /// A worker that fails ends the run, and the other workers with it: they would
+    /// otherwise go on loading the server under the next contender's numbers.
+    #[tokio::test]
+    async fn a_failed_worker_stops_the_others() {
+        let (contender, acquires) = counting(Some(3));
+        let run = contended(&contender, 4, 1_000_000).await;
+        assert!(run.is_err(), "the failure is reported");
+        assert!(!still_running(&acquires).await, "workers outlived the run");
+    }
+
+    /// A run dropped at the bench's run limit stops its workers too.
+    #[tokio::test]
+    async fn a_run_dropped_at_its_limit_stops_its_workers() {
+        let (contender, acquires) = counting(None);
+        let run = tokio::time::timeout(
+            Duration::from_millis(20),
+            contended(&contender, 4, usize::MAX),
+        )
+        .await;
+        assert!(run.is_err(), "the run was cut off");
+        assert!(!still_running(&acquires).await, "workers outlived the run");
+    }
+}
