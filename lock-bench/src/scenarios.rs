@@ -107,7 +107,9 @@ pub async fn contended(
     let overlaps = Arc::new(AtomicU64::new(0));
     let baton = Arc::new(Mutex::new(Baton::default()));
     let started = Instant::now();
-    let mut tasks = Vec::with_capacity(workers);
+    // Dropped with the run (a failed worker, the bench's run limit), the set aborts the
+    // workers still running, so none goes on loading the server under the next numbers.
+    let mut tasks = tokio::task::JoinSet::new();
     for (me, mut worker) in handles.into_iter().enumerate() {
         let (counter, inside, overlaps, baton) = (
             counter.clone(),
@@ -115,7 +117,7 @@ pub async fn contended(
             overlaps.clone(),
             baton.clone(),
         );
-        tasks.push(tokio::spawn(async move {
+        tasks.spawn(async move {
             for _ in 0..cycles {
                 worker.acquire().await?;
                 let granted = Instant::now();
@@ -139,10 +141,10 @@ pub async fn contended(
                 worker.release().await?;
             }
             Ok::<_, BenchError>(())
-        }));
+        });
     }
-    for task in tasks {
-        task.await??;
+    while let Some(done) = tasks.join_next().await {
+        done??;
     }
     let elapsed = started.elapsed();
     let baton = baton.lock().unwrap();
