@@ -7,7 +7,10 @@
 //! cargo run --release -p lock-bench --all-features -- --url redis://my-redis:6379
 //! ```
 
+mod allocated;
 mod contender;
+mod counting_proxy;
+mod held;
 mod measured;
 mod ours;
 mod peers;
@@ -56,6 +59,10 @@ struct Args {
     /// Only contenders whose name contains this (e.g. `ours`, `advisory`).
     #[arg(long)]
     only: Option<String>,
+    /// Also hold this many locks with one client at each server, and report the
+    /// client's heap per held lock and its watchdog's traffic per renewal tick.
+    #[arg(long, default_value_t = 0)]
+    held: usize,
     /// Where to write `report.md`, `latency.svg` and `handoff.svg`.
     #[arg(long, default_value = "target/lock-bench")]
     out: PathBuf,
@@ -63,6 +70,9 @@ struct Args {
 
 /// A contender's run may not take longer than this.
 const RUN_LIMIT: Duration = Duration::from_secs(300);
+
+#[global_allocator]
+static HEAP: allocated::Counting = allocated::Counting;
 
 #[tokio::main]
 async fn main() {
@@ -128,6 +138,7 @@ async fn bench(args: &Args, url: &str) -> Result<Target, BenchError> {
         backend,
         measured: Vec::new(),
         failed: Vec::new(),
+        held: None,
     };
     contenders.retain(|contender| {
         args.only
@@ -164,6 +175,19 @@ async fn bench(args: &Args, url: &str) -> Result<Target, BenchError> {
         }
     }
     target.measured = results.into_iter().flatten().collect();
+    if args.held > 0 {
+        eprintln!(
+            "lock-bench: {} / one client holding {}",
+            target.backend, args.held
+        );
+        match tokio::time::timeout(RUN_LIMIT, held::measure(url, args.held)).await {
+            Ok(Ok(held)) => target.held = Some(held),
+            Ok(Err(err)) => target.failed.push(("held locks".into(), err.to_string())),
+            Err(_) => target
+                .failed
+                .push(("held locks".into(), format!("over {RUN_LIMIT:?}"))),
+        }
+    }
     Ok(target)
 }
 

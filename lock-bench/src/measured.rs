@@ -82,6 +82,8 @@ pub struct Target {
     pub measured: Vec<Measured>,
     /// Contenders that failed, with why.
     pub failed: Vec<(String, String)>,
+    /// One client of ours holding many locks (`--held`), if measured.
+    pub held: Option<crate::held::Held>,
 }
 
 impl Target {

@@ -197,6 +197,7 @@ mod tests {
             backend: "redis".into(),
             measured: vec![measured("ours", 10), measured("rslock", 20)],
             failed: vec![],
+            held: None,
         }];
         let dir = tempfile::tempdir().unwrap();
         write(&targets, dir.path()).unwrap();

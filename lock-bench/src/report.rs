@@ -34,7 +34,42 @@ pub fn markdown(targets: &[Target], settings: &str) -> String {
         }
         let _ = writeln!(out);
     }
+    held_table(&mut out, targets);
     out
+}
+
+/// One client of ours holding many locks, per backend (`--held`).
+fn held_table(out: &mut String, targets: &[Target]) {
+    let rows: Vec<(&str, &crate::held::Held)> = targets
+        .iter()
+        .filter_map(|t| t.held.as_ref().map(|h| (t.backend.as_str(), h)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "### One client holding many locks\n");
+    let _ = writeln!(
+        out,
+        "| backend | locks | acquired in | client heap per lock | renewal tick \
+         | sent per tick | received per tick | sent per lock per tick |"
+    );
+    let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|--:|");
+    for (backend, h) in rows {
+        let (sent, received, per_lock) = match h.per_tick {
+            Some((sent, received)) => (
+                format!("{:.0} B", sent),
+                format!("{:.0} B", received),
+                format!("{:.1} B", sent / h.locks.max(1) as f64),
+            ),
+            None => ("—".into(), "—".into(), "—".into()),
+        };
+        let _ = writeln!(
+            out,
+            "| {backend} | {} | {:.1?} | {:.0} B | {:.1?} | {sent} | {received} | {per_lock} |",
+            h.locks, h.acquired_in, h.heap_per_lock, h.tick
+        );
+    }
+    let _ = writeln!(out);
 }
 
 fn row(target: &Target, m: &Measured) -> String {
@@ -134,6 +169,7 @@ mod tests {
                 measured("fast peer", Role::Peer, 600, 200),
             ],
             failed: vec![("broken".into(), "no | server".into())],
+            held: None,
         };
         let report = markdown(&[target], "settings");
         let ours = report
@@ -159,6 +195,7 @@ mod tests {
             backend: "x".into(),
             measured: vec![m],
             failed: vec![],
+            held: None,
         };
         assert!(markdown(&[target], "").contains("**9 of 10, 1 overlaps**"));
     }
@@ -174,6 +211,7 @@ mod tests {
             backend: "x".into(),
             measured: vec![ours, floor],
             failed: vec![],
+            held: None,
         };
         let report = markdown(&[target], "");
         let ours = report
