@@ -934,12 +934,7 @@ pub async fn a_silent_holder_lets_go(sql: &Sql) {
 /// again, though the lock itself went with the connection.
 pub async fn a_release_the_server_missed_still_forgets_its_holder(sql: &Sql) {
     let ns = ns();
-    // Short timeouts, so that the release gives up soon.
-    let separator = if sql.url.contains('?') { '&' } else { '?' };
-    let url = format!(
-        "{}{separator}request_timeout=1s&connect_timeout=1s",
-        sql.url
-    );
+    let url = with_short_timeouts(&sql.url);
     let (cut_off, proxy) = proxied_client(sql, &url, &ns, Duration::from_secs(30)).await;
     let held = cut_off.lock("missed").unwrap().acquire().await.unwrap();
     proxy.cut();
@@ -968,12 +963,7 @@ pub async fn a_release_the_server_missed_still_forgets_its_holder(sql: &Sql) {
 /// holder record the cut-off release could not delete.
 pub async fn a_holder_cut_off_for_good_is_forgotten(sql: &Sql) {
     let ns = ns();
-    // Short timeouts, so that the cut-off client gives up soon.
-    let separator = if sql.url.contains('?') { '&' } else { '?' };
-    let url = format!(
-        "{}{separator}request_timeout=1s&connect_timeout=1s",
-        sql.url
-    );
+    let url = with_short_timeouts(&sql.url);
     let (cut_off, proxy) = proxied_client(sql, &url, &ns, Duration::from_millis(600)).await;
     let observer = client(sql, &ns, sql.options()).await;
     let lock = observer.lock("cut-off").unwrap();
@@ -1051,6 +1041,13 @@ pub async fn inspect_never_names_an_earlier_grant(sql: &Sql) {
         "sql-extra[{}] PASS inspect_never_names_an_earlier_grant",
         sql.label
     );
+}
+
+/// `url` with 1 s request and connect timeouts, so that a cut-off client gives up
+/// soon.
+fn with_short_timeouts(url: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}request_timeout=1s&connect_timeout=1s")
 }
 
 /// A client of `sql`'s tables through `url` (`sql`'s server, perhaps with other
