@@ -1,14 +1,24 @@
 //! The process's heap in use, counted by a global allocator that wraps the system's:
-//! what the held-locks measurement reads a client's memory per lock from.
+//! what the held-locks measurement reads a client's memory per lock from. Counting is
+//! switched on for a run that measures held locks only, so the other measurements pay
+//! no shared counter on every allocation.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 
-/// Bytes allocated and not yet freed.
+/// Bytes requested and not yet freed, while counting.
 static IN_USE: AtomicIsize = AtomicIsize::new(0);
+/// Whether to count; set once, before anything is allocated that is measured.
+static COUNTING: AtomicBool = AtomicBool::new(false);
 
-/// The system allocator, counting.
+/// The system allocator, counting when asked to.
 pub struct Counting;
+
+fn add(bytes: isize) {
+    if COUNTING.load(Ordering::Relaxed) {
+        IN_USE.fetch_add(bytes, Ordering::Relaxed);
+    }
+}
 
 // SAFETY: every call goes to the system allocator unchanged; only a counter is added.
 unsafe impl GlobalAlloc for Counting {
@@ -16,7 +26,16 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: the caller's contract is passed on as it is.
         let ptr = unsafe { System.alloc(layout) };
         if !ptr.is_null() {
-            IN_USE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+            add(layout.size() as isize);
+        }
+        ptr
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as above.
+        let ptr = unsafe { System.alloc_zeroed(layout) };
+        if !ptr.is_null() {
+            add(layout.size() as isize);
         }
         ptr
     }
@@ -24,23 +43,25 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: as above.
         unsafe { System.dealloc(ptr, layout) };
-        IN_USE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        add(-(layout.size() as isize));
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: as above.
         let new = unsafe { System.realloc(ptr, layout, new_size) };
         if !new.is_null() {
-            IN_USE.fetch_add(
-                new_size as isize - layout.size() as isize,
-                Ordering::Relaxed,
-            );
+            add(new_size as isize - layout.size() as isize);
         }
         new
     }
 }
 
-/// Heap bytes in use now.
+/// Starts counting (from zero: only differences are read).
+pub fn start_counting() {
+    COUNTING.store(true, Ordering::Relaxed);
+}
+
+/// Heap bytes requested and not yet freed since counting started.
 pub fn in_use() -> isize {
     IN_USE.load(Ordering::Relaxed)
 }

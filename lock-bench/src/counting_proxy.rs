@@ -1,18 +1,19 @@
 //! A TCP proxy on a free 127.0.0.1 port that counts the bytes each way: what the
 //! held-locks measurement reads a watchdog's renewal traffic from.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 
-/// Bytes carried so far: (client to server, server to client).
+/// Bytes carried so far, and the proxy's own buffers (not the client's heap).
 #[derive(Default)]
 pub struct Carried {
     sent: AtomicU64,
     received: AtomicU64,
+    buffers: AtomicI64,
 }
 
 impl Carried {
@@ -23,10 +24,17 @@ impl Carried {
             self.received.load(Ordering::Relaxed),
         )
     }
+
+    /// Bytes of buffer the proxy holds now, one per direction of each connection.
+    pub fn buffers(&self) -> i64 {
+        self.buffers.load(Ordering::Relaxed)
+    }
 }
 
-/// A running proxy; dropping it stops accepting (open connections end with their
-/// client).
+/// Each direction's buffer.
+const BUFFER: usize = 16 * 1024;
+
+/// A running proxy; dropping it closes everything it carries.
 pub struct CountingProxy {
     /// The proxy's port.
     pub port: u16,
@@ -37,6 +45,7 @@ pub struct CountingProxy {
 
 impl Drop for CountingProxy {
     fn drop(&mut self) {
+        // The accepting task owns the pipes: aborting it drops them all.
         self.accepting.abort();
     }
 }
@@ -49,7 +58,16 @@ impl CountingProxy {
         let carried = Arc::new(Carried::default());
         let counters = carried.clone();
         let accepting = tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
+            let mut pipes = JoinSet::new();
+            loop {
+                let client = match listener.accept().await {
+                    Ok((client, _)) => client,
+                    // Out of descriptors, say: try again in a moment.
+                    Err(_) => {
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
                 let Ok(server) = TcpStream::connect(&target).await else {
                     continue;
                 };
@@ -58,9 +76,9 @@ impl CountingProxy {
                 let (client_read, client_write) = client.into_split();
                 let (server_read, server_write) = server.into_split();
                 let up = counters.clone();
-                tokio::spawn(async move { pipe(client_read, server_write, &up.sent).await });
+                pipes.spawn(async move { pipe(client_read, server_write, &up, true).await });
                 let down = counters.clone();
-                tokio::spawn(async move { pipe(server_read, client_write, &down.received).await });
+                pipes.spawn(async move { pipe(server_read, client_write, &down, false).await });
             }
         });
         Ok(CountingProxy {
@@ -74,9 +92,16 @@ impl CountingProxy {
 async fn pipe(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    count: &AtomicU64,
+    carried: &Carried,
+    upward: bool,
 ) {
-    let mut buf = vec![0u8; 64 * 1024];
+    carried.buffers.fetch_add(BUFFER as i64, Ordering::Relaxed);
+    let count = if upward {
+        &carried.sent
+    } else {
+        &carried.received
+    };
+    let mut buf = vec![0u8; BUFFER];
     loop {
         match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,
@@ -89,4 +114,5 @@ async fn pipe(
         }
     }
     let _ = to.shutdown().await;
+    carried.buffers.fetch_sub(BUFFER as i64, Ordering::Relaxed);
 }

@@ -76,7 +76,11 @@ static HEAP: allocated::Counting = allocated::Counting;
 
 #[tokio::main]
 async fn main() {
-    if let Err(err) = run(Args::parse()).await {
+    let args = Args::parse();
+    if args.held > 0 {
+        allocated::start_counting();
+    }
+    if let Err(err) = run(args).await {
         eprintln!("lock-bench: {err}");
         std::process::exit(1);
     }
