@@ -22,8 +22,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio::time::Instant;
 
-use crate::server::container::{image_of, loopback_request};
-use crate::server::{free_port, Probe};
+use crate::server::container::{image_of, loopback_request, remove_by_name};
+use crate::server::{free_port, Probe, START_ATTEMPTS};
 
 /// How long a node may take to serve after a start or restart.
 const NODE_READY_LIMIT: Duration = Duration::from_secs(60);
@@ -231,19 +231,34 @@ impl Cluster {
     ) -> Result<Cluster, String> {
         let (name, tag) = image_of(image).await?;
         let mut nodes = Vec::new();
-        for spec in specs {
-            let mut request = loopback_request(&name, &tag, spec.port, container_port, image)
-                .with_network(network)
-                .with_container_name(&spec.name)
-                .with_cap_add("NET_ADMIN")
-                .with_cmd(spec.args);
-            for (key, value) in spec.env {
-                request = request.with_env_var(key, value);
-            }
-            let container = request
-                .start()
-                .await
-                .map_err(|e| format!("could not start {}: {e}", spec.name))?;
+        for mut spec in specs {
+            let mut attempt = 1;
+            let container = loop {
+                let mut request = loopback_request(&name, &tag, spec.port, container_port, image)
+                    .with_network(network)
+                    .with_container_name(&spec.name)
+                    .with_cap_add("NET_ADMIN")
+                    .with_cmd(spec.args.clone());
+                for (key, value) in &spec.env {
+                    request = request.with_env_var(*key, value.clone());
+                }
+                match request.start().await {
+                    Ok(container) => break container,
+                    Err(e) => {
+                        // Created all the same: it goes. A free port can be taken
+                        // between choosing it and Docker binding it (as the local port
+                        // of an outgoing connection): the node tries another.
+                        remove_by_name(&spec.name);
+                        let error = format!("could not start {}: {e}", spec.name);
+                        if attempt >= START_ATTEMPTS || !error.contains("port is already allocated")
+                        {
+                            return Err(error);
+                        }
+                        attempt += 1;
+                        spec.move_to(free_port().map_err(|e| format!("free port: {e}"))?);
+                    }
+                }
+            };
             nodes.push(Node {
                 name: spec.name,
                 container,
@@ -468,6 +483,23 @@ struct NodeSpec {
     port: u16,
     args: Vec<String>,
     env: Vec<(&'static str, String)>,
+}
+
+impl NodeSpec {
+    /// Publishes the node on `port` instead, in its arguments and environment too.
+    fn move_to(&mut self, port: u16) {
+        let (old, new) = (self.port.to_string(), port.to_string());
+        for value in self
+            .args
+            .iter_mut()
+            .chain(self.env.iter_mut().map(|(_, v)| v))
+        {
+            if *value == old {
+                value.clone_from(&new);
+            }
+        }
+        self.port = port;
+    }
 }
 
 /// `(member id, leader id)` from etcd's status call on `port` (its JSON gateway).

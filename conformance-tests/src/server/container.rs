@@ -117,6 +117,14 @@ pub(crate) fn loopback_request(
         })
 }
 
+/// Removes the container `name`, whatever its state: one whose start failed (its port
+/// taken meanwhile, say) was created all the same, and would be left behind.
+pub(crate) fn remove_by_name(name: &str) {
+    let _ = Command::new("docker")
+        .args(["rm", "-f", "-v", name])
+        .output();
+}
+
 /// A server running in a container started for tests; removed on drop.
 #[derive(Debug)]
 pub struct ServerContainer {
@@ -140,11 +148,18 @@ impl ServerContainer {
         let mut last_error = String::new();
         for _ in 0..START_ATTEMPTS {
             let port = free_port().map_err(|e| format!("free port: {e}"))?;
-            let request =
-                loopback_request(&name, &tag, port, c.port, spec.name).with_cmd((c.args)(port));
+            let container_name = format!(
+                "locks-{}-{}",
+                spec.name,
+                &uuid::Uuid::new_v4().simple().to_string()[..8]
+            );
+            let request = loopback_request(&name, &tag, port, c.port, spec.name)
+                .with_container_name(&container_name)
+                .with_cmd((c.args)(port));
             let container = match request.start().await {
                 Ok(container) => container,
                 Err(e) => {
+                    remove_by_name(&container_name);
                     last_error = format!("could not start a {} container: {e}", spec.name);
                     continue;
                 }

@@ -81,7 +81,7 @@ pub struct ServerSpec {
 const READY_LIMIT: Duration = Duration::from_secs(60);
 /// How many times to try another port if the server dies at start (a port taken
 /// between picking and binding).
-const START_ATTEMPTS: usize = 3;
+pub(crate) const START_ATTEMPTS: usize = 3;
 
 /// Where [`TestServer::start`] gets servers from when no URL is given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
