@@ -6,10 +6,11 @@
 //! single try; otherwise the database queues the waiter and wakes it on release, with
 //! a lock timeout at the caller's deadline). Then it bumps the key's fence in its own
 //! committed statement, and records the holder (owner, fence, connection id) for
-//! `inspect` and operators ([`crate::holder_record`]). [`force_unlock`] frees the lock by killing the holder's connection,
-//! guarded against ids that now name another connection. Release rolls the
-//! transaction back and returns the connection to the pool; if the connection died,
-//! the database already rolled back and the lock was lost.
+//! `inspect` and operators ([`crate::holder_record`]). [`force_unlock`] frees the lock
+//! by killing the holder's connection, guarded against ids that now name another
+//! connection. Release rolls the transaction back and returns the connection to the
+//! pool; if the connection died, the database already rolled back and the lock was
+//! lost.
 //!
 //! The lock is leased too: the server ends a lock transaction that stays silent for
 //! its lease ([`silence_limit`]), and the watchdog's renewal moves that limit on. So a
