@@ -422,12 +422,13 @@ impl<B: LockBackend> Acquisition<B> {
     async fn read_as_writer(&self) -> Result<LockGuard> {
         if self.kind() != LockKind::Write {
             return Err(Error::invalid_argument(format!(
-                "only a write guard can downgrade; this guard holds the {} lock on `{}`",
+                "only a write guard can downgrade; this guard holds {} `{}`",
                 match self.kind() {
-                    LockKind::Exclusive => "exclusive",
-                    LockKind::Fair => "fair",
-                    LockKind::Read => "read",
-                    LockKind::Write => "write",
+                    LockKind::Exclusive => "the exclusive lock",
+                    LockKind::Fair => "the fair lock",
+                    LockKind::Read => "the read lock",
+                    LockKind::Write => "the write lock",
+                    LockKind::Permit => "a permit of the semaphore",
                 },
                 self.name()
             )));

@@ -275,7 +275,7 @@ impl<T: ReadWriteLock + ?Sized> ReadWriteLock for Arc<T> {
 
 /// Runs `job` under `guard`: the job's output, or [`Error::LeaseLost`] if the lease is
 /// lost first (the job's future is dropped then). The lock is released either way.
-async fn run_under<F, Fut, T>(guard: LockGuard, job: F) -> Result<T>
+pub(crate) async fn run_under<F, Fut, T>(guard: LockGuard, job: F) -> Result<T>
 where
     F: FnOnce(LeaseWatch) -> Fut,
     Fut: Future<Output = T>,
@@ -297,7 +297,7 @@ where
     }
 }
 
-fn none_on_timeout(result: Result<LockGuard>) -> Result<Option<LockGuard>> {
+pub(crate) fn none_on_timeout(result: Result<LockGuard>) -> Result<Option<LockGuard>> {
     match result {
         Ok(guard) => Ok(Some(guard)),
         Err(Error::Timeout { .. }) => Ok(None),

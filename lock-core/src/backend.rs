@@ -63,6 +63,11 @@ pub struct AcquireRequest<'a> {
     pub key: &'a LockKey,
     /// Which side or type of lock.
     pub kind: LockKind,
+    /// For [`LockKind::Permit`]: how many holders the semaphore admits at once (at
+    /// least 1). A backend stores it with the semaphore while anyone holds or waits,
+    /// and refuses a request that names another count with
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument). 1 for the other kinds.
+    pub permits: u32,
     /// Who asks.
     pub owner: &'a OwnerToken,
     /// How long the granted lease lasts unless renewed.
@@ -134,7 +139,10 @@ pub enum Renewal {
 ///
 /// * **Mutual exclusion.** While a lease is valid, no other owner gets a conflicting
 ///   lease on the key. Read leases conflict only with write leases of other owners; a
-///   read request from the owner of the write lease is granted (downgrade).
+///   read request from the owner of the write lease is granted (downgrade). Permit
+///   leases conflict only beyond the count: never more than
+///   [`AcquireRequest::permits`] valid permit leases on a key, granted in request
+///   order where the backend keeps a queue.
 /// * **No reentrancy here.** lock-core never asks for a lease an owner already holds,
 ///   except in a race with its own in-flight release. Treat a repeated exclusive,
 ///   fair or write request like any other contender (wait); never grant it twice.

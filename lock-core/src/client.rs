@@ -20,6 +20,7 @@ use crate::name::{LockKey, LockName, Namespace};
 use crate::options::{
     check_duration, ClockDrift, DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MIN_WATCHDOG_LEASE,
 };
+use crate::semaphore::{Semaphore, SemaphoreHandle};
 use crate::telemetry::{EventHook, LockEvent, LockEvents, Telemetry};
 use crate::watchdog::{LeaseEntry, Watchdog};
 
@@ -215,6 +216,15 @@ impl<B: LockBackend> LockClient<B> {
             self.inner.clone(),
             self.key(name)?,
         ))
+    }
+
+    /// A handle on the semaphore `name`, which admits `permits` holders at once.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an invalid name or
+    /// a count outside 1 to [`MAX_PERMITS`](crate::MAX_PERMITS).
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<SemaphoreHandle<B>> {
+        SemaphoreHandle::new(self.inner.clone(), self.key(name)?, permits)
     }
 
     /// The backend.
@@ -483,6 +493,11 @@ pub trait LockProvider: Send + Sync + fmt::Debug {
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an invalid name.
     fn rw_lock(&self, name: &str) -> Result<Arc<dyn ReadWriteLock>>;
+    /// A handle on the semaphore `name` of `permits` holders.
+    ///
+    /// # Errors
+    /// As [`LockClient::semaphore`].
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn Semaphore>>;
     /// [`LockClient::shutdown`]: releases what the client holds, ends its waits and
     /// waits for the clean-ups under way.
     ///
@@ -517,6 +532,10 @@ impl<B: LockBackend> LockProvider for LockClient<B> {
 
     fn rw_lock(&self, name: &str) -> Result<Arc<dyn ReadWriteLock>> {
         Ok(Arc::new(LockClient::rw_lock(self, name)?))
+    }
+
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn Semaphore>> {
+        Ok(Arc::new(LockClient::semaphore(self, name, permits)?))
     }
 
     fn shutdown(&self) -> BoxFuture<'_, Result<()>> {

@@ -111,6 +111,15 @@ impl Error {
         }
     }
 
+    /// An [`Error::InvalidArgument`] for a semaphore request whose count, `asked`,
+    /// differs from the count `in_force` among the semaphore's holders and waiters.
+    pub fn other_permit_count(key: &crate::LockKey, in_force: u32, asked: u32) -> Self {
+        Error::invalid_argument(format!(
+            "semaphore `{}` has {in_force} permits for its holders and waiters; this handle was made with {asked}",
+            key.name()
+        ))
+    }
+
     /// An [`Error::Unavailable`] from any client error.
     pub fn unavailable(backend: &'static str, source: impl Into<BoxError>) -> Self {
         Error::Unavailable {

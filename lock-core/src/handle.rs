@@ -34,6 +34,8 @@ pub(crate) const OVERDUE_GRACE: std::time::Duration = std::time::Duration::from_
 pub(crate) struct Handle<B: LockBackend> {
     client: Arc<ClientInner<B>>,
     key: LockKey,
+    /// For a semaphore, how many holders it admits; 1 for a lock.
+    permits: u32,
     /// Acquisitions made through this handle that may still have guards, for the hold
     /// counts. An acquisition removes itself when its last guard goes.
     live: Mutex<Vec<Weak<Acquisition<B>>>>,
@@ -41,15 +43,29 @@ pub(crate) struct Handle<B: LockBackend> {
 
 impl<B: LockBackend> Handle<B> {
     pub(crate) fn new(client: Arc<ClientInner<B>>, key: LockKey) -> Arc<Self> {
+        Self::with_permits(client, key, 1)
+    }
+
+    /// A handle on a semaphore of `permits` holders.
+    pub(crate) fn with_permits(
+        client: Arc<ClientInner<B>>,
+        key: LockKey,
+        permits: u32,
+    ) -> Arc<Self> {
         Arc::new(Handle {
             client,
             key,
+            permits,
             live: Mutex::new(Vec::new()),
         })
     }
 
     pub(crate) fn key(&self) -> &LockKey {
         &self.key
+    }
+
+    pub(crate) fn permits(&self) -> u32 {
+        self.permits
     }
 
     pub(crate) fn client(&self) -> &Arc<ClientInner<B>> {
@@ -139,6 +155,7 @@ impl<B: LockBackend> Handle<B> {
             let request = AcquireRequest {
                 key: &self.key,
                 kind,
+                permits: self.permits,
                 owner: &token,
                 ttl,
                 deadline,

@@ -82,6 +82,7 @@ impl fmt::Display for LockId {
             LockFamily::Exclusive => "exclusive",
             LockFamily::Fair => "fair",
             LockFamily::ReadWrite => "read-write",
+            LockFamily::Semaphore => "semaphore",
         };
         write!(f, "{} ({family}, {}", self.key, self.backend)?;
         if !self.location.is_empty() {

@@ -3,8 +3,9 @@
 use crate::error::Result;
 use crate::options::Lease;
 
-/// Which lock a request is for. Exclusive, fair and read-write locks on one name are
-/// separate locks that do not exclude each other; they share only the fencing counter.
+/// Which lock a request is for. Exclusive, fair and read-write locks and semaphores on
+/// one name are separate locks that do not exclude each other; they share only the
+/// fencing counter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LockKind {
     /// [`DistributedLock`](crate::DistributedLock): one holder, no order among waiters.
@@ -15,6 +16,9 @@ pub enum LockKind {
     Read,
     /// The exclusive side of a [`ReadWriteLock`](crate::ReadWriteLock).
     Write,
+    /// One permit of a [`Semaphore`](crate::Semaphore): up to its count of holders at
+    /// once, granted in request order.
+    Permit,
 }
 
 impl LockKind {
@@ -24,6 +28,7 @@ impl LockKind {
             LockKind::Exclusive => LockFamily::Exclusive,
             LockKind::Fair => LockFamily::Fair,
             LockKind::Read | LockKind::Write => LockFamily::ReadWrite,
+            LockKind::Permit => LockFamily::Semaphore,
         }
     }
 }
@@ -37,6 +42,8 @@ pub enum LockFamily {
     Fair,
     /// Read-write locks.
     ReadWrite,
+    /// Semaphores.
+    Semaphore,
 }
 
 /// What a backend can do. The machinery refuses what is not supported with
@@ -49,6 +56,8 @@ pub struct Capabilities {
     pub fair: bool,
     /// [`LockKind::Read`] and [`LockKind::Write`] are supported.
     pub read_write: bool,
+    /// [`LockKind::Permit`] is supported: [`Semaphore`](crate::Semaphore)s.
+    pub semaphore: bool,
     /// [`Lease::Fixed`](crate::Lease::Fixed) leases expire on their own while the client
     /// lives. False where the lease is a session (ZooKeeper).
     pub fixed_lease: bool,
@@ -73,6 +82,7 @@ impl Capabilities {
         let missing = match kind {
             LockKind::Fair if !self.fair => Some("fair locks"),
             LockKind::Read | LockKind::Write if !self.read_write => Some("read-write locks"),
+            LockKind::Permit if !self.semaphore => Some("semaphores"),
             _ if matches!(lease, Lease::Fixed(_)) && !self.fixed_lease => Some("fixed leases"),
             _ => None,
         };
@@ -86,6 +96,7 @@ impl Capabilities {
     pub const ALL: Capabilities = Capabilities {
         fair: true,
         read_write: true,
+        semaphore: true,
         fixed_lease: true,
         cross_process: true,
         inspect: true,
@@ -108,6 +119,11 @@ impl Capabilities {
     /// The same capabilities with `read_write` set.
     pub const fn with_read_write(self, read_write: bool) -> Self {
         Capabilities { read_write, ..self }
+    }
+
+    /// The same capabilities with `semaphore` set.
+    pub const fn with_semaphore(self, semaphore: bool) -> Self {
+        Capabilities { semaphore, ..self }
     }
 
     /// The same capabilities with `inspect` set.

@@ -6,7 +6,8 @@
 //! lease.
 //! lock-core builds on it, once for all of them:
 //!
-//! * the user traits [`DistributedLock`], [`FairLock`] and [`ReadWriteLock`], object safe;
+//! * the user traits [`DistributedLock`], [`FairLock`], [`ReadWriteLock`] and
+//!   [`Semaphore`], object safe;
 //! * **owners** per acquisition, **re-entry** through the guard without round trips;
 //! * **guards** ([`LockGuard`]) with fencing tokens, `release().await`, loss reporting
 //!   and best-effort release on drop;
@@ -92,6 +93,7 @@ pub mod memory;
 mod multi;
 mod name;
 mod options;
+mod semaphore;
 mod settings;
 mod telemetry;
 mod watchdog;
@@ -102,6 +104,7 @@ pub mod prelude {
         DistributedLock, DistributedLockExt, FairLock, ReadWriteLock, ReadWriteLockExt,
     };
     pub use crate::client::LockProvider;
+    pub use crate::semaphore::{Semaphore, SemaphoreExt};
 }
 
 pub use api::{DistributedLock, DistributedLockExt, FairLock, ReadWriteLock, ReadWriteLockExt};
@@ -123,6 +126,7 @@ pub use options::{
     AcquireOptions, Lease, Wait, DEFAULT_CLOCK_DRIFT, DEFAULT_WATCHDOG_LEASE, MAX_DURATION,
     MIN_LEASE, MIN_WATCHDOG_LEASE,
 };
+pub use semaphore::{Semaphore, SemaphoreExt, SemaphoreHandle, MAX_PERMITS};
 pub use settings::{parse_duration, TlsOptions};
 pub use telemetry::{LockEvent, LockEventKind, LockEvents};
 

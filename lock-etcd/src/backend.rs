@@ -498,7 +498,7 @@ impl LockBackend for EtcdBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL
+        Capabilities::ALL.with_semaphore(false)
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<EtcdLease>>> {

@@ -99,6 +99,7 @@ fn kind_of(prefix: &Prefix, kv: &KeyValue) -> LockKind {
     match prefix.family() {
         LockFamily::Exclusive => LockKind::Exclusive,
         LockFamily::Fair => LockKind::Fair,
+        LockFamily::Semaphore => LockKind::Permit,
         LockFamily::ReadWrite if kv.key().starts_with(prefix.writers().as_bytes()) => {
             LockKind::Write
         }

@@ -39,6 +39,7 @@ impl Prefix {
             LockFamily::Exclusive => format!("{base}/"),
             LockFamily::Fair => format!("{base}{FAMILY_MARK}fair/"),
             LockFamily::ReadWrite => format!("{base}{FAMILY_MARK}rw/"),
+            LockFamily::Semaphore => format!("{base}{FAMILY_MARK}sem/"),
         };
         Prefix { range, family }
     }
@@ -75,7 +76,7 @@ impl Prefix {
     pub(crate) fn own_key(&self, kind: LockKind, lease: i64, seq: u64) -> String {
         match kind {
             LockKind::Exclusive => format!("{}{lease:x}", self.range),
-            LockKind::Fair => format!("{}{lease:x}-{seq}", self.range),
+            LockKind::Fair | LockKind::Permit => format!("{}{lease:x}-{seq}", self.range),
             LockKind::Write => format!("{}w/{lease:x}-{seq}", self.range),
             LockKind::Read => format!("{}r/{lease:x}-{seq}", self.range),
         }
@@ -88,7 +89,9 @@ impl Prefix {
             LockFamily::Exclusive => key
                 .strip_prefix(self.range.as_bytes())
                 .is_some_and(|rest| !rest.is_empty() && !rest.contains(&b'/')),
-            LockFamily::Fair | LockFamily::ReadWrite => key.starts_with(self.range.as_bytes()),
+            LockFamily::Fair | LockFamily::ReadWrite | LockFamily::Semaphore => {
+                key.starts_with(self.range.as_bytes())
+            }
         }
     }
 }

@@ -98,7 +98,8 @@ pub(crate) fn place(
             .or_else([own]);
     }
     let reads = match kind {
-        LockKind::Exclusive | LockKind::Fair => {
+        // Permits are refused before they get here (no `semaphore` capability).
+        LockKind::Exclusive | LockKind::Fair | LockKind::Permit => {
             vec![TxnOp::get(prefix.range(), Some(oldest(1).with_keys_only()))]
         }
         // The oldest key, and whether any downgrade reader exists.
@@ -150,7 +151,7 @@ pub(crate) fn placed(
     let first = |i: usize| reads.get(i).and_then(|kvs| kvs.first());
     let own_first = first(0).is_some_and(|kv| kv.key() == key.as_bytes());
     let granted = match kind {
-        LockKind::Exclusive | LockKind::Fair => own_first,
+        LockKind::Exclusive | LockKind::Fair | LockKind::Permit => own_first,
         LockKind::Write => own_first && first(1).is_none(),
         LockKind::Read => first(0).is_none(),
     };
@@ -175,7 +176,9 @@ pub(crate) fn locate(prefix: &Prefix, kind: LockKind, key: &str, revision: i64) 
         )
     };
     let ops = match kind {
-        LockKind::Exclusive | LockKind::Fair => vec![own, before(prefix.range().to_owned())],
+        LockKind::Exclusive | LockKind::Fair | LockKind::Permit => {
+            vec![own, before(prefix.range().to_owned())]
+        }
         LockKind::Write => vec![
             own,
             before(prefix.range().to_owned()),

@@ -138,6 +138,7 @@ impl RedisBackend {
         Request {
             keys: self.keys(req.key),
             kind: req.kind,
+            permits: req.permits,
             owner: req.owner.as_str().to_owned(),
             ttl: req.ttl,
             waiter: format!("{}:w{n}", req.owner),
@@ -604,6 +605,10 @@ impl LockBackend for RedisBackend {
                     }));
                 }
                 Attempt::Blocked(blocker) => blocker,
+                Attempt::OtherCount(count) => {
+                    place.leave().await;
+                    return Err(Error::other_permit_count(req.key, count, req.permits));
+                }
             };
             if req.deadline.has_passed() {
                 place.leave().await;

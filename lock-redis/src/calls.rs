@@ -41,6 +41,8 @@ pub(crate) fn millis(d: Duration) -> String {
 pub(crate) struct Request {
     pub(crate) keys: Keys,
     pub(crate) kind: LockKind,
+    /// A semaphore's count (1 for locks).
+    pub(crate) permits: u32,
     pub(crate) owner: String,
     pub(crate) ttl: Duration,
     /// Identifies this request in a fair queue or among waiting writers.
@@ -52,7 +54,10 @@ impl Request {
     /// Whether a blocked request of this kind registers itself (queue place or
     /// waiting-writer entry) that must be removed when it stops waiting.
     pub(crate) fn registers(&self) -> bool {
-        matches!(self.kind, LockKind::Fair | LockKind::Write)
+        matches!(
+            self.kind,
+            LockKind::Fair | LockKind::Write | LockKind::Permit
+        )
     }
 
     /// One acquire call, identified by `lease` (a new one per call: see
@@ -84,6 +89,25 @@ impl Request {
                     wait,
                     k.fair_channel(),
                     request,
+                ],
+            },
+            LockKind::Permit => Call {
+                script: scripts::SEMAPHORE_ACQUIRE.get(k.sharded),
+                keys: vec![
+                    k.semaphore_holders(),
+                    k.semaphore_queue(),
+                    k.semaphore_timeouts(),
+                    k.fence(),
+                ],
+                args: vec![
+                    self.owner.clone(),
+                    ttl,
+                    self.waiter.clone(),
+                    millis(self.waiter_lease),
+                    wait,
+                    k.semaphore_channel(),
+                    request,
+                    self.permits.to_string(),
                 ],
             },
             LockKind::Read | LockKind::Write => Call {
@@ -121,6 +145,15 @@ impl Request {
                 keys: vec![k.rw_waiting_writers()],
                 args: vec![k.rw_channel(), self.waiter.clone()],
             }),
+            LockKind::Permit => Some(Call {
+                script: scripts::SEMAPHORE_LEAVE.get(k.sharded),
+                keys: vec![
+                    k.semaphore_holders(),
+                    k.semaphore_queue(),
+                    k.semaphore_timeouts(),
+                ],
+                args: vec![k.semaphore_channel(), self.waiter.clone()],
+            }),
             LockKind::Exclusive | LockKind::Read => None,
         }
     }
@@ -137,6 +170,10 @@ impl Request {
             // A reader can only be unblocked by a writer leaving (or giving up).
             LockKind::Read => (k.rw_channel(), Interest::Payload(b"w".to_vec())),
             LockKind::Write => (k.rw_channel(), Interest::All),
+            LockKind::Permit => (
+                k.semaphore_channel(),
+                Interest::Payload(self.waiter.clone().into_bytes()),
+            ),
         }
     }
 
@@ -204,6 +241,11 @@ fn release_call(keys: &Keys, kind: LockKind, values: &[String], receipt: Option<
             scripts::FAIR_RELEASE.get(keys.sharded),
             vec![keys.fair_holder(), keys.fair_queue()],
             vec![keys.fair_channel(), margin],
+        ),
+        LockKind::Permit => (
+            scripts::SEMAPHORE_RELEASE.get(keys.sharded),
+            vec![keys.semaphore_holders(), keys.semaphore_queue()],
+            vec![keys.semaphore_channel(), margin],
         ),
         LockKind::Read | LockKind::Write => (
             scripts::RW_RELEASE.get(keys.sharded),
@@ -278,6 +320,7 @@ fn family_arg(family: LockFamily) -> &'static str {
         LockFamily::Exclusive => "e",
         LockFamily::Fair => "f",
         LockFamily::ReadWrite => "rw",
+        LockFamily::Semaphore => "s",
     }
 }
 
@@ -296,6 +339,8 @@ pub(crate) fn inspect(keys: &Keys, family: LockFamily, what: Inspect) -> Call {
             keys.fair_queue(),
             keys.rw_writer(),
             keys.rw_readers(),
+            keys.semaphore_holders(),
+            keys.semaphore_queue(),
         ],
         args: vec![
             family_arg(family).to_owned(),
@@ -303,6 +348,7 @@ pub(crate) fn inspect(keys: &Keys, family: LockFamily, what: Inspect) -> Call {
             keys.exclusive_channel(),
             keys.fair_channel(),
             keys.rw_channel(),
+            keys.semaphore_channel(),
         ],
     }
 }
@@ -317,6 +363,8 @@ pub(crate) fn holders(keys: &Keys, family: LockFamily) -> Call {
             keys.fair_timeouts(),
             keys.rw_writer(),
             keys.rw_readers(),
+            keys.semaphore_holders(),
+            keys.semaphore_timeouts(),
         ],
         args: vec![family_arg(family).to_owned()],
     }

@@ -118,6 +118,7 @@ pub(crate) fn lock_info(reply: &[Vec<u8>]) -> Result<LockInfo> {
             "f" => LockKind::Fair,
             "w" => LockKind::Write,
             "r" => LockKind::Read,
+            "p" => LockKind::Permit,
             _ => return Err(unexpected()),
         };
         let expiry = entry[2].parse::<i64>().map_err(|_| unexpected())?;

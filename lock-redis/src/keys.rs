@@ -133,6 +133,27 @@ impl Keys {
         self.aux("rw:channel")
     }
 
+    /// A semaphore's permit holders (hash `owner:request:fence` -> expiry ms, and
+    /// `#permits` -> its count while anyone holds or waits).
+    pub(crate) fn semaphore_holders(&self) -> String {
+        self.aux("sem:holders")
+    }
+
+    /// A semaphore's FIFO queue of waiter ids.
+    pub(crate) fn semaphore_queue(&self) -> String {
+        self.aux("sem:queue")
+    }
+
+    /// A semaphore's waiter expiries (sorted set, server-clock ms).
+    pub(crate) fn semaphore_timeouts(&self) -> String {
+        self.aux("sem:timeout")
+    }
+
+    /// Where a semaphore names the waiters whose turn came.
+    pub(crate) fn semaphore_channel(&self) -> String {
+        self.aux("sem:channel")
+    }
+
     /// Where releases of a `kind` lock are published (and its force-unlocks: see
     /// `inspect.lua`).
     pub(crate) fn channel(&self, kind: LockKind) -> String {
@@ -140,6 +161,7 @@ impl Keys {
             LockKind::Exclusive => self.exclusive_channel(),
             LockKind::Fair => self.fair_channel(),
             LockKind::Read | LockKind::Write => self.rw_channel(),
+            LockKind::Permit => self.semaphore_channel(),
         }
     }
 
@@ -151,6 +173,7 @@ impl Keys {
             LockKind::Fair => (self.fair_holder(), false),
             LockKind::Write => (self.rw_writer(), false),
             LockKind::Read => (self.rw_readers(), true),
+            LockKind::Permit => (self.semaphore_holders(), true),
         }
     }
 }

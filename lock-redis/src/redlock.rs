@@ -284,6 +284,8 @@ async fn round(
                     None => blocker,
                 });
             }
+            // Only an exclusive lock is asked of the masters.
+            Ok(Ok(Attempt::OtherCount(_))) => {}
             Ok(Err(error)) => tracing::debug!(master = i, %error, "RedLock master failed"),
             Err(_) => tracing::debug!(master = i, "RedLock master did not answer in time"),
         }
@@ -483,6 +485,9 @@ impl LockBackend for RedLockBackend {
         let mut caps = Capabilities::ALL;
         caps.fair = false;
         caps.read_write = false;
+        // A permit's count and queue cannot be agreed by a majority of independent
+        // masters without a consensus round per grant.
+        caps.semaphore = false;
         caps.inspect = false;
         // A force-unlock on the masters is found at the next renewal.
         caps.loss_notice = false;
@@ -504,6 +509,7 @@ impl LockBackend for RedLockBackend {
         let request = Request {
             keys: Keys::new(req.key),
             kind: LockKind::Exclusive,
+            permits: 1,
             owner: req.owner.as_str().to_owned(),
             ttl: req.ttl,
             waiter: format!("{}:w{n}", req.owner),

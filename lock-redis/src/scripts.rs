@@ -70,6 +70,15 @@ const NO_PRELUDE: &str = "";
 const NEXT_FENCE: &str = include_str!("lua/next_fence.lua");
 /// What the release scripts share: `released_before(receipt, first)` (see the file).
 const RELEASE_COMMON: &str = include_str!("lua/release_common.lua");
+const SEMAPHORE_COMMON: &str = include_str!("lua/semaphore_common.lua");
+const SEMAPHORE_GRANT: &str = concat!(
+    include_str!("lua/next_fence.lua"),
+    include_str!("lua/semaphore_common.lua")
+);
+const SEMAPHORE_RELEASE_COMMON: &str = concat!(
+    include_str!("lua/release_common.lua"),
+    include_str!("lua/semaphore_common.lua")
+);
 
 script!(EXCLUSIVE_ACQUIRE, NEXT_FENCE, "exclusive_acquire.lua");
 script!(EXCLUSIVE_RELEASE, RELEASE_COMMON, "exclusive_release.lua");
@@ -79,11 +88,18 @@ script!(FAIR_LEAVE, "fair_leave.lua");
 script!(RW_ACQUIRE, NEXT_FENCE, "rw_acquire.lua");
 script!(RW_RELEASE, RELEASE_COMMON, "rw_release.lua");
 script!(RW_LEAVE, "rw_leave.lua");
+script!(SEMAPHORE_ACQUIRE, SEMAPHORE_GRANT, "semaphore_acquire.lua");
+script!(
+    SEMAPHORE_RELEASE,
+    SEMAPHORE_RELEASE_COMMON,
+    "semaphore_release.lua"
+);
+script!(SEMAPHORE_LEAVE, SEMAPHORE_COMMON, "semaphore_leave.lua");
 script!(RENEW, "renew.lua");
 /// Renews leases of many slots on one cluster node in one call.
 pub(crate) static RENEW_ON_NODE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/renew_on_node.lua")));
-script!(INSPECT, "inspect.lua");
+script!(INSPECT, SEMAPHORE_COMMON, "inspect.lua");
 script!(HOLDERS, "holders.lua");
 script!(HELD, "held.lua");
 script!(REDLOCK_SETTLE, "redlock_settle.lua");
@@ -95,6 +111,8 @@ pub(crate) enum Attempt {
     Granted(u64),
     /// Blocked by someone else.
     Blocked(Blocker),
+    /// A semaphore's holders or waiters use this count, not the request's.
+    OtherCount(u32),
 }
 
 /// What a blocked acquire learned about what blocks it.
@@ -114,6 +132,9 @@ impl Attempt {
     pub(crate) fn from_reply(reply: Vec<i64>) -> Result<Self, crate::error::Error> {
         match reply[..] {
             [1, fence] if fence > 0 => Ok(Attempt::Granted(fence as u64)),
+            [-1, count] if count > 0 && count <= i64::from(u32::MAX) => {
+                Ok(Attempt::OtherCount(count as u32))
+            }
             [0, ms] => Ok(Attempt::Blocked(Blocker { ms, silent: false })),
             [0, ms, silent @ (0 | 1)] => Ok(Attempt::Blocked(Blocker {
                 ms,

@@ -12,11 +12,12 @@ use common::{client, keys, RedisServer};
 use lock_core::{prelude::*, AcquireOptions, Error, LockClient, LockGuard, LockKind};
 use lock_redis::{RedisBackend, RedisConfig, TooFewReplicas};
 
-const KINDS: [LockKind; 4] = [
+const KINDS: [LockKind; 5] = [
     LockKind::Exclusive,
     LockKind::Fair,
     LockKind::Write,
     LockKind::Read,
+    LockKind::Permit,
 ];
 
 fn proxied(proxy: &ReplyCut) -> RedisConfig {
@@ -37,6 +38,10 @@ async fn try_acquire(
         LockKind::Fair => client.fair_lock(name).unwrap().acquire_with(options).await,
         LockKind::Write => client.rw_lock(name).unwrap().write_with(options).await,
         LockKind::Read => client.rw_lock(name).unwrap().read_with(options).await,
+        LockKind::Permit => {
+            let semaphore = client.semaphore(name, 1).unwrap();
+            semaphore.acquire_with(options).await
+        }
     }
 }
 
@@ -44,6 +49,12 @@ async fn is_locked(client: &LockClient<RedisBackend>, kind: LockKind, name: &str
     match kind {
         LockKind::Exclusive => client.lock(name).unwrap().is_locked().await,
         LockKind::Fair => client.fair_lock(name).unwrap().is_locked().await,
+        LockKind::Permit => client
+            .semaphore(name, 1)
+            .unwrap()
+            .available()
+            .await
+            .map(|free| free == 0),
         _ => client.rw_lock(name).unwrap().is_locked().await,
     }
     .unwrap()

@@ -656,12 +656,19 @@ async fn an_acquire_whose_reply_was_lost_is_granted_when_it_runs_again() {
         LockKind::Fair,
         LockKind::Write,
         LockKind::Read,
+        LockKind::Permit,
     ] {
         let name = format!("{kind:?}");
         let is_locked = || async {
             match kind {
                 LockKind::Exclusive => client.lock(&name).unwrap().is_locked().await,
                 LockKind::Fair => client.fair_lock(&name).unwrap().is_locked().await,
+                LockKind::Permit => client
+                    .semaphore(&name, 1)
+                    .unwrap()
+                    .available()
+                    .await
+                    .map(|free| free == 0),
                 _ => client.rw_lock(&name).unwrap().is_locked().await,
             }
             .unwrap()
@@ -672,6 +679,7 @@ async fn an_acquire_whose_reply_was_lost_is_granted_when_it_runs_again() {
                 LockKind::Fair => client.fair_lock(&name).unwrap().try_acquire().await,
                 LockKind::Write => client.rw_lock(&name).unwrap().try_write().await,
                 LockKind::Read => client.rw_lock(&name).unwrap().try_read().await,
+                LockKind::Permit => client.semaphore(&name, 1).unwrap().try_acquire().await,
             }
             .unwrap_or_else(|err| panic!("{kind:?}: {err}"))
         };
@@ -781,6 +789,13 @@ async fn stored(
         LockKind::Fair => format!("{{{ns}:{name}}}:fair"),
         LockKind::Write => format!("{{{ns}:{name}}}:rw:write"),
         LockKind::Read => return raw.hkeys(format!("{{{ns}:{name}}}:rw:read")).await.unwrap(),
+        LockKind::Permit => {
+            let fields: Vec<String> = raw
+                .hkeys(format!("{{{ns}:{name}}}:sem:holders"))
+                .await
+                .unwrap();
+            return fields.into_iter().filter(|f| f != "#permits").collect();
+        }
     };
     let value: Option<String> = raw.get(key).await.unwrap();
     value.into_iter().collect()
@@ -807,6 +822,7 @@ async fn an_abandoned_request_never_takes_over_a_live_grant_of_its_owner() {
         LockKind::Fair,
         LockKind::Write,
         LockKind::Read,
+        LockKind::Permit,
     ];
     let mut live = Vec::new();
     for kind in kinds {

@@ -183,7 +183,9 @@ impl LockBackend for SqlBackend {
 
     fn capabilities(&self) -> Capabilities {
         match self.inner.strategy {
-            Strategy::Lease => Capabilities::ALL.with_loss_notice(false),
+            Strategy::Lease => Capabilities::ALL
+                .with_loss_notice(false)
+                .with_semaphore(false),
             // `inspect` names a row lock's holder by owner and token only (no
             // description); one holder at a time, broken by `force_unlock`. A fixed
             // lease is the server's silence limit left to run out.
@@ -191,7 +193,8 @@ impl LockBackend for SqlBackend {
                 .with_inspect(false)
                 .with_loss_notice(false)
                 .with_fair(false)
-                .with_read_write(false),
+                .with_read_write(false)
+                .with_semaphore(false),
         }
     }
 

@@ -59,7 +59,8 @@ pub(crate) fn decide(
                 return blocked(leases_of(LockKind::Exclusive).map(|l| l.remaining_ms));
             }
         }
-        LockKind::Fair => {
+        // Permits are refused before they get here (no `semaphore` capability).
+        LockKind::Fair | LockKind::Permit => {
             let ahead = |t: &&LiveTicket| {
                 t.kind == LockKind::Fair && ticket.is_none_or(|mine| t.ticket < mine)
             };

@@ -43,6 +43,7 @@ pub(crate) fn kind_code(kind: LockKind) -> i64 {
         LockKind::Fair => 1,
         LockKind::Read => 2,
         LockKind::Write => 3,
+        LockKind::Permit => 4,
     }
 }
 
@@ -53,6 +54,7 @@ pub(crate) fn kind_of(code: i64) -> Option<LockKind> {
         1 => LockKind::Fair,
         2 => LockKind::Read,
         3 => LockKind::Write,
+        4 => LockKind::Permit,
         _ => return None,
     })
 }
@@ -63,6 +65,7 @@ pub(crate) fn family_range(family: LockFamily) -> (i64, i64) {
         LockFamily::Exclusive => (0, 0),
         LockFamily::Fair => (1, 1),
         LockFamily::ReadWrite => (2, 3),
+        LockFamily::Semaphore => (4, 4),
     }
 }
 
@@ -70,7 +73,7 @@ pub(crate) fn family_range(family: LockFamily) -> (i64, i64) {
 /// several readers have rows of their own).
 pub(crate) fn holder_of(kind: LockKind, owner: &str) -> &str {
     match kind {
-        LockKind::Read => owner,
+        LockKind::Read | LockKind::Permit => owner,
         LockKind::Exclusive | LockKind::Fair | LockKind::Write => "",
     }
 }

@@ -286,7 +286,9 @@ impl LockBackend for ZkBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL.with_fixed_lease(false)
+        Capabilities::ALL
+            .with_fixed_lease(false)
+            .with_semaphore(false)
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<ZkLease>>> {
@@ -443,6 +445,7 @@ impl LockBackend for ZkBackend {
                 let kind = match family {
                     LockFamily::Exclusive => LockKind::Exclusive,
                     LockFamily::Fair => LockKind::Fair,
+                    LockFamily::Semaphore => LockKind::Permit,
                     LockFamily::ReadWrite if holder.writer => LockKind::Write,
                     LockFamily::ReadWrite => LockKind::Read,
                 };

@@ -58,6 +58,7 @@ pub(crate) fn lock_path(key: &LockKey, family: LockFamily) -> String {
         LockFamily::Exclusive => {}
         LockFamily::Fair => path.push_str("%fair"),
         LockFamily::ReadWrite => path.push_str("%rw"),
+        LockFamily::Semaphore => path.push_str("%sem"),
     }
     path
 }
@@ -103,7 +104,7 @@ fn encode_segment(out: &mut String, segment: &str, at_root: bool) {
 /// The marker a contender of `kind` writes into its node name.
 pub(crate) fn marker(kind: LockKind) -> &'static str {
     match kind {
-        LockKind::Exclusive | LockKind::Fair => LOCK_MARKER,
+        LockKind::Exclusive | LockKind::Fair | LockKind::Permit => LOCK_MARKER,
         LockKind::Read => READ_MARKER,
         LockKind::Write => WRITE_MARKER,
     }
@@ -152,7 +153,9 @@ fn parse(name: &str, family: LockFamily) -> Option<Contender> {
     // Curator's markers, and kazoo's (`<hex>__lock__<seq>`, `__rlock__` for its read
     // lock), so a kazoo lock on the same path is a contender like any other.
     let markers: &[(&str, bool)] = match family {
-        LockFamily::Exclusive | LockFamily::Fair => &[("lock-", true), (KAZOO_LOCK_MARKER, true)],
+        LockFamily::Exclusive | LockFamily::Fair | LockFamily::Semaphore => {
+            &[("lock-", true), (KAZOO_LOCK_MARKER, true)]
+        }
         LockFamily::ReadWrite => &[
             ("__READ__", false),
             ("__WRIT__", true),

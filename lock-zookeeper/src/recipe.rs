@@ -175,7 +175,8 @@ fn blocker(kind: LockKind, queue: &[Contender], pos: usize, downgrade: bool) -> 
         LockKind::Write => before
             .last()
             .or_else(|| queue.iter().skip(pos).find(|c| c.downgrade)),
-        LockKind::Exclusive | LockKind::Fair => before.last(),
+        // Permits are refused before they get here (no `semaphore` capability).
+        LockKind::Exclusive | LockKind::Fair | LockKind::Permit => before.last(),
     }
 }
 

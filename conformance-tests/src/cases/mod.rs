@@ -10,6 +10,7 @@ mod multi;
 mod mutex;
 mod process;
 mod rwlock;
+mod semaphore;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -27,6 +28,8 @@ pub struct Needs {
     pub fair: bool,
     /// Read-write locks.
     pub read_write: bool,
+    /// Semaphores.
+    pub semaphore: bool,
     /// Fixed leases.
     pub fixed_lease: bool,
     /// A holder in another process ([`Backend::holder_command`]).
@@ -50,6 +53,10 @@ impl Needs {
             (
                 self.read_write && !caps.read_write,
                 "backend has no read-write locks",
+            ),
+            (
+                self.semaphore && !caps.semaphore,
+                "backend has no semaphores",
             ),
             (
                 self.fixed_lease && !caps.fixed_lease,
@@ -77,6 +84,7 @@ impl Needs {
         Needs {
             fair: self.fair || other.fair,
             read_write: self.read_write || other.read_write,
+            semaphore: self.semaphore || other.semaphore,
             fixed_lease: self.fixed_lease || other.fixed_lease,
             holder_process: self.holder_process || other.holder_process,
             inspect: self.inspect || other.inspect,
@@ -88,6 +96,7 @@ impl Needs {
 const NOTHING: Needs = Needs {
     fair: false,
     read_write: false,
+    semaphore: false,
     fixed_lease: false,
     holder_process: false,
     inspect: false,
@@ -111,6 +120,10 @@ const LOSS_NOTICE: Needs = Needs {
 };
 const RW: Needs = Needs {
     read_write: true,
+    ..NOTHING
+};
+const SEMAPHORE: Needs = Needs {
+    semaphore: true,
     ..NOTHING
 };
 const PROCESS: Needs = Needs {
@@ -292,6 +305,56 @@ pub fn all_cases() -> Vec<Case> {
             "rw::cancelled_writer_leaves_nothing",
             RW,
             Box::new(|ctx| rwlock::cancelled_writer_leaves_nothing(ctx).boxed()),
+        ),
+        case(
+            "semaphore::never_more_than_n_holders",
+            SEMAPHORE,
+            Box::new(|ctx| semaphore::never_more_than_n_holders(ctx).boxed()),
+        ),
+        case(
+            "semaphore::fifo_order",
+            SEMAPHORE,
+            Box::new(|ctx| semaphore::fifo_order(ctx).boxed()),
+        ),
+        case(
+            "semaphore::try_and_wait_limit",
+            SEMAPHORE,
+            Box::new(|ctx| semaphore::try_and_wait_limit(ctx).boxed()),
+        ),
+        case(
+            "semaphore::waiter_woken_on_release",
+            SEMAPHORE,
+            Box::new(|ctx| semaphore::waiter_woken_on_release(ctx).boxed()),
+        ),
+        case(
+            "semaphore::expired_permit_is_freed_and_stale_guard_refused",
+            SEMAPHORE.and(FIXED),
+            Box::new(|ctx| semaphore::expired_permit_is_freed_and_stale_guard_refused(ctx).boxed()),
+        ),
+        case(
+            "semaphore::other_count_is_refused",
+            SEMAPHORE,
+            Box::new(|ctx| semaphore::other_count_is_refused(ctx).boxed()),
+        ),
+        case(
+            "semaphore::cancelled_waiter_leaves_nothing",
+            SEMAPHORE,
+            Box::new(|ctx| semaphore::cancelled_waiter_leaves_nothing(ctx).boxed()),
+        ),
+        case(
+            "semaphore::tokens_increase",
+            SEMAPHORE,
+            Box::new(|ctx| semaphore::tokens_increase(ctx).boxed()),
+        ),
+        case(
+            "semaphore::holders_listed_and_broken_one_at_a_time",
+            SEMAPHORE.and(INSPECT),
+            Box::new(|ctx| semaphore::holders_listed_and_broken_one_at_a_time(ctx).boxed()),
+        ),
+        case(
+            "semaphore::multi_lock_with_a_permit",
+            SEMAPHORE,
+            Box::new(|ctx| semaphore::multi_lock_with_a_permit(ctx).boxed()),
         ),
         case(
             "cancel::storm_exclusive",

@@ -96,6 +96,7 @@ impl Backend for Sql {
                     LockFamily::Exclusive => (0, 0),
                     LockFamily::Fair => (1, 1),
                     LockFamily::ReadWrite => (2, 3),
+                    LockFamily::Semaphore => (4, 4),
                 };
                 delete_leases(&backend, key, lo, hi).await
             }

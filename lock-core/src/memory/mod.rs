@@ -7,6 +7,9 @@
 //! it does over a network, so the in-memory backend also serves as a fast stand-in for
 //! single-process tests of code that uses locks.
 //!
+//! Semaphores grant in request order: a waiter is granted while it is among the first
+//! waiters the free permits admit, and a release wakes only those.
+//!
 //! Read-write policy: writers are preferred. Once a writer waits, new readers wait
 //! behind it (the owner of the write lock may still take the read lock), so a stream
 //! of readers cannot starve a writer.
@@ -106,6 +109,7 @@ impl fmt::Debug for MemoryBackend {
 struct WaitRegistration<'a> {
     backend: &'a MemoryBackend,
     key: &'a LockKey,
+    kind: LockKind,
     ticket: Option<(u64, Arc<Notify>)>,
     writer: bool,
     /// Counted as waiting (for `inspect`).
@@ -113,11 +117,14 @@ struct WaitRegistration<'a> {
 }
 
 impl WaitRegistration<'_> {
-    fn fair(&mut self) -> Option<&(u64, Arc<Notify>)> {
+    /// A place in the fair or semaphore queue, taken once.
+    fn queued(&mut self, permits: u32) -> Result<&(u64, Arc<Notify>)> {
         if self.ticket.is_none() {
-            self.ticket = Some(self.backend.table().enqueue(self.key));
+            let ticket = self.backend.table().enqueue(self.key, self.kind, permits);
+            self.ticket =
+                Some(ticket.map_err(|count| Error::other_permit_count(self.key, count, permits))?);
         }
-        self.ticket.as_ref()
+        Ok(self.ticket.as_ref().expect("queued above"))
     }
 
     fn waiting(&mut self) {
@@ -140,7 +147,7 @@ impl Drop for WaitRegistration<'_> {
         let mut table = self.backend.table();
         if let Some((id, _)) = self.ticket.take() {
             // A granted ticket has left the queue already; this is then a no-op.
-            table.dequeue(self.key, id);
+            table.dequeue(self.key, self.kind, id);
         }
         if self.writer {
             table.writer_waiting(self.key, -1);
@@ -170,6 +177,7 @@ impl LockBackend for MemoryBackend {
         let mut registration = WaitRegistration {
             backend: self,
             key: req.key,
+            kind: req.kind,
             ticket: None,
             writer: false,
             waiting: false,
@@ -178,7 +186,9 @@ impl LockBackend for MemoryBackend {
         loop {
             // Register for the wake-up before looking, so a release in between is seen.
             let wake = match req.kind {
-                LockKind::Fair if waits => registration.fair().map(|(_, wake)| wake.clone()),
+                LockKind::Fair | LockKind::Permit if waits => {
+                    Some(registration.queued(req.permits)?.1.clone())
+                }
                 _ => None,
             };
             let wake = wake.unwrap_or_else(|| self.table().changed(req.key));
@@ -189,6 +199,7 @@ impl LockBackend for MemoryBackend {
             let attempt = Attempt {
                 key: req.key,
                 kind: req.kind,
+                permits: req.permits,
                 owner: req.owner,
                 ttl: req.ttl,
                 ticket: registration.ticket.as_ref().map(|(id, _)| *id),
@@ -205,6 +216,9 @@ impl LockBackend for MemoryBackend {
                     }))
                 }
                 Outcome::Blocked { wake_at } => wake_at,
+                Outcome::OtherCount(count) => {
+                    return Err(Error::other_permit_count(req.key, count, req.permits))
+                }
             };
             if req.deadline.has_passed() {
                 return Ok(None);

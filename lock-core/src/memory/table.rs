@@ -56,7 +56,11 @@ pub(super) struct Ticket {
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Outcome {
     Granted(u64),
-    Blocked { wake_at: Option<Instant> },
+    Blocked {
+        wake_at: Option<Instant>,
+    },
+    /// A semaphore request named another count than its holders and waiters use.
+    OtherCount(u32),
 }
 
 /// Everything the backend knows about one key.
@@ -68,6 +72,11 @@ pub(super) struct KeyState {
     writer: Option<Holder>,
     readers: Vec<Holder>,
     waiting_writers: usize,
+    /// A semaphore's permit holders, its waiters in request order, and its count (set
+    /// by whoever finds it unused).
+    permit_holders: Vec<Holder>,
+    permit_queue: VecDeque<Ticket>,
+    permits: u32,
     /// Acquires waiting for this key now, of any kind (for `inspect`).
     waiting: usize,
     /// Wakes exclusive and read-write waiters on any release.
@@ -83,6 +92,24 @@ impl KeyState {
             }
         }
         self.readers.retain(|r| r.expires_at > now);
+        self.permit_holders.retain(|p| p.expires_at > now);
+    }
+
+    /// Whether a semaphore's count is in force: someone holds or waits.
+    fn permits_in_use(&self) -> bool {
+        !self.permit_holders.is_empty() || !self.permit_queue.is_empty()
+    }
+
+    /// How many permits are free now.
+    fn free_permits(&self) -> usize {
+        (self.permits as usize).saturating_sub(self.permit_holders.len())
+    }
+
+    fn queue(&mut self, kind: LockKind) -> &mut VecDeque<Ticket> {
+        match kind {
+            LockKind::Permit => &mut self.permit_queue,
+            _ => &mut self.fair_queue,
+        }
     }
 
     /// Nothing held, queued or waiting: the entry can go.
@@ -92,6 +119,7 @@ impl KeyState {
             && self.fair_queue.is_empty()
             && self.writer.is_none()
             && self.readers.is_empty()
+            && !self.permits_in_use()
             && self.waiting_writers == 0
             && self.waiting == 0
             && Arc::strong_count(&self.changed) == 1
@@ -102,6 +130,7 @@ impl KeyState {
             LockFamily::Exclusive => self.exclusive.is_some(),
             LockFamily::Fair => self.fair.is_some(),
             LockFamily::ReadWrite => self.writer.is_some() || !self.readers.is_empty(),
+            LockFamily::Semaphore => !self.permit_holders.is_empty(),
         }
     }
 
@@ -111,6 +140,12 @@ impl KeyState {
             LockFamily::Fair => {
                 if let Some(head) = self.fair_queue.front() {
                     head.wake.notify_one();
+                }
+            }
+            // Only the waiters a free permit can admit: no herd.
+            LockFamily::Semaphore => {
+                for ticket in self.permit_queue.iter().take(self.free_permits()) {
+                    ticket.wake.notify_one();
                 }
             }
             LockFamily::Exclusive | LockFamily::ReadWrite => self.changed.notify_waiters(),
@@ -131,6 +166,7 @@ pub(super) struct Table {
 pub(super) struct Attempt<'a> {
     pub(super) key: &'a LockKey,
     pub(super) kind: LockKind,
+    pub(super) permits: u32,
     pub(super) owner: &'a OwnerToken,
     pub(super) ttl: Duration,
     pub(super) ticket: Option<u64>,
@@ -156,25 +192,38 @@ impl Table {
         self.entry(key, Instant::now()).changed.clone()
     }
 
-    /// Puts a fair waiter at the back of the queue.
-    pub(super) fn enqueue(&mut self, key: &LockKey) -> (u64, Arc<Notify>) {
+    /// Puts a fair or semaphore waiter at the back of its queue. A semaphore waiter
+    /// whose count differs from the one in force is refused with that count.
+    pub(super) fn enqueue(
+        &mut self,
+        key: &LockKey,
+        kind: LockKind,
+        permits: u32,
+    ) -> Result<(u64, Arc<Notify>), u32> {
+        let state = self.entry(key, Instant::now());
+        if kind == LockKind::Permit {
+            if state.permits_in_use() && state.permits != permits {
+                return Err(state.permits);
+            }
+            state.permits = permits;
+        }
         self.last_ticket += 1;
         let id = self.last_ticket;
         let wake = Arc::new(Notify::new());
-        self.entry(key, Instant::now())
-            .fair_queue
-            .push_back(Ticket {
-                id,
-                wake: wake.clone(),
-            });
-        (id, wake)
+        let state = self.keys.get_mut(key).expect("entry made above");
+        state.queue(kind).push_back(Ticket {
+            id,
+            wake: wake.clone(),
+        });
+        Ok((id, wake))
     }
 
-    /// Takes a fair waiter out of the queue (it gave up) and wakes the new head.
-    pub(super) fn dequeue(&mut self, key: &LockKey, ticket: u64) {
+    /// Takes a waiter out of its queue (it gave up, or was granted) and wakes whoever
+    /// may go now.
+    pub(super) fn dequeue(&mut self, key: &LockKey, kind: LockKind, ticket: u64) {
         if let Some(state) = self.keys.get_mut(key) {
-            state.fair_queue.retain(|t| t.id != ticket);
-            state.wake(LockFamily::Fair);
+            state.queue(kind).retain(|t| t.id != ticket);
+            state.wake(kind.family());
         }
         self.tidy(key);
     }
@@ -229,6 +278,21 @@ impl Table {
                     expiry(&state.writer).into_iter().chain(readers).min()
                 })
             }
+            LockKind::Permit => {
+                if state.permits_in_use() && state.permits != req.permits {
+                    return Outcome::OtherCount(state.permits);
+                }
+                state.permits = req.permits;
+                // Granted while among the first waiters the free permits admit; a
+                // single try only if every waiter can be admitted before it.
+                let ahead = match req.ticket {
+                    Some(id) => state.permit_queue.iter().position(|t| t.id == id),
+                    None => Some(state.permit_queue.len()),
+                };
+                let ahead = ahead.unwrap_or(usize::MAX);
+                (ahead >= state.free_permits())
+                    .then(|| state.permit_holders.iter().map(|p| p.expires_at).min())
+            }
         };
         if let Some(wake_at) = blocked_until {
             return Outcome::Blocked { wake_at };
@@ -253,6 +317,12 @@ impl Table {
             }
             LockKind::Read => state.readers.push(holder),
             LockKind::Write => state.writer = Some(holder),
+            LockKind::Permit => {
+                if let Some(id) = req.ticket {
+                    state.permit_queue.retain(|t| t.id != id);
+                }
+                state.permit_holders.push(holder);
+            }
         }
         Outcome::Granted(self.last_fence)
     }
@@ -273,11 +343,8 @@ impl Table {
             LockKind::Exclusive => take_if(&mut state.exclusive, owner, fence),
             LockKind::Fair => take_if(&mut state.fair, owner, fence),
             LockKind::Write => take_if(&mut state.writer, owner, fence),
-            LockKind::Read => {
-                let before = state.readers.len();
-                state.readers.retain(|r| !r.is(owner, fence));
-                state.readers.len() < before
-            }
+            LockKind::Read => take_from(&mut state.readers, owner, fence),
+            LockKind::Permit => take_from(&mut state.permit_holders, owner, fence),
         };
         if removed {
             state.wake(kind.family());
@@ -305,6 +372,7 @@ impl Table {
             LockKind::Fair => state.fair.as_mut(),
             LockKind::Write => state.writer.as_mut(),
             LockKind::Read => state.readers.iter_mut().find(|r| r.is(owner, fence)),
+            LockKind::Permit => state.permit_holders.iter_mut().find(|p| p.is(owner, fence)),
         };
         match holder {
             Some(h) if h.is(owner, fence) => {
@@ -340,6 +408,12 @@ impl Table {
                 holders.extend(state.writer.as_ref().map(|h| h.info(LockKind::Write, now)));
                 holders.extend(state.readers.iter().map(|h| h.info(LockKind::Read, now)));
             }
+            LockFamily::Semaphore => holders.extend(
+                state
+                    .permit_holders
+                    .iter()
+                    .map(|h| h.info(LockKind::Permit, now)),
+            ),
         }
         let waiters = state.waiting;
         self.tidy(key);
@@ -365,6 +439,11 @@ impl Table {
                 .iter()
                 .position(|r| r.fence == fence)
                 .map(|at| state.readers.remove(at)),
+            LockFamily::Semaphore => state
+                .permit_holders
+                .iter()
+                .position(|p| p.fence == fence)
+                .map(|at| state.permit_holders.remove(at)),
             _ => None,
         };
         if removed.is_some() {
@@ -392,6 +471,7 @@ impl Table {
                 all.extend(state.writer.take());
                 all
             }
+            LockFamily::Semaphore => state.permit_holders.drain(..).collect(),
         };
         state.wake(family);
         self.tidy(key);
@@ -406,6 +486,12 @@ impl Table {
     pub(super) fn keys(&self) -> impl Iterator<Item = &LockKey> {
         self.keys.keys()
     }
+}
+
+fn take_from(holders: &mut Vec<Holder>, owner: &OwnerToken, fence: u64) -> bool {
+    let before = holders.len();
+    holders.retain(|h| !h.is(owner, fence));
+    holders.len() < before
 }
 
 fn take_if(holder: &mut Option<Holder>, owner: &OwnerToken, fence: u64) -> bool {

@@ -251,5 +251,6 @@ fn kind_text(kind: LockKind) -> &'static str {
         LockKind::Fair => "fair lock",
         LockKind::Read => "read side of",
         LockKind::Write => "write side of",
+        LockKind::Permit => "permit of",
     }
 }

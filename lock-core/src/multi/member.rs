@@ -9,6 +9,7 @@ use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::id::LockId;
 use crate::options::{AcquireOptions, Lease};
+use crate::semaphore::Semaphore;
 
 /// The handle a member acquires through.
 #[derive(Clone)]
@@ -19,6 +20,8 @@ enum Handle {
     Read(Arc<dyn ReadWriteLock>),
     /// The write side of a read-write lock.
     Write(Arc<dyn ReadWriteLock>),
+    /// A permit of a semaphore.
+    Permit(Arc<dyn Semaphore>),
 }
 
 /// A member: its handle and what the multi-lock needs to know of it up front.
@@ -38,6 +41,7 @@ impl Member {
             LockFamily::Exclusive => LockKind::Exclusive,
             LockFamily::Fair => LockKind::Fair,
             LockFamily::ReadWrite => LockKind::Write,
+            LockFamily::Semaphore => LockKind::Permit,
         };
         let capabilities = lock.capabilities();
         Member {
@@ -45,6 +49,15 @@ impl Member {
             id,
             kind,
             capabilities,
+        }
+    }
+
+    pub(super) fn permit(semaphore: Arc<dyn Semaphore>) -> Self {
+        Member {
+            id: semaphore.lock_id(),
+            kind: LockKind::Permit,
+            capabilities: semaphore.capabilities(),
+            handle: Handle::Permit(semaphore),
         }
     }
 
@@ -92,6 +105,7 @@ impl Member {
             Handle::Mutex(lock) => lock.hold_count(),
             Handle::Read(lock) => lock.read_hold_count(),
             Handle::Write(lock) => lock.write_hold_count(),
+            Handle::Permit(semaphore) => semaphore.hold_count(),
         }
     }
 
@@ -104,6 +118,7 @@ impl Member {
             Handle::Mutex(lock) => lock.acquire_with(options).await,
             Handle::Read(lock) => lock.read_with(options).await,
             Handle::Write(lock) => lock.write_with(options).await,
+            Handle::Permit(semaphore) => semaphore.acquire_with(options).await,
         }
     }
 }

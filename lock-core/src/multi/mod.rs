@@ -18,6 +18,7 @@ use crate::guard::LockGuard;
 use crate::handle::OVERDUE_GRACE;
 use crate::id::LockId;
 use crate::options::{AcquireOptions, Deadline, Lease, Wait};
+use crate::semaphore::Semaphore;
 pub use guard::{MemberError, MemberLoss, MultiGuard, MultiReleaseError};
 use member::Member;
 
@@ -312,6 +313,13 @@ impl MultiLockBuilder {
         self
     }
 
+    /// Adds one permit of a semaphore: a handle (`client.semaphore(..)?`) or an
+    /// `Arc<dyn Semaphore>`. A multi-lock takes at most one permit of a semaphore.
+    pub fn permit(mut self, semaphore: impl Semaphore + 'static) -> Self {
+        self.members.push(Member::permit(Arc::new(semaphore)));
+        self
+    }
+
     /// Checks the members and puts them in the canonical order.
     ///
     /// # Errors
@@ -319,7 +327,7 @@ impl MultiLockBuilder {
     ///   (through one handle or two; for both sides of one read-write lock, list the
     ///   write side: it excludes readers too);
     /// * [`Error::Unsupported`] if a member's backend lacks its lock type (fair or
-    ///   read-write locks).
+    ///   read-write locks, semaphores).
     pub fn build(mut self) -> Result<MultiLock> {
         if self.members.is_empty() {
             return Err(Error::invalid_argument(

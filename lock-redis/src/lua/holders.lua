@@ -1,9 +1,10 @@
 -- Lists the holders of one lock family, for `inspect`.
 -- KEYS[1] exclusive key, KEYS[2] fair holder, KEYS[3] fair waiter expiries (zset),
--- KEYS[4] rw writer, KEYS[5] rw readers
--- ARGV[1] 'e' (exclusive), 'f' (fair) or 'rw'
+-- KEYS[4] rw writer, KEYS[5] rw readers, KEYS[6] semaphore holders, KEYS[7]
+-- semaphore waiter expiries (zset)
+-- ARGV[1] 'e' (exclusive), 'f' (fair), 'rw' or 's' (semaphore)
 -- Returns {waiters or -1 when waiters leave no trace, then per holder: kind
--- ('e', 'f', 'w' or 'r'), stored value, expiry ms by the server clock or -1}.
+-- ('e', 'f', 'w', 'r' or 'p' for a permit), stored value, expiry ms by the server clock or -1}.
 -- Values are strings: `owner:request:fence` for ours, a bare token for other clients'.
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -30,6 +31,19 @@ elseif family == 'f' then
   add_string('f', KEYS[2])
   -- Waiters refresh their expiry while they wait; a lapsed one is gone.
   out[1] = tostring(redis.call('zcount', KEYS[3], '(' .. now, '+inf'))
+elseif family == 's' then
+  local entries = redis.pcall('hgetall', KEYS[6])
+  if type(entries) == 'table' then
+    for i = 1, #entries, 2 do
+      local expiry = tonumber(entries[i + 1])
+      if entries[i] ~= '#permits' and expiry and expiry > now then
+        out[#out + 1] = 'p'
+        out[#out + 1] = entries[i]
+        out[#out + 1] = entries[i + 1]
+      end
+    end
+  end
+  out[1] = tostring(redis.call('zcount', KEYS[7], '(' .. now, '+inf'))
 else
   add_string('w', KEYS[4])
   local readers = redis.pcall('hgetall', KEYS[5])

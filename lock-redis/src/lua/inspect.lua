@@ -1,10 +1,11 @@
 -- is_locked / force_unlock / force_unlock_holder for one lock family.
 -- KEYS[1] exclusive key, KEYS[2] fair holder, KEYS[3] fair queue, KEYS[4] rw writer,
--- KEYS[5] rw readers
--- ARGV[1] 'e' (exclusive), 'f' (fair) or 'rw'; ARGV[2] '0' to look only, '1' to remove
+-- KEYS[5] rw readers, KEYS[6] semaphore holders, KEYS[7] semaphore queue
+-- ARGV[1] 'e' (exclusive), 'f' (fair), 'rw' or 's' (semaphore); ARGV[2] '0' to look only, '1' to remove
 -- every lease of the family, or '=<fence>' to remove only the lease whose fencing token
 -- is <fence> (its stored value ends with ':<fence>');
--- ARGV[3] exclusive channel, ARGV[4] fair channel, ARGV[5] rw channel
+-- ARGV[3] exclusive channel, ARGV[4] fair channel, ARGV[5] rw channel, ARGV[6]
+-- semaphore channel
 -- Returns, for '0' and '1', 1 if any lease of the family was held, else 0; for
 -- '=<fence>', 1 if that lease was there (and is now removed), else 0.
 -- A removed lease is announced on its lock's channel as 'forced:<value>', so that its
@@ -59,6 +60,28 @@ elseif family == 'f' then
     if value then
       redis.call('publish', ARGV[4], 'forced:' .. value)
     end
+  end
+elseif family == 's' then
+  local entries = redis.pcall('hgetall', KEYS[6])
+  if type(entries) ~= 'table' then
+    entries = {}
+  end
+  local removed = {}
+  for j = 1, #entries, 2 do
+    if entries[j] ~= COUNT and tonumber(entries[j + 1]) > now then
+      held = true
+      if remove_all or chosen(entries[j]) then
+        removed[#removed + 1] = entries[j]
+        redis.call('hdel', KEYS[6], entries[j])
+      end
+    end
+  end
+  removed_one = #removed > 0
+  if removed_one then
+    semaphore_changed(KEYS[6], KEYS[7], ARGV[6], now)
+  end
+  for _, value in ipairs(removed) do
+    redis.call('publish', ARGV[6], 'forced:' .. value)
   end
 else
   held = redis.call('exists', KEYS[4]) == 1

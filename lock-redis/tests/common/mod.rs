@@ -283,6 +283,7 @@ impl<B: LockBackend> Direct<B> {
             .acquire(AcquireRequest {
                 key,
                 kind,
+                permits: 1,
                 owner,
                 ttl,
                 deadline,

@@ -60,7 +60,8 @@ fn fast_condition(kind: LockKind, t: &Tables, now: &str) -> (String, Vec<Arg>) {
     match kind {
         LockKind::Exclusive => ("1 = 1".to_owned(), vec![]),
         // A fair request never overtakes a live ticket.
-        LockKind::Fair => (
+        // Permits are refused before they get here (no `semaphore` capability).
+        LockKind::Fair | LockKind::Permit => (
             format!(
                 "NOT EXISTS (SELECT 1 FROM {queue} x WHERE x.khash = ? AND x.kind = {fair} AND x.expires_ms > {now})"
             ),
