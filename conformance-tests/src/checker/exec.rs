@@ -7,12 +7,12 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use lock_core::{
     AcquireOptions, DistributedLock, FairLock, LockGuard, LockKind, LockProvider, MultiGuard,
-    MultiLock, ReadWriteLock,
+    MultiLock, ReadWriteLock, Semaphore,
 };
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
 
-use super::gen::{CallPlan, Family, LeasePlan, Op, Plan, WaitPlan};
+use super::gen::{CallPlan, Family, LeasePlan, Op, Plan, WaitPlan, PERMITS};
 use super::history::{History, HoldId, Recorded, What};
 use crate::backend::{Backend, ClientOptions};
 use crate::server::Freezer;
@@ -80,6 +80,7 @@ enum Lock {
     Exclusive(Arc<dyn DistributedLock>),
     Fair(Arc<dyn FairLock>),
     ReadWrite(Arc<dyn ReadWriteLock>),
+    Semaphore(Arc<dyn Semaphore>),
 }
 
 impl Lock {
@@ -93,6 +94,7 @@ impl Lock {
             (Lock::Fair(lock), _) => lock.acquire_with(options),
             (Lock::ReadWrite(lock), LockKind::Read) => lock.read_with(options),
             (Lock::ReadWrite(lock), _) => lock.write_with(options),
+            (Lock::Semaphore(semaphore), _) => semaphore.acquire_with(options),
         }
     }
 }
@@ -289,6 +291,7 @@ impl Worker {
                         (Lock::Fair(lock), _) => builder.lock(lock.clone()),
                         (Lock::ReadWrite(lock), LockKind::Read) => builder.read(lock.clone()),
                         (Lock::ReadWrite(lock), _) => builder.write(lock.clone()),
+                        (Lock::Semaphore(semaphore), _) => builder.permit(semaphore.clone()),
                     };
                 }
                 let multi = match builder.build() {
@@ -509,6 +512,7 @@ pub(crate) async fn run(
             Family::Exclusive => client.lock(name).map(Lock::Exclusive),
             Family::Fair => client.fair_lock(name).map(Lock::Fair),
             Family::ReadWrite => client.rw_lock(name).map(Lock::ReadWrite),
+            Family::Semaphore => client.semaphore(name, PERMITS).map(Lock::Semaphore),
         };
         locks.push(lock.map_err(|err| format!("lock handle: {err}"))?);
     }

@@ -41,12 +41,17 @@ impl Rng {
     }
 }
 
+/// How many permits every semaphore of a run has.
+pub(crate) const PERMITS: u32 = 2;
+
 /// Which lock a handle is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Family {
     Exclusive,
     Fair,
     ReadWrite,
+    /// A semaphore of [`PERMITS`] permits.
+    Semaphore,
 }
 
 /// How long an acquire waits.
@@ -229,6 +234,9 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
         families.push(Family::ReadWrite);
         // Read-write locks have the most interleavings (downgrades, shared readers).
         families.push(Family::ReadWrite);
+    }
+    if caps.semaphore {
+        families.push(Family::Semaphore);
     }
     let clients: Vec<ClientPlan> = (0..rng.range(3, 4))
         .map(|_| ClientPlan {
@@ -436,6 +444,7 @@ fn kind_for(rng: &mut Rng, family: Family) -> LockKind {
         Family::Fair => LockKind::Fair,
         Family::ReadWrite if rng.chance(50) => LockKind::Read,
         Family::ReadWrite => LockKind::Write,
+        Family::Semaphore => LockKind::Permit,
     }
 }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use lock_core::LockKind;
 
+use super::gen::PERMITS;
 use super::history::{HoldId, Recorded, What};
 
 /// A broken rule, with the part of the history that shows it.
@@ -20,15 +21,19 @@ pub struct Violation {
 }
 
 /// Whether holds of kinds `a` and `b` on one name exclude each other. Exclusive, fair
-/// and read-write locks of one name are separate locks (lock-core's `LockFamily`).
+/// and read-write locks and semaphores of one name are separate locks (lock-core's
+/// `LockFamily`); permits exclude each other only beyond the count (see [`permits`]).
 fn conflict(a: LockKind, b: LockKind) -> bool {
-    a.family() == b.family() && !(a == LockKind::Read && b == LockKind::Read)
+    a.family() == b.family()
+        && !(a == LockKind::Read && b == LockKind::Read)
+        && a != LockKind::Permit
 }
 
 /// Runs every check on `rec`; `slack` is how late a wait may return past its limit.
 pub(crate) fn verify(rec: &Recorded, slack: Duration) -> Vec<Violation> {
     let mut found = Vec::new();
     overlaps(rec, &mut found);
+    permits(rec, &mut found);
     fencing(rec, &mut found);
     waits(rec, slack, &mut found);
     after_shutdown(rec, &mut found);
@@ -67,6 +72,59 @@ fn overlaps(rec: &Recorded, found: &mut Vec<Violation>) {
                         ha.kind, ha.token, hb.kind, hb.token, rec.names[ha.name]
                     ),
                     excerpt: excerpt(rec, ha.name, &[a, b], &[from, to]),
+                });
+                return;
+            }
+        }
+    }
+}
+
+/// (1b) Never more than [`PERMITS`] permits of one semaphore believed held at once.
+/// As in [`overlaps`], a hold sampled true at two places was held everywhere between;
+/// intervals that pairwise meet share a point, so a sweep over the spans finds the
+/// largest number held at one moment.
+fn permits(rec: &Recorded, found: &mut Vec<Violation>) {
+    let mut span: HashMap<HoldId, (usize, usize)> = HashMap::new();
+    for event in &rec.events {
+        if let What::Sample { hold, held: true } = event.what {
+            if rec.holds[hold].kind == LockKind::Permit {
+                span.entry(hold)
+                    .and_modify(|s| s.1 = event.seq)
+                    .or_insert((event.seq, event.seq));
+            }
+        }
+    }
+    for name in 0..rec.names.len() {
+        // (seq, 0 for a start / 1 for an end, hold): starts before ends at one seq.
+        let mut edges: Vec<(usize, u8, HoldId)> = Vec::new();
+        for (&hold, &(from, to)) in &span {
+            if rec.holds[hold].name == name {
+                edges.push((from, 0, hold));
+                edges.push((to, 1, hold));
+            }
+        }
+        edges.sort_unstable();
+        let mut open: Vec<HoldId> = Vec::new();
+        for (seq, edge, hold) in edges {
+            if edge == 1 {
+                open.retain(|&h| h != hold);
+                continue;
+            }
+            open.push(hold);
+            if open.len() > PERMITS as usize {
+                let tokens: Vec<String> = open
+                    .iter()
+                    .map(|&h| format!("h{h} (token {})", rec.holds[h].token))
+                    .collect();
+                found.push(Violation {
+                    check: "permits",
+                    message: format!(
+                        "{} permits of `{}` ({PERMITS} permits) all said is_held() at #{seq}: {}",
+                        open.len(),
+                        rec.names[name],
+                        tokens.join(", ")
+                    ),
+                    excerpt: excerpt(rec, name, &open, &[seq]),
                 });
                 return;
             }
@@ -393,6 +451,7 @@ mod tests {
         assert!(conflict(Read, Write));
         assert!(conflict(Write, Write));
         assert!(!conflict(Read, Read));
+        assert!(!conflict(Permit, Permit), "counted by `permits` instead");
         assert!(!conflict(Exclusive, Fair));
         assert!(!conflict(Exclusive, Write));
         assert!(!conflict(Fair, Read));
