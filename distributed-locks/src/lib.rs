@@ -52,9 +52,10 @@ pub use lock_core::{
     LockClient, LockClientBuilder, LockEvent, LockEventKind, LockEvents, LockFamily, LockGuard,
     LockHandle, LockId, LockInfo, LockKey, LockKind, LockName, LockProvider, MemberError,
     MemberLoss, MultiGuard, MultiLock, MultiLockBuilder, MultiReleaseError, Namespace,
-    ReadWriteLock, ReadWriteLockExt, ReadWriteLockHandle, Result, Wait, DEFAULT_CLOCK_DRIFT,
-    DEFAULT_NAMESPACE, DEFAULT_WATCHDOG_LEASE, MAX_DURATION, MAX_HOLDER_DESCRIPTION_BYTES,
-    MAX_NAME_BYTES, MIN_LEASE, MIN_WATCHDOG_LEASE, NAMESPACE_SEPARATORS,
+    ReadWriteLock, ReadWriteLockExt, ReadWriteLockHandle, Result, Semaphore, SemaphoreExt,
+    SemaphoreHandle, Wait, DEFAULT_CLOCK_DRIFT, DEFAULT_NAMESPACE, DEFAULT_WATCHDOG_LEASE,
+    MAX_DURATION, MAX_HOLDER_DESCRIPTION_BYTES, MAX_NAME_BYTES, MAX_PERMITS, MIN_LEASE,
+    MIN_WATCHDOG_LEASE, NAMESPACE_SEPARATORS,
 };
 
 /// The Redis backend crate, [`lock_redis`]: `RedisBackend`, `RedLockBackend`, `RedisConfig`.

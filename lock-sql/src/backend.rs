@@ -183,9 +183,7 @@ impl LockBackend for SqlBackend {
 
     fn capabilities(&self) -> Capabilities {
         match self.inner.strategy {
-            Strategy::Lease => Capabilities::ALL
-                .with_loss_notice(false)
-                .with_semaphore(false),
+            Strategy::Lease => Capabilities::ALL.with_loss_notice(false),
             // `inspect` names a row lock's holder by owner and token only (no
             // description); one holder at a time, broken by `force_unlock`. A fixed
             // lease is the server's silence limit left to run out.

@@ -215,7 +215,7 @@ impl Db {
             scope,
         };
         db.timed("creating the schema", db.ensure_schema()).await?;
-        db.timed("adding the holder columns", db.ensure_holder_columns())
+        db.timed("adding the newer columns", db.ensure_added_columns())
             .await?;
         db.timed(
             "checking the tables' strategy",
@@ -266,31 +266,45 @@ impl Db {
         self.check_version(row.try_get(0).map_err(|e| self.err(e))?)
     }
 
-    /// Adds the lease table's holder columns (`description`, `acquired_ms`) if the
-    /// tables were made by a release without them. Two clients may race here: one that
-    /// fails to add a column another just added looks again rather than failing.
-    async fn ensure_holder_columns(&self) -> Result<()> {
-        let present = self.holder_columns().await?;
-        for (column, add) in [
-            ("description", &self.sql.schema.add_description),
-            ("acquired_ms", &self.sql.schema.add_acquired_ms),
+    /// Adds the columns newer than the tables (the lease table's `description` and
+    /// `acquired_ms`; `permits` on the lease and queue tables) if the tables were made
+    /// by a release without them. Two clients may race here: one that fails to add a
+    /// column another just added looks again rather than failing.
+    async fn ensure_added_columns(&self) -> Result<()> {
+        let (schema, tables) = (&self.sql.schema, &self.sql.tables);
+        for (table, columns) in [
+            (
+                &tables.leases_name,
+                vec![
+                    ("description", &schema.add_description),
+                    ("acquired_ms", &schema.add_acquired_ms),
+                    ("permits", &schema.add_lease_permits),
+                ],
+            ),
+            (
+                &tables.queue_name,
+                vec![("permits", &schema.add_queue_permits)],
+            ),
         ] {
-            if present.iter().any(|c| c == column) {
-                continue;
-            }
-            if let Err(e) = q(add).execute(&self.pool).await {
-                if !self.holder_columns().await?.iter().any(|c| c == column) {
-                    return Err(self.err(e));
+            let present = self.added_columns(table).await?;
+            for (column, add) in columns {
+                if present.iter().any(|c| c == column) {
+                    continue;
+                }
+                if let Err(e) = q(add).execute(&self.pool).await {
+                    if !self.added_columns(table).await?.iter().any(|c| c == column) {
+                        return Err(self.err(e));
+                    }
                 }
             }
         }
         Ok(())
     }
 
-    /// Which holder columns the lease table has.
-    async fn holder_columns(&self) -> Result<Vec<String>> {
-        let rows = q(&self.sql.schema.holder_columns)
-            .bind(self.sql.tables.leases_name.clone())
+    /// Which of the newer columns `table` has.
+    async fn added_columns(&self, table: &str) -> Result<Vec<String>> {
+        let rows = q(&self.sql.schema.added_columns)
+            .bind(table.to_owned())
             .fetch_all(&self.pool)
             .await
             .map_err(|e| self.err(e))?;

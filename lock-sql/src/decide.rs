@@ -16,15 +16,19 @@ pub(crate) struct LiveLease {
     pub(crate) owner: String,
     /// Milliseconds until it expires, by the database's clock.
     pub(crate) remaining_ms: i64,
+    /// A permit's semaphore count (0 for locks).
+    pub(crate) permits: i64,
 }
 
-/// A live queue ticket of the key (fair-lock waiters and waiting writers).
+/// A live queue ticket of the key (fair-lock and semaphore waiters, waiting writers).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct LiveTicket {
     pub(crate) kind: LockKind,
     pub(crate) ticket: i64,
     pub(crate) owner: String,
     pub(crate) remaining_ms: i64,
+    /// A semaphore waiter's count (0 for locks).
+    pub(crate) permits: i64,
 }
 
 /// What a request gets.
@@ -36,6 +40,8 @@ pub(crate) enum Decision {
     Blocked {
         wake_in_ms: Option<i64>,
     },
+    /// A semaphore's holders or other waiters use this count, not the request's.
+    OtherCount(u32),
 }
 
 fn blocked(remaining: impl Iterator<Item = i64>) -> Decision {
@@ -44,13 +50,15 @@ fn blocked(remaining: impl Iterator<Item = i64>) -> Decision {
     }
 }
 
-/// Decides a request of `kind` by `owner`, holding queue ticket `ticket` if it has one.
+/// Decides a request of `kind` by `owner`, holding queue ticket `ticket` if it has one;
+/// `permits` is a semaphore's count (1 for locks).
 pub(crate) fn decide(
     kind: LockKind,
     owner: &str,
     ticket: Option<i64>,
     leases: &[LiveLease],
     queue: &[LiveTicket],
+    permits: u32,
 ) -> Decision {
     let leases_of = |k: LockKind| leases.iter().filter(move |l| l.kind == k);
     match kind {
@@ -59,8 +67,8 @@ pub(crate) fn decide(
                 return blocked(leases_of(LockKind::Exclusive).map(|l| l.remaining_ms));
             }
         }
-        // Permits are refused before they get here (no `semaphore` capability).
-        LockKind::Fair | LockKind::Permit => {
+        LockKind::Permit => return decide_permit(permits, ticket, leases, queue),
+        LockKind::Fair => {
             let ahead = |t: &&LiveTicket| {
                 t.kind == LockKind::Fair && ticket.is_none_or(|mine| t.ticket < mine)
             };
@@ -97,6 +105,41 @@ pub(crate) fn decide(
     Decision::Grant
 }
 
+/// A permit is granted while the request is among the first waiters the free permits
+/// admit (without a ticket: if every waiter can be admitted before it), and refused
+/// if the semaphore's holders or other waiters use another count.
+fn decide_permit(
+    permits: u32,
+    ticket: Option<i64>,
+    leases: &[LiveLease],
+    queue: &[LiveTicket],
+) -> Decision {
+    let holders: Vec<&LiveLease> = leases
+        .iter()
+        .filter(|l| l.kind == LockKind::Permit)
+        .collect();
+    let waiters = queue
+        .iter()
+        .filter(|t| t.kind == LockKind::Permit && Some(t.ticket) != ticket);
+    let in_force = holders
+        .iter()
+        .map(|l| l.permits)
+        .chain(waiters.clone().map(|t| t.permits))
+        .find(|&count| count != i64::from(permits));
+    if let Some(count) = in_force {
+        return Decision::OtherCount(u32::try_from(count).unwrap_or(0));
+    }
+    let ahead = waiters
+        .filter(|t| ticket.is_none_or(|mine| t.ticket < mine))
+        .count();
+    let free = (permits as usize).saturating_sub(holders.len());
+    if ahead < free {
+        Decision::Grant
+    } else {
+        blocked(holders.iter().map(|l| l.remaining_ms))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +149,7 @@ mod tests {
             kind,
             owner: owner.into(),
             remaining_ms,
+            permits: 0,
         }
     }
 
@@ -115,6 +159,7 @@ mod tests {
             ticket,
             owner: owner.into(),
             remaining_ms: 9_000,
+            permits: 0,
         }
     }
 
@@ -129,16 +174,16 @@ mod tests {
     #[test]
     fn exclusive_ignores_other_kinds() {
         use LockKind::*;
-        assert_eq!(decide(Exclusive, "a", None, &[], &[]), GRANT);
+        assert_eq!(decide(Exclusive, "a", None, &[], &[], 1), GRANT);
         let held = [lease(Exclusive, "b", 500), lease(Fair, "c", 100)];
-        assert_eq!(decide(Exclusive, "a", None, &held, &[]), wake(500));
+        assert_eq!(decide(Exclusive, "a", None, &held, &[], 1), wake(500));
         assert_eq!(
-            decide(Exclusive, "b", None, &held, &[]),
+            decide(Exclusive, "b", None, &held, &[], 1),
             wake(500),
             "no re-entry here"
         );
         assert_eq!(
-            decide(Exclusive, "a", None, &[lease(Write, "b", 5)], &[]),
+            decide(Exclusive, "a", None, &[lease(Write, "b", 5)], &[], 1),
             GRANT
         );
     }
@@ -147,20 +192,20 @@ mod tests {
     fn fair_goes_in_ticket_order() {
         use LockKind::*;
         let queue = [ticket(Fair, 3, "x"), ticket(Fair, 5, "y")];
-        assert_eq!(decide(Fair, "x", Some(3), &[], &queue), GRANT);
-        assert_eq!(decide(Fair, "y", Some(5), &[], &queue), wake(9_000));
+        assert_eq!(decide(Fair, "x", Some(3), &[], &queue, 1), GRANT);
+        assert_eq!(decide(Fair, "y", Some(5), &[], &queue, 1), wake(9_000));
         assert_eq!(
-            decide(Fair, "z", None, &[], &queue),
+            decide(Fair, "z", None, &[], &queue, 1),
             wake(9_000),
             "try-once respects the queue"
         );
-        assert_eq!(decide(Fair, "z", None, &[], &[]), GRANT);
+        assert_eq!(decide(Fair, "z", None, &[], &[], 1), GRANT);
         assert_eq!(
-            decide(Fair, "x", Some(3), &[lease(Fair, "h", 70)], &queue),
+            decide(Fair, "x", Some(3), &[lease(Fair, "h", 70)], &queue, 1),
             wake(70)
         );
         assert_eq!(
-            decide(Fair, "x", Some(3), &[], &[ticket(Write, 1, "w")]),
+            decide(Fair, "x", Some(3), &[], &[ticket(Write, 1, "w")], 1),
             GRANT,
             "writer tickets are another queue"
         );
@@ -169,31 +214,84 @@ mod tests {
     #[test]
     fn read_write_rules() {
         use LockKind::*;
-        assert_eq!(decide(Read, "r", None, &[lease(Read, "q", 10)], &[]), GRANT);
         assert_eq!(
-            decide(Read, "r", None, &[lease(Write, "w", 40)], &[]),
+            decide(Read, "r", None, &[lease(Read, "q", 10)], &[], 1),
+            GRANT
+        );
+        assert_eq!(
+            decide(Read, "r", None, &[lease(Write, "w", 40)], &[], 1),
             wake(40)
         );
         assert_eq!(
-            decide(Read, "w", None, &[lease(Write, "w", 40)], &[]),
+            decide(Read, "w", None, &[lease(Write, "w", 40)], &[], 1),
             GRANT,
             "downgrade"
         );
         let writer_waits = [ticket(Write, 1, "w")];
-        assert_eq!(decide(Read, "r", None, &[], &writer_waits), wake(9_000));
-        assert_eq!(decide(Read, "w", None, &[], &writer_waits), GRANT);
+        assert_eq!(decide(Read, "r", None, &[], &writer_waits, 1), wake(9_000));
+        assert_eq!(decide(Read, "w", None, &[], &writer_waits, 1), GRANT);
         assert_eq!(
-            decide(Write, "w", Some(1), &[lease(Read, "r", 30)], &writer_waits),
+            decide(
+                Write,
+                "w",
+                Some(1),
+                &[lease(Read, "r", 30)],
+                &writer_waits,
+                1
+            ),
             wake(30)
         );
-        assert_eq!(decide(Write, "w", Some(1), &[], &writer_waits), GRANT);
+        assert_eq!(decide(Write, "w", Some(1), &[], &writer_waits, 1), GRANT);
         assert_eq!(
-            decide(Write, "w", None, &[lease(Write, "v", 8)], &[]),
+            decide(Write, "w", None, &[lease(Write, "v", 8)], &[], 1),
             wake(8)
         );
         assert_eq!(
-            decide(Write, "w", None, &[lease(Exclusive, "v", 8)], &[]),
+            decide(Write, "w", None, &[lease(Exclusive, "v", 8)], &[], 1),
             GRANT
         );
+    }
+
+    #[test]
+    fn permits_admit_up_to_the_count_in_request_order() {
+        use LockKind::*;
+        let permit = |owner: &str, ms: i64| LiveLease {
+            permits: 2,
+            ..lease(Permit, owner, ms)
+        };
+        let waiter = |id: i64, count: i64| LiveTicket {
+            permits: count,
+            ..ticket(Permit, id, "w")
+        };
+        assert_eq!(decide(Permit, "a", None, &[], &[], 2), GRANT);
+        assert_eq!(
+            decide(Permit, "a", None, &[permit("b", 300)], &[], 2),
+            GRANT
+        );
+        let full = [permit("b", 300), permit("c", 100)];
+        assert_eq!(decide(Permit, "a", None, &full, &[], 2), wake(100));
+        // One free permit: the first waiter goes, the second and a newcomer wait.
+        let one = [permit("b", 300)];
+        let queue = [waiter(5, 2), waiter(7, 2)];
+        assert_eq!(decide(Permit, "a", Some(5), &one, &queue, 2), GRANT);
+        assert_eq!(decide(Permit, "a", Some(7), &one, &queue, 2), wake(300));
+        assert_eq!(decide(Permit, "a", None, &one, &queue, 2), wake(300));
+        // Locks of the name do not count.
+        let others = [
+            permit("b", 300),
+            lease(Exclusive, "x", 50),
+            lease(Read, "y", 50),
+        ];
+        assert_eq!(decide(Permit, "a", None, &others, &[], 2), GRANT);
+        // Another count in force is refused; the request's own ticket does not count.
+        assert_eq!(
+            decide(Permit, "a", None, &one, &[], 3),
+            Decision::OtherCount(2)
+        );
+        assert_eq!(
+            decide(Permit, "a", None, &[], &[waiter(5, 2)], 3),
+            Decision::OtherCount(2)
+        );
+        assert_eq!(decide(Permit, "a", Some(5), &[], &[waiter(5, 3)], 3), GRANT);
     }
 }

@@ -148,6 +148,17 @@ pub(crate) struct RunArgs {
     /// without --fair may still get in ahead of them.
     #[arg(long)]
     pub(crate) fair: bool,
+    /// At most N runs of NAME at once (consul lock's `-n`; `-n` here is --no-wait, as in
+    /// flock): each takes a permit of the semaphore NAME of N permits, granted in
+    /// request order. Every run of NAME must give the same N.
+    #[arg(
+        short = 'N',
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..),
+        conflicts_with_all = ["shared", "exclusive", "fair"]
+    )]
+    pub(crate) permits: Option<u32>,
     /// A fixed lease: the lock is lost if the command runs longer than this. Default:
     /// the watchdog keeps the lease for as long as the command runs.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]

@@ -6,12 +6,14 @@
 //! runs take the exclusive lock NAME instead, and `--shared` is refused. `status`,
 //! `wait` and `force-unlock` look at, or break, the same lock. A program that must
 //! exclude lockctl runs takes `client.rw_lock(NAME)?.write()` (or `client.lock(NAME)`
-//! on those backends).
+//! on those backends). `run -N N` takes a permit of the semaphore NAME instead, which
+//! is a lock of its own (`client.semaphore(NAME, N)`).
 
 use std::sync::Arc;
 
 use distributed_locks::{
-    AcquireOptions, DistributedLock, LockGuard, LockInfo, LockProvider, ReadWriteLock, Result,
+    AcquireOptions, DistributedLock, Error, LockGuard, LockInfo, LockProvider, ReadWriteLock,
+    Result, Semaphore,
 };
 
 /// The lock a name means on one backend.
@@ -21,6 +23,8 @@ pub(crate) enum RunLock {
     ReadWrite(Arc<dyn ReadWriteLock>),
     /// An exclusive lock, where the backend has no read-write locks.
     Exclusive(Arc<dyn DistributedLock>),
+    /// A semaphore (`run -N N`): at most N runs at once.
+    Semaphore(Arc<dyn Semaphore>),
 }
 
 impl RunLock {
@@ -34,6 +38,20 @@ impl RunLock {
         } else {
             RunLock::Exclusive(client.lock(name)?)
         })
+    }
+
+    /// The semaphore `name` of `permits` on `client`'s backend.
+    ///
+    /// # Errors
+    /// An invalid name or count, or a backend without semaphores.
+    pub(crate) fn semaphore(client: &dyn LockProvider, name: &str, permits: u32) -> Result<Self> {
+        if !client.capabilities().semaphore {
+            return Err(Error::Unsupported {
+                backend: client.backend_name(),
+                operation: "semaphores (run -N)",
+            });
+        }
+        Ok(RunLock::Semaphore(client.semaphore(name, permits)?))
     }
 
     /// Whether runs can share it (`--shared`).
@@ -51,6 +69,7 @@ impl RunLock {
             RunLock::ReadWrite(lock) => lock.write_with(options).await,
             // `run` refuses --shared here before it gets this far.
             RunLock::Exclusive(lock) => lock.acquire_with(options).await,
+            RunLock::Semaphore(semaphore) => semaphore.acquire_with(options).await,
         }
     }
 
@@ -62,6 +81,7 @@ impl RunLock {
         match self {
             RunLock::ReadWrite(lock) => lock.is_locked().await,
             RunLock::Exclusive(lock) => lock.is_locked().await,
+            RunLock::Semaphore(semaphore) => Ok(semaphore.available().await? < semaphore.permits()),
         }
     }
 
@@ -73,6 +93,7 @@ impl RunLock {
         match self {
             RunLock::ReadWrite(lock) => lock.inspect().await,
             RunLock::Exclusive(lock) => lock.inspect().await,
+            RunLock::Semaphore(semaphore) => semaphore.inspect().await,
         }
     }
 
@@ -84,6 +105,7 @@ impl RunLock {
         match self {
             RunLock::ReadWrite(lock) => lock.force_unlock_holder(token).await,
             RunLock::Exclusive(lock) => lock.force_unlock_holder(token).await,
+            RunLock::Semaphore(semaphore) => semaphore.force_unlock_holder(token).await,
         }
     }
 
@@ -95,6 +117,7 @@ impl RunLock {
         match self {
             RunLock::ReadWrite(lock) => lock.force_unlock().await,
             RunLock::Exclusive(lock) => lock.force_unlock().await,
+            RunLock::Semaphore(semaphore) => semaphore.force_unlock().await,
         }
     }
 }

@@ -37,7 +37,10 @@ pub(crate) async fn run(
     mut signals: Signals,
     inherited: Inherited,
 ) -> Result<u8, Failure> {
-    let lock = RunLock::of(&*client, &args.name)?;
+    let lock = match args.permits {
+        Some(permits) => RunLock::semaphore(&*client, &args.name, permits),
+        None => RunLock::of(&*client, &args.name),
+    }?;
     if args.shared && !lock.can_share() {
         return Err(Failure::new(
             exit::USAGE,
@@ -85,6 +88,7 @@ pub(crate) async fn run(
         json!({
             "token": token,
             "shared": args.shared,
+            "permits": args.permits,
             "waited_ms": started.elapsed().as_millis() as u64,
         }),
     );

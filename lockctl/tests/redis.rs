@@ -30,6 +30,14 @@ async fn lockctl_over_tls_on_redis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_n_runs_at_once_on_redis() {
+    let server = TestServer::start(&specs::REDIS)
+        .await
+        .expect("redis server");
+    common::at_most_n_runs_at_once(&server.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_command_group_on_redis() {
     let server = TestServer::start(&specs::REDIS)
         .await

@@ -13,6 +13,12 @@ async fn lockctl_on_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_n_runs_at_once_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    common::at_most_n_runs_at_once(&sqlite_url(dir.path())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_command_group_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     common::group_scenarios(&sqlite_url(dir.path()), "sqlite").await;

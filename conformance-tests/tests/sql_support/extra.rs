@@ -754,13 +754,19 @@ pub async fn tables_without_holder_columns_get_them(url: &str) {
         Dialect::MySql => format!("`{prefix}_leases`"),
         _ => format!("\"{prefix}_leases\""),
     };
-    for column in ["description", "acquired_ms"] {
+    let queue = table.replace("_leases", "_queue");
+    for (table, column) in [
+        (&table, "description"),
+        (&table, "acquired_ms"),
+        (&table, "permits"),
+        (&queue, "permits"),
+    ] {
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
             "ALTER TABLE {table} DROP COLUMN {column}"
         )))
         .execute(first.pool())
         .await
-        .expect("drop a holder column");
+        .expect("drop a newer column");
     }
     // A live exclusive lease as the older release writes it.
     let key = LockKey::new(
@@ -818,6 +824,14 @@ pub async fn tables_without_holder_columns_get_them(url: &str) {
     );
     assert!(info.holders[0].acquired_at.is_some(), "{info:?}");
     guard.release().await.expect("release");
+    // The semaphore's count is kept in the added `permits` columns.
+    let permits = client.semaphore("permits", 1).unwrap();
+    let permit = permits
+        .acquire()
+        .await
+        .expect("a permit on the migrated tables");
+    assert!(permits.try_acquire().await.unwrap().is_none(), "one permit");
+    permit.release().await.expect("release the permit");
     assert!(old
         .force_unlock_holder(7)
         .await

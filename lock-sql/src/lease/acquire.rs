@@ -50,13 +50,17 @@ pub(crate) async fn acquire(
         ttl_ms: millis(req.ttl),
         queue_ttl_ms: millis(timing.queue_ttl),
         description: req.holder.to_owned(),
+        permits: req.permits,
     });
     let key = &ask.key;
     // A downgrade asked again carries the owner of an earlier one, whose grant may
     // still be being undone.
     db.blind_undos.stop(&key.hash, ask.kind, &ask.owner).await;
     let waits = !req.deadline.has_passed();
-    let queued_kind = matches!(req.kind, LockKind::Fair | LockKind::Write);
+    let queued_kind = matches!(
+        req.kind,
+        LockKind::Fair | LockKind::Write | LockKind::Permit
+    );
     let mut ticket = Ticket {
         db: db.clone(),
         key: key.hash.clone(),
@@ -94,6 +98,10 @@ pub(crate) async fn acquire(
                 }));
             }
             Outcome::Blocked { wake_in_ms } => wake_in_ms,
+            Outcome::OtherCount(count) => {
+                let _ = tokio::time::timeout(TICKET_REMOVAL_GRACE, ticket.remove()).await;
+                return Err(Error::other_permit_count(req.key, count, req.permits));
+            }
         };
         if req.deadline.has_passed() {
             // Briefly: a slow server must not stretch the wait limit; a removal not
@@ -252,8 +260,12 @@ pub(super) async fn run_attempt(
     Some((Ok(prepared.outcome), prepared.ticket, pending))
 }
 
-pub(super) fn fast_grant_of(db: &Db, kind: LockKind) -> &FastGrant {
-    &db.sql.lease.fast_grant[kind_code(kind) as usize]
+/// The one-statement grant of `kind`, if it has one (a permit's rule counts rows, which
+/// no one-row upsert can).
+pub(super) fn fast_grant_of(db: &Db, kind: LockKind) -> Option<&FastGrant> {
+    usize::try_from(kind_code(kind))
+        .ok()
+        .and_then(|at| db.sql.lease.fast_grant.get(at))
 }
 
 /// `grant`'s statement with the request's values bound in its order.
@@ -291,7 +303,9 @@ pub(super) async fn fast_grant_postgres(
     ask: &Ask,
     pending: &mut PendingWrite,
 ) -> std::result::Result<Option<Outcome>, HotError> {
-    let grant = fast_grant_of(db, ask.kind);
+    let Some(grant) = fast_grant_of(db, ask.kind) else {
+        return Ok(None);
+    };
     // Bounded like a COMMIT (the statement commits), so a server that never answers
     // cannot keep this task, and the client's shutdown, for ever.
     let statement = db

@@ -55,9 +55,15 @@ pub(super) struct Ask {
     pub(super) queue_ttl_ms: i64,
     /// What the client says about itself, stored with the lease for `inspect`.
     pub(super) description: String,
+    /// A semaphore's count (1 for locks).
+    pub(super) permits: u32,
 }
 
 pub(super) enum Outcome {
     Granted(u64),
-    Blocked { wake_in_ms: Option<i64> },
+    Blocked {
+        wake_in_ms: Option<i64>,
+    },
+    /// A semaphore's holders or waiters use this count, not the request's.
+    OtherCount(u32),
 }

@@ -65,8 +65,18 @@ pub(super) async fn prepare(
             ticket = None;
         }
     }
-    match decide(ask.kind, &ask.owner, ticket, &leases, &queue) {
+    match decide(ask.kind, &ask.owner, ticket, &leases, &queue, ask.permits) {
         Decision::Grant => grant(tx, db, ask, fence, ticket).await,
+        Decision::OtherCount(count) => {
+            tx.rollback().await?;
+            Ok(Prepared {
+                tx: None,
+                outcome: Outcome::OtherCount(count),
+                fence: None,
+                new_ticket: None,
+                ticket,
+            })
+        }
         Decision::Blocked { wake_in_ms } => {
             wait(
                 tx,
@@ -96,7 +106,10 @@ async fn upsert_granted(
             .execute(&mut **tx)
             .await?;
     }
-    let row = bind_args(fast_grant_of(db, ask.kind), ask, fence)
+    let Some(grant) = fast_grant_of(db, ask.kind) else {
+        return Ok(false);
+    };
+    let row = bind_args(grant, ask, fence)
         .fetch_optional(&mut **tx)
         .await?;
     // MySQL returns the row it kept, ours or not: ours has the fence just bumped.
@@ -120,6 +133,7 @@ async fn live_rows(
                 kind: kind_of(row.try_get(0).ok()?)?,
                 owner: row.try_get(1).ok()?,
                 remaining_ms: row.try_get(2).ok()?,
+                permits: row.try_get(3).ok()?,
             })
         })
         .collect();
@@ -137,6 +151,7 @@ async fn live_rows(
                 ticket: row.try_get(1).ok()?,
                 owner: row.try_get(2).ok()?,
                 remaining_ms: row.try_get(3).ok()?,
+                permits: row.try_get(4).ok()?,
             })
         })
         .collect();
@@ -153,8 +168,11 @@ async fn grant(
     ticket: Option<i64>,
 ) -> std::result::Result<Prepared, sqlx::Error> {
     let (sql, khash) = (&db.sql, &ask.key.hash);
-    if matches!(ask.kind, LockKind::Read | LockKind::Write) {
-        // Dead readers' rows would otherwise pile up.
+    if matches!(
+        ask.kind,
+        LockKind::Read | LockKind::Write | LockKind::Permit
+    ) {
+        // Dead readers' and permit holders' rows would otherwise pile up.
         q(&sql.lease.clean_expired)
             .bind(khash.clone())
             .execute(&mut *tx)
@@ -169,6 +187,7 @@ async fn grant(
         .bind(fence)
         .bind(ask.ttl_ms)
         .bind(ask.description.clone())
+        .bind(permits_column(ask))
         .execute(&mut *tx)
         .await?;
     let written: Option<i64> = q(&sql.lease.lease_fence)
@@ -230,6 +249,7 @@ async fn wait(
                 .bind(id)
                 .bind(ask.owner.to_owned())
                 .bind(ask.queue_ttl_ms)
+                .bind(permits_column(ask))
                 .execute(&mut *tx)
                 .await?;
             (Some(id), Some(id))
@@ -252,6 +272,14 @@ async fn wait(
         new_ticket,
         ticket,
     })
+}
+
+/// The `permits` column of a request's rows: its semaphore's count, 0 for a lock.
+fn permits_column(ask: &Ask) -> i64 {
+    match ask.kind {
+        LockKind::Permit => i64::from(ask.permits),
+        _ => 0,
+    }
 }
 
 /// Creates the key's row or bumps its fence; returns the new fence. The row stays

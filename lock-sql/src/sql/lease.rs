@@ -43,16 +43,16 @@ impl LeaseStatements {
         let (keys, leases, queue) = (&t.keys, &t.leases, &t.queue);
         let st = |sql: String| s(dialect, sql);
         let live_leases = st(format!(
-            "SELECT kind, owner, expires_ms - {now} AS remaining FROM {leases} \
+            "SELECT kind, owner, expires_ms - {now} AS remaining, permits FROM {leases} \
              WHERE khash = ? AND expires_ms > {now}"
         ));
         let live_queue = st(format!(
-            "SELECT kind, ticket, owner, expires_ms - {now} AS remaining FROM {queue} \
+            "SELECT kind, ticket, owner, expires_ms - {now} AS remaining, permits FROM {queue} \
              WHERE khash = ? AND expires_ms > {now} ORDER BY ticket"
         ));
         let lease_insert = format!(
-            "INSERT INTO {leases} (khash, kind, holder, owner, fence, expires_ms, description, acquired_ms) \
-             VALUES (?, ?, ?, ?, ?, {now} + ?, ?, {now})"
+            "INSERT INTO {leases} (khash, kind, holder, owner, fence, expires_ms, description, acquired_ms, permits) \
+             VALUES (?, ?, ?, ?, ?, {now} + ?, ?, {now}, ?)"
         );
         // Takes over an existing row only if it has expired by now: a renewal that
         // committed after this transaction read the leases must win. (MySQL assigns
@@ -64,12 +64,13 @@ impl LeaseStatements {
                  fence = IF(expires_ms <= {now}, VALUES(fence), fence), \
                  description = IF(expires_ms <= {now}, VALUES(description), description), \
                  acquired_ms = IF(expires_ms <= {now}, VALUES(acquired_ms), acquired_ms), \
+                 permits = IF(expires_ms <= {now}, VALUES(permits), permits), \
                  expires_ms = IF(expires_ms <= {now}, VALUES(expires_ms), expires_ms)"
             ),
             _ => format!(
                 "{lease_insert} ON CONFLICT (khash, kind, holder) DO UPDATE SET owner = excluded.owner, \
                  fence = excluded.fence, expires_ms = excluded.expires_ms, description = excluded.description, \
-                 acquired_ms = excluded.acquired_ms WHERE {leases}.expires_ms <= {now}"
+                 acquired_ms = excluded.acquired_ms, permits = excluded.permits WHERE {leases}.expires_ms <= {now}"
             ),
         });
         let lease_fence = st(format!(
@@ -85,7 +86,7 @@ impl LeaseStatements {
             _ => format!("UPDATE {keys} SET ticket = ticket + 1 WHERE khash = ? RETURNING ticket"),
         });
         let enqueue = st(format!(
-            "INSERT INTO {queue} (khash, kind, ticket, owner, expires_ms) VALUES (?, ?, ?, ?, {now} + ?)"
+            "INSERT INTO {queue} (khash, kind, ticket, owner, expires_ms, permits) VALUES (?, ?, ?, ?, {now} + ?, ?)"
         ));
         let refresh_ticket = st(format!(
             "UPDATE {queue} SET expires_ms = {now} + ? WHERE khash = ? AND kind = ? AND ticket = ? AND expires_ms > {now}"

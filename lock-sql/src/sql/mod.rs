@@ -37,6 +37,8 @@ pub(crate) struct Tables {
     /// The lease table's name as the catalogs take it: quoted for PostgreSQL's
     /// `to_regclass`, bare for MySQL's information schema and SQLite's pragma.
     pub(crate) leases_name: String,
+    /// The queue table's name, as `leases_name`.
+    pub(crate) queue_name: String,
     /// The PostgreSQL notification channel (unquoted: it is passed as a value).
     pub(crate) channel: String,
 }
@@ -54,6 +56,10 @@ impl Tables {
             leases_name: match dialect {
                 Dialect::Postgres => q("leases"),
                 Dialect::MySql | Dialect::Sqlite => format!("{prefix}_leases"),
+            },
+            queue_name: match dialect {
+                Dialect::Postgres => q("queue"),
+                Dialect::MySql | Dialect::Sqlite => format!("{prefix}_queue"),
             },
             channel: format!("{prefix}_release"),
         }

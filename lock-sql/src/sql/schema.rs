@@ -8,10 +8,15 @@ use crate::dialect::Dialect;
 pub(crate) const SCHEMA_VERSION: i64 = 1;
 
 /// The lease table's columns for `inspect`, which tables made before them lack (they
-/// are added at connect: [`SchemaStatements::holder_columns`]). Releases that do not
+/// are added at connect: [`SchemaStatements::added_columns`]). Releases that do not
 /// know them leave their defaults, so they need no new schema version.
 const HOLDER_COLUMNS: &str =
     "description VARCHAR(1024) NOT NULL DEFAULT '', acquired_ms BIGINT NOT NULL DEFAULT 0";
+
+/// A semaphore's count, kept on its permit rows and queue tickets (0 on locks'), added
+/// at connect like [`HOLDER_COLUMNS`]. Releases that do not know it have no
+/// semaphores.
+const PERMITS_COLUMN: &str = "permits BIGINT NOT NULL DEFAULT 0";
 
 /// What connect runs.
 #[derive(Debug)]
@@ -23,11 +28,14 @@ pub(crate) struct SchemaStatements {
     /// if none is recorded yet), and the one recorded.
     pub(crate) write_strategy: Stmt,
     pub(crate) read_strategy: Stmt,
-    /// Which of the [`HOLDER_COLUMNS`] the lease table has (their names as rows).
-    pub(crate) holder_columns: Stmt,
-    /// Adds one of them, by name.
+    /// Which of the columns added after the first release (the [`HOLDER_COLUMNS`] and
+    /// [`PERMITS_COLUMN`]) a table has, by the table's name (their names as rows).
+    pub(crate) added_columns: Stmt,
+    /// Adds one of them.
     pub(crate) add_description: Stmt,
     pub(crate) add_acquired_ms: Stmt,
+    pub(crate) add_lease_permits: Stmt,
+    pub(crate) add_queue_permits: Stmt,
 }
 
 impl SchemaStatements {
@@ -55,12 +63,12 @@ impl SchemaStatements {
             st(format!(
                 "CREATE TABLE IF NOT EXISTS {leases} (khash VARCHAR(64) NOT NULL, kind {int} NOT NULL, \
                  holder VARCHAR(128) NOT NULL, owner VARCHAR(128) NOT NULL, fence {int} NOT NULL, \
-                 expires_ms {int} NOT NULL, {HOLDER_COLUMNS}, PRIMARY KEY (khash, kind, holder)){suffix}"
+                 expires_ms {int} NOT NULL, {HOLDER_COLUMNS}, {PERMITS_COLUMN}, PRIMARY KEY (khash, kind, holder)){suffix}"
             )),
             st(format!(
                 "CREATE TABLE IF NOT EXISTS {queue} (khash VARCHAR(64) NOT NULL, kind {int} NOT NULL, \
                  ticket {int} NOT NULL, owner VARCHAR(128) NOT NULL, expires_ms {int} NOT NULL, \
-                 PRIMARY KEY (khash, kind, ticket)){suffix}"
+                 {PERMITS_COLUMN}, PRIMARY KEY (khash, kind, ticket)){suffix}"
             )),
             st(format!(
                 "CREATE TABLE IF NOT EXISTS {rows} (khash VARCHAR(64) NOT NULL, kind {int} NOT NULL, \
@@ -92,8 +100,8 @@ impl SchemaStatements {
             ),
         });
         let read_strategy = st(format!("SELECT value FROM {meta} WHERE name = 'strategy'"));
-        let wanted = "('description', 'acquired_ms')";
-        let holder_columns = st(match dialect {
+        let wanted = "('description', 'acquired_ms', 'permits')";
+        let added_columns = st(match dialect {
             Dialect::Postgres => format!(
                 "SELECT CAST(attname AS TEXT) FROM pg_attribute WHERE attrelid = to_regclass(?) \
                  AND NOT attisdropped AND attname IN {wanted}"
@@ -112,15 +120,19 @@ impl SchemaStatements {
             "ALTER TABLE {leases} ADD COLUMN {description_column}"
         ));
         let add_acquired_ms = st(format!("ALTER TABLE {leases} ADD COLUMN {acquired_column}"));
+        let add_lease_permits = st(format!("ALTER TABLE {leases} ADD COLUMN {PERMITS_COLUMN}"));
+        let add_queue_permits = st(format!("ALTER TABLE {queue} ADD COLUMN {PERMITS_COLUMN}"));
         SchemaStatements {
             create,
             read_version,
             write_version,
             write_strategy,
             read_strategy,
-            holder_columns,
+            added_columns,
             add_description,
             add_acquired_ms,
+            add_lease_permits,
+            add_queue_permits,
         }
     }
 }

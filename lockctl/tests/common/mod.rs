@@ -1079,3 +1079,41 @@ pub async fn status_names_the_holder_and_a_token_breaks_only_it(url: &str, backe
     assert_eq!(code, LOST, "[{backend}] {stderr}");
     println!("lockctl[{backend}] PASS status_names_the_holder_and_a_token_breaks_only_it: {line}");
 }
+
+/// `run -N 2`: two runs of one name hold at once, a third is refused (`--no-wait`)
+/// until one of them ends, and a run that names another count is a usage error.
+pub async fn at_most_n_runs_at_once(url: &str) {
+    let ctl = Lockctl::new(url, "permits");
+    let run =
+        |prefix: &str| ctl.spawn(&["run", "-N", "2", "jobs", "--", "sh", "-c", &sleeper(prefix)]);
+    let a = run("a");
+    ctl.wait_for_sleeper("a").await;
+    let b = run("b");
+    ctl.wait_for_sleeper("b").await;
+    let (a_token, b_token): (u64, u64) = (
+        ctl.read("a.token").parse().unwrap(),
+        ctl.read("b.token").parse().unwrap(),
+    );
+    assert!(
+        b_token > a_token,
+        "tokens increase: {a_token} then {b_token}"
+    );
+    let (code, _, stderr) = ctl
+        .output(&["run", "-N", "2", "--no-wait", "jobs", "--", "true"])
+        .await;
+    assert_eq!(code, NOT_ACQUIRED, "a third run while two hold: {stderr}");
+    let (code, _, stderr) = ctl
+        .output(&["run", "-N", "3", "--no-wait", "jobs", "--", "true"])
+        .await;
+    assert_eq!(code, 64, "another count is a usage error: {stderr}");
+    assert!(stderr.contains("2 permits"), "{stderr}");
+    signal(&a, libc::SIGTERM);
+    assert_eq!(finish(a).await.0, 143);
+    let (code, _, stderr) = ctl
+        .output(&["run", "-N", "2", "--no-wait", "jobs", "--", "true"])
+        .await;
+    assert_eq!(code, 0, "a permit is free once a run ended: {stderr}");
+    signal(&b, libc::SIGTERM);
+    assert_eq!(finish(b).await.0, 143);
+    println!("lockctl PASS at_most_n_runs_at_once");
+}
