@@ -5,6 +5,7 @@
 //! timeout does. With `--shutdown`, once it holds the lock it starts waiting on the
 //! exclusive lock `--queue-on` (if given), calls `shutdown` on its client, prints
 //! `SHUT_DOWN` and exits with code 0 at once, as a program that ends cleanly does.
+//! With `--kind permit --permits N`, it holds a permit of the semaphore NAME of N.
 //!
 //! ```text
 //! lock-holder --url redis://127.0.0.1:6379 --namespace ns --name orders
@@ -25,6 +26,7 @@ enum Kind {
     Fair,
     Read,
     Write,
+    Permit,
 }
 
 /// Hold a distributed lock until killed.
@@ -42,6 +44,9 @@ struct Args {
     /// Which lock to take.
     #[arg(long, value_enum, default_value = "exclusive")]
     kind: Kind,
+    /// With `--kind permit`: the semaphore's count.
+    #[arg(long, default_value_t = 1)]
+    permits: u32,
     /// The watchdog lease, in milliseconds.
     #[arg(long, default_value_t = 30_000)]
     watchdog_lease_ms: u64,
@@ -66,6 +71,10 @@ async fn hold(args: &Args, client: &Arc<dyn LockProvider>) -> distributed_locks:
         Kind::Fair => client.fair_lock(&args.name)?.acquire_with(wait).await,
         Kind::Read => client.rw_lock(&args.name)?.read_with(wait).await,
         Kind::Write => client.rw_lock(&args.name)?.write_with(wait).await,
+        Kind::Permit => {
+            let semaphore = client.semaphore(&args.name, args.permits)?;
+            semaphore.acquire_with(wait).await
+        }
     }
 }
 

@@ -457,6 +457,11 @@ pub fn all_cases() -> Vec<Case> {
             Box::new(|ctx| process::killed_holder_frees_lock(ctx).boxed()),
         ),
         case(
+            "process::killed_permit_holder_frees_its_permit",
+            PROCESS.and(SEMAPHORE),
+            Box::new(|ctx| process::killed_permit_holder_frees_its_permit(ctx).boxed()),
+        ),
+        case(
             "process::timed_out_waiter_process_leaves_nothing",
             PROCESS,
             Box::new(|ctx| process::timed_out_waiter_process_leaves_nothing(ctx).boxed()),

@@ -49,6 +49,53 @@ pub(crate) async fn killed_holder_frees_lock(ctx: &Ctx) {
     ok("release", guard.release().await);
 }
 
+/// Another process takes one permit of a semaphore of two and is killed, while this
+/// process holds the other: the killed holder's permit comes back within its lease
+/// plus slack, with a higher fencing token.
+pub(crate) async fn killed_permit_holder_frees_its_permit(ctx: &Ctx) {
+    let spec = HolderSpec {
+        namespace: ctx.namespace().to_owned(),
+        name: "crash-permits".into(),
+        watchdog_lease: Duration::from_secs(2),
+    };
+    let semaphore = ctx
+        .client()
+        .await
+        .semaphore(&spec.name, 2)
+        .expect("semaphore");
+    let mine = ok("the first permit", semaphore.acquire().await);
+    let mut command = ctx.backend().holder_command(&spec).expect("holder command");
+    command.args(["--kind", "permit", "--permits", "2"]);
+    let mut holder = HolderProcess::start(command, ctx.slack() * 15)
+        .await
+        .unwrap_or_else(|err| panic!("holder process: {err}"));
+    refused(
+        "while the other process holds the second permit",
+        semaphore.try_acquire().await,
+    );
+    tokio::time::sleep(spec.watchdog_lease / 2).await;
+    holder.kill().await;
+    let killed = Instant::now();
+    let limit = spec.watchdog_lease + ctx.slack();
+    let freed = ok(
+        "acquire after kill",
+        semaphore.acquire_timeout(limit + ctx.slack()).await,
+    );
+    let took = killed.elapsed();
+    assert!(
+        took <= limit,
+        "freed {took:?} after the kill; lease {:?}",
+        spec.watchdog_lease
+    );
+    assert!(
+        freed.fencing_token() > holder.fence(),
+        "token did not increase"
+    );
+    assert!(mine.is_held(), "the surviving permit was lost");
+    ok("release", freed.release().await);
+    ok("release", mine.release().await);
+}
+
 /// A waiter in another process gives up after its wait limit and exits at once, as a
 /// program does: it must not leave a place queued (until its session or lease runs
 /// out) ahead of everyone else.
