@@ -14,6 +14,7 @@ mod held;
 mod measured;
 mod ours;
 mod peers;
+mod permits;
 mod plots;
 mod report;
 mod scenarios;
@@ -63,6 +64,13 @@ struct Args {
     /// client's heap per held lock and its watchdog's traffic per renewal tick.
     #[arg(long, default_value_t = 0)]
     held: usize,
+    /// Also bench our semaphore with this many permits at each server that has
+    /// semaphores: the permit cycle, and `--permit-workers` clients contending.
+    #[arg(long, default_value_t = 0)]
+    permits: u32,
+    /// Workers in the semaphore's contended run.
+    #[arg(long, default_value_t = 16)]
+    permit_workers: usize,
     /// Where to write `report.md`, `latency.svg` and `handoff.svg`.
     #[arg(long, default_value = "target/lock-bench")]
     out: PathBuf,
@@ -143,6 +151,7 @@ async fn bench(args: &Args, url: &str) -> Result<Target, BenchError> {
         measured: Vec::new(),
         failed: Vec::new(),
         held: None,
+        permits: None,
     };
     contenders.retain(|contender| {
         args.only
@@ -190,6 +199,26 @@ async fn bench(args: &Args, url: &str) -> Result<Target, BenchError> {
             Err(_) => target
                 .failed
                 .push(("held locks".into(), format!("over {RUN_LIMIT:?}"))),
+        }
+    }
+    if args.permits > 0 {
+        eprintln!(
+            "lock-bench: {} / a semaphore of {}",
+            target.backend, args.permits
+        );
+        let run = permits::measure(
+            url,
+            args.permits,
+            args.iterations,
+            args.permit_workers,
+            args.cycles,
+        );
+        match tokio::time::timeout(RUN_LIMIT, run).await {
+            Ok(Ok(measured)) => target.permits = Some(measured),
+            Ok(Err(err)) => target.failed.push(("semaphore".into(), err.to_string())),
+            Err(_) => target
+                .failed
+                .push(("semaphore".into(), format!("over {RUN_LIMIT:?}"))),
         }
     }
     Ok(target)

@@ -84,6 +84,8 @@ pub struct Target {
     pub failed: Vec<(String, String)>,
     /// One client of ours holding many locks (`--held`), if measured.
     pub held: Option<crate::held::Held>,
+    /// Our semaphore (`--permits`), if measured.
+    pub permits: Option<crate::permits::Permits>,
 }
 
 impl Target {

@@ -35,7 +35,46 @@ pub fn markdown(targets: &[Target], settings: &str) -> String {
         let _ = writeln!(out);
     }
     held_table(&mut out, targets);
+    permits_table(&mut out, targets);
     out
+}
+
+/// Our semaphore, per backend (`--permits`).
+fn permits_table(out: &mut String, targets: &[Target]) {
+    let rows: Vec<(&str, &crate::permits::Permits)> = targets
+        .iter()
+        .filter_map(|t| t.permits.as_ref().map(|p| (t.backend.as_str(), p)))
+        .collect();
+    let Some((_, first)) = rows.first() else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "### A semaphore of {} permits ({} workers x {} permits contended)\n",
+        first.permits, first.workers, first.cycles
+    );
+    let _ = writeln!(
+        out,
+        "| backend | permit cycle p50 µs | permit cycle p99 µs | contended grants/s \
+         | most holders at once | grants beyond the count |"
+    );
+    let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|");
+    for (backend, p) in rows {
+        let _ = writeln!(
+            out,
+            "| {backend} | {} | {} | {:.0} | {} | {} |",
+            Micros(p.cycle.percentile(50.0)),
+            Micros(p.cycle.percentile(99.0)),
+            p.throughput,
+            p.most_at_once,
+            if p.over == 0 {
+                "0".to_owned()
+            } else {
+                format!("**{}**", p.over)
+            }
+        );
+    }
+    let _ = writeln!(out);
 }
 
 /// One client of ours holding many locks, per backend (`--held`).
@@ -170,6 +209,7 @@ mod tests {
             ],
             failed: vec![("broken".into(), "no | server".into())],
             held: None,
+            permits: None,
         };
         let report = markdown(&[target], "settings");
         let ours = report
@@ -196,6 +236,7 @@ mod tests {
             measured: vec![m],
             failed: vec![],
             held: None,
+            permits: None,
         };
         assert!(markdown(&[target], "").contains("**9 of 10, 1 overlaps**"));
     }
@@ -212,6 +253,7 @@ mod tests {
             measured: vec![ours, floor],
             failed: vec![],
             held: None,
+            permits: None,
         };
         let report = markdown(&[target], "");
         let ours = report
