@@ -112,3 +112,57 @@ async fn a_release_dropped_half_way_still_releases() {
         .expect("the dropped release left the lock held until its lease ran out");
     next.release().await.unwrap();
 }
+
+/// A waiter that looked while another waiter ahead of it was about to be granted must
+/// learn of that grant's lease: when the new holder overruns its fixed lease, the
+/// waiter behind gets the lock at that lease's end, not at the end of the lease it saw
+/// before (or never, had it seen none).
+async fn second_waiter_follows_the_new_holders_lease(semaphore: bool) {
+    let backend = MemoryBackend::new();
+    let clients: Vec<_> = (0..3).map(|_| LockClient::new(backend.clone())).collect();
+    let acquire = |client: &LockClient<MemoryBackend>, options: AcquireOptions| {
+        let client = client.clone();
+        async move {
+            if semaphore {
+                client.semaphore("narrow", 1)?.acquire_with(options).await
+            } else {
+                client.fair_lock("narrow")?.acquire_with(options).await
+            }
+        }
+    };
+    let started = tokio::time::Instant::now();
+    let first = acquire(&clients[0], AcquireOptions::try_once().lease(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    // The next holder overruns its 500 ms fixed lease: it never releases.
+    let overrunning = tokio::spawn(acquire(
+        &clients[1],
+        AcquireOptions::wait_for(Duration::from_secs(60)).lease(Duration::from_millis(500)),
+    ));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let behind = tokio::spawn(acquire(
+        &clients[2],
+        AcquireOptions::wait_for(Duration::from_secs(60)),
+    ));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    first.release().await.unwrap();
+    let second = overrunning.await.unwrap().unwrap();
+    let third = behind.await.unwrap().unwrap();
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(2_500),
+        "the waiter behind was granted {took:?} in: it slept past the 500 ms lease that ended at 1.5 s"
+    );
+    drop(second);
+    third.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_semaphore_waiter_follows_the_new_holders_lease() {
+    second_waiter_follows_the_new_holders_lease(true).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fair_waiter_follows_the_new_holders_lease() {
+    second_waiter_follows_the_new_holders_lease(false).await;
+}
