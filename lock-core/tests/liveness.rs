@@ -131,9 +131,12 @@ async fn second_waiter_follows_the_new_holders_lease(semaphore: bool) {
         }
     };
     let started = tokio::time::Instant::now();
-    let first = acquire(&clients[0], AcquireOptions::try_once().lease(Duration::from_secs(5)))
-        .await
-        .unwrap();
+    let first = acquire(
+        &clients[0],
+        AcquireOptions::try_once().lease(Duration::from_secs(5)),
+    )
+    .await
+    .unwrap();
     // The next holder overruns its 500 ms fixed lease: it never releases.
     let overrunning = tokio::spawn(acquire(
         &clients[1],

@@ -142,9 +142,12 @@ impl KeyState {
                     head.wake.notify_one();
                 }
             }
-            // Only the waiters a free permit can admit: no herd.
+            // Only the waiters a free permit can admit (no herd), and at least the
+            // first: after a grant it learns the new holder's lease, whose end is its
+            // next chance, rather than sleeping to the end of one it saw before.
             LockFamily::Semaphore => {
-                for ticket in self.permit_queue.iter().take(self.free_permits()) {
+                let admitted = self.free_permits().max(1);
+                for ticket in self.permit_queue.iter().take(admitted) {
                     ticket.wake.notify_one();
                 }
             }
