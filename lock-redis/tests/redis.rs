@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use common::silent_subscribers::SilentSubscribers;
 use common::{client, keys, RedisServer};
 use lock_core::backend::{HeldLease, LockBackend, OwnerToken, Renewal};
-use lock_core::{prelude::*, AcquireOptions, Error, LockKey, LockKind, LockName, Namespace};
+use lock_core::{
+    prelude::*, AcquireOptions, Error, LockClient, LockKey, LockKind, LockName, Namespace,
+};
 use lock_redis::{RedisBackend, RedisConfig, RedisLease};
 use redis::AsyncCommands;
 
@@ -889,5 +891,57 @@ async fn an_abandoned_request_never_takes_over_a_live_grant_of_its_owner() {
             .release(&key, kind, &owner, grant)
             .await
             .unwrap_or_else(|err| panic!("{kind:?}: {err}"));
+    }
+}
+
+/// A client with a short waiter lease that queues and gives up must not cut the
+/// queue's expiry below the waiter lease of a client that still waits: that waiter
+/// would lose its place (until its next refresh) and a later arrival overtake it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_waiter_lease_never_shortens_another_waiters_place() {
+    let server = RedisServer::start();
+    for semaphore in [false, true] {
+        let ns = format!("waiter-leases-{semaphore}");
+        let with_lease = |lease: Duration| {
+            let backend = RedisBackend::new(server.config().with_waiter_lease(lease)).unwrap();
+            client(backend, &ns)
+        };
+        let long = Duration::from_secs(30);
+        let (holder, first, short, late) = (
+            with_lease(long),
+            with_lease(long),
+            with_lease(Duration::from_millis(900)),
+            with_lease(long),
+        );
+        let acquire = move |client: LockClient<RedisBackend>, options: AcquireOptions| async move {
+            if semaphore {
+                client.semaphore("queue", 1)?.acquire_with(options).await
+            } else {
+                client.fair_lock("queue")?.acquire_with(options).await
+            }
+        };
+        let held = acquire(holder, AcquireOptions::try_once()).await.unwrap();
+        let first = tokio::spawn(acquire(first, AcquireOptions::wait_for(long)));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let gave_up = acquire(short, AcquireOptions::wait_for(Duration::from_millis(300))).await;
+        assert!(matches!(gave_up, Err(Error::Timeout { .. })), "{gave_up:?}");
+        // Past the short waiter lease from the short client's last refresh.
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        let late = tokio::spawn(acquire(late, AcquireOptions::wait_for(long)));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        held.release().await.unwrap();
+        let granted = tokio::time::timeout(Duration::from_secs(5), first)
+            .await
+            .unwrap_or_else(|_| {
+                panic!("semaphore {semaphore}: the first waiter lost its place to a later one")
+            })
+            .unwrap()
+            .unwrap();
+        assert!(
+            !late.is_finished(),
+            "semaphore {semaphore}: the later waiter went first"
+        );
+        granted.release().await.unwrap();
+        late.await.unwrap().unwrap().release().await.unwrap();
     }
 }
