@@ -51,9 +51,14 @@ if ARGV[5] == '1' then
   end
   local lease = tonumber(ARGV[4])
   redis.call('zadd', KEYS[3], now + lease, me)
-  -- Every entry expires no later than this, so the queue vanishes with its waiters.
-  redis.call('pexpire', KEYS[2], lease)
-  redis.call('pexpire', KEYS[3], lease)
+  -- The queue lives as long as its longest-lived entry (clients may have different
+  -- waiter leases: a short one must not cut a longer one's place), and vanishes with
+  -- its waiters.
+  for _, key in ipairs({KEYS[2], KEYS[3]}) do
+    if redis.call('pttl', key) < lease then
+      redis.call('pexpire', key, lease)
+    end
+  end
 end
 if held then
   return {0, redis.call('pttl', KEYS[1])}

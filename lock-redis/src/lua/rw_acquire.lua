@@ -63,7 +63,10 @@ if writer or live > 0 then
   if ARGV[6] == '1' then
     local waiter_lease = tonumber(ARGV[5])
     redis.call('zadd', KEYS[3], now + waiter_lease, ARGV[4])
-    redis.call('pexpire', KEYS[3], waiter_lease)
+    -- Only ever longer: another writer's entry may have a longer waiter lease.
+    if redis.call('pttl', KEYS[3]) < waiter_lease then
+      redis.call('pexpire', KEYS[3], waiter_lease)
+    end
   end
   local wait = -1
   if writer then

@@ -94,9 +94,14 @@ if ARGV[5] == '1' then
   end
   local waiter_lease = tonumber(ARGV[4])
   redis.call('zadd', KEYS[3], now + waiter_lease, me)
-  -- Every entry expires no later than this, so the queue vanishes with its waiters.
-  redis.call('pexpire', KEYS[2], waiter_lease)
-  redis.call('pexpire', KEYS[3], waiter_lease)
+  -- The queue lives as long as its longest-lived entry (clients may have different
+  -- waiter leases: a short one must not cut a longer one's place), and vanishes with
+  -- its waiters.
+  for _, key in ipairs({KEYS[2], KEYS[3]}) do
+    if redis.call('pttl', key) < waiter_lease then
+      redis.call('pexpire', key, waiter_lease)
+    end
+  end
   redis.call('hset', KEYS[1], COUNT, permits)
   if redis.call('pttl', KEYS[1]) < waiter_lease then
     redis.call('pexpire', KEYS[1], waiter_lease)
