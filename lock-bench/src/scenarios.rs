@@ -196,7 +196,6 @@ mod tests {
             Ok(Box::new(CountingWorker {
                 lock: self.lock.clone(),
                 held: None,
-                permits: None,
                 acquires: self.acquires.clone(),
                 left_before_failing: self.fail_after.filter(|_| first),
             }))

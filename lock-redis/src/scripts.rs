@@ -173,6 +173,22 @@ mod tests {
         ("rw_acquire.lua", include_str!("lua/rw_acquire.lua")),
         ("rw_leave.lua", include_str!("lua/rw_leave.lua")),
         ("rw_release.lua", include_str!("lua/rw_release.lua")),
+        (
+            "semaphore_acquire.lua",
+            include_str!("lua/semaphore_acquire.lua"),
+        ),
+        (
+            "semaphore_common.lua",
+            include_str!("lua/semaphore_common.lua"),
+        ),
+        (
+            "semaphore_leave.lua",
+            include_str!("lua/semaphore_leave.lua"),
+        ),
+        (
+            "semaphore_release.lua",
+            include_str!("lua/semaphore_release.lua"),
+        ),
     ];
 
     #[test]

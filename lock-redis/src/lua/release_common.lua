@@ -35,3 +35,40 @@ local function released_before(receipt, first)
   end
   return 0
 end
+
+-- Removes the entries of the hash `key` (value -> expiry ms by the server clock, as
+-- readers and permits are kept) that ARGV[first..] name (one ending in ':' names every
+-- entry it starts), writing `receipt` (if given) for a live one freed, to outlive its
+-- lease by `margin` ms. A field named `skip` is never an entry. Returns whether any
+-- was there, and whether a live one was freed.
+local function take_entries(key, first, receipt, margin, now, skip)
+  local entries = {}
+  for i = first, #ARGV do
+    local wanted = ARGV[i]
+    if string.sub(wanted, -1) == ':' then
+      for _, entry in ipairs(redis.call('hkeys', key)) do
+        if holds(entry, wanted) then
+          table.insert(entries, entry)
+        end
+      end
+    else
+      table.insert(entries, wanted)
+    end
+  end
+  local found = false
+  local freed = false
+  for _, entry in ipairs(entries) do
+    local expiry = redis.call('hget', key, entry)
+    if expiry and entry ~= skip then
+      found = true
+      redis.call('hdel', key, entry)
+      if tonumber(expiry) > now then
+        freed = true
+        if receipt then
+          redis.call('set', receipt, entry, 'PX', tonumber(expiry) - now + margin)
+        end
+      end
+    end
+  end
+  return found, freed
+end

@@ -25,36 +25,7 @@ if ARGV[2] == 'w' then
 end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- The reader entries this release names (a prefix names every entry it starts).
-local entries = {}
-for i = 4, #ARGV do
-  local wanted = ARGV[i]
-  if string.sub(wanted, -1) == ':' then
-    local all = redis.call('hkeys', KEYS[2])
-    for _, entry in ipairs(all) do
-      if holds(entry, wanted) then
-        table.insert(entries, entry)
-      end
-    end
-  else
-    table.insert(entries, wanted)
-  end
-end
-local found = false
-local freed = false
-for _, entry in ipairs(entries) do
-  local expiry = redis.call('hget', KEYS[2], entry)
-  if expiry then
-    found = true
-    redis.call('hdel', KEYS[2], entry)
-    if tonumber(expiry) > now then
-      freed = true
-      if KEYS[3] then
-        redis.call('set', KEYS[3], entry, 'PX', tonumber(expiry) - now + margin)
-      end
-    end
-  end
-end
+local found, freed = take_entries(KEYS[2], 4, KEYS[3], margin, now, nil)
 if not freed then
   if found then
     -- Its entry had run out: the lease was lost before the release.

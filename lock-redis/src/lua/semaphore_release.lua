@@ -8,35 +8,7 @@
 -- else 0.
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local margin = tonumber(ARGV[2])
-local entries = {}
-for i = 3, #ARGV do
-  local wanted = ARGV[i]
-  if string.sub(wanted, -1) == ':' then
-    for _, entry in ipairs(redis.call('hkeys', KEYS[1])) do
-      if holds(entry, wanted) then
-        table.insert(entries, entry)
-      end
-    end
-  else
-    table.insert(entries, wanted)
-  end
-end
-local found = false
-local freed = false
-for _, entry in ipairs(entries) do
-  local expiry = redis.call('hget', KEYS[1], entry)
-  if expiry and entry ~= COUNT then
-    found = true
-    redis.call('hdel', KEYS[1], entry)
-    if tonumber(expiry) > now then
-      freed = true
-      if KEYS[3] then
-        redis.call('set', KEYS[3], entry, 'PX', tonumber(expiry) - now + margin)
-      end
-    end
-  end
-end
+local found, freed = take_entries(KEYS[1], 3, KEYS[3], tonumber(ARGV[2]), now, COUNT)
 if found then
   semaphore_changed(KEYS[1], KEYS[2], ARGV[1], now)
 end
