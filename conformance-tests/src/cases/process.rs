@@ -2,9 +2,11 @@
 //! right after its wait timed out leaves no place behind; a program that shuts its
 //! client down before it exits leaves nothing at all.
 
+use std::future::Future;
 use std::time::Duration;
 
 use lock_core::prelude::*;
+use lock_core::LockGuard;
 use tokio::time::Instant;
 
 use crate::backend::HolderSpec;
@@ -21,21 +23,34 @@ pub(crate) async fn killed_holder_frees_lock(ctx: &Ctx) {
         watchdog_lease: Duration::from_secs(2),
     };
     let command = ctx.backend().holder_command(&spec).expect("holder command");
-    let mut holder = HolderProcess::start(command, ctx.slack() * 15)
+    let holder = HolderProcess::start(command, ctx.slack() * 15)
         .await
         .unwrap_or_else(|err| panic!("holder process: {err}"));
     let lock = ctx.client().await.lock(&spec.name).expect("lock");
     refused("while the other process holds", lock.try_acquire().await);
-    // Let the holder's watchdog renew at least once, so expiry is measured from a
-    // renewal rather than from the acquisition.
+    let guard = freed_after_kill(ctx, &spec, holder, |wait| lock.acquire_timeout(wait)).await;
+    ok("release", guard.release().await);
+}
+
+/// Kills `holder` once its watchdog has renewed at least once (so expiry is measured
+/// from a renewal rather than from the acquisition), then takes what it held with
+/// `acquire` (given how long to wait): that must succeed within the holder's lease plus
+/// slack, with a higher fencing token.
+async fn freed_after_kill<F, Fut>(
+    ctx: &Ctx,
+    spec: &HolderSpec,
+    mut holder: HolderProcess,
+    acquire: F,
+) -> LockGuard
+where
+    F: FnOnce(Duration) -> Fut,
+    Fut: Future<Output = lock_core::Result<LockGuard>>,
+{
     tokio::time::sleep(spec.watchdog_lease / 2).await;
     holder.kill().await;
     let killed = Instant::now();
     let limit = spec.watchdog_lease + ctx.slack();
-    let guard = ok(
-        "acquire after kill",
-        lock.acquire_timeout(limit + ctx.slack()).await,
-    );
+    let guard = ok("acquire after kill", acquire(limit + ctx.slack()).await);
     let took = killed.elapsed();
     assert!(
         took <= limit,
@@ -46,7 +61,7 @@ pub(crate) async fn killed_holder_frees_lock(ctx: &Ctx) {
         guard.fencing_token() > holder.fence(),
         "token did not increase"
     );
-    ok("release", guard.release().await);
+    guard
 }
 
 /// Another process takes one permit of a semaphore of two and is killed, while this
@@ -66,31 +81,14 @@ pub(crate) async fn killed_permit_holder_frees_its_permit(ctx: &Ctx) {
     let mine = ok("the first permit", semaphore.acquire().await);
     let mut command = ctx.backend().holder_command(&spec).expect("holder command");
     command.args(["--kind", "permit", "--permits", "2"]);
-    let mut holder = HolderProcess::start(command, ctx.slack() * 15)
+    let holder = HolderProcess::start(command, ctx.slack() * 15)
         .await
         .unwrap_or_else(|err| panic!("holder process: {err}"));
     refused(
         "while the other process holds the second permit",
         semaphore.try_acquire().await,
     );
-    tokio::time::sleep(spec.watchdog_lease / 2).await;
-    holder.kill().await;
-    let killed = Instant::now();
-    let limit = spec.watchdog_lease + ctx.slack();
-    let freed = ok(
-        "acquire after kill",
-        semaphore.acquire_timeout(limit + ctx.slack()).await,
-    );
-    let took = killed.elapsed();
-    assert!(
-        took <= limit,
-        "freed {took:?} after the kill; lease {:?}",
-        spec.watchdog_lease
-    );
-    assert!(
-        freed.fencing_token() > holder.fence(),
-        "token did not increase"
-    );
+    let freed = freed_after_kill(ctx, &spec, holder, |wait| semaphore.acquire_timeout(wait)).await;
     assert!(mine.is_held(), "the surviving permit was lost");
     ok("release", freed.release().await);
     ok("release", mine.release().await);

@@ -46,19 +46,7 @@ if not held and head and head ~= head_before and head ~= me then
   redis.call('publish', ARGV[6], head)
 end
 if ARGV[5] == '1' then
-  if not redis.call('zscore', KEYS[3], me) then
-    redis.call('rpush', KEYS[2], me)
-  end
-  local lease = tonumber(ARGV[4])
-  redis.call('zadd', KEYS[3], now + lease, me)
-  -- The queue lives as long as its longest-lived entry (clients may have different
-  -- waiter leases: a short one must not cut a longer one's place), and vanishes with
-  -- its waiters.
-  for _, key in ipairs({KEYS[2], KEYS[3]}) do
-    if redis.call('pttl', key) < lease then
-      redis.call('pexpire', key, lease)
-    end
-  end
+  queue_up(KEYS[2], KEYS[3], me, now, tonumber(ARGV[4]))
 end
 if held then
   return {0, redis.call('pttl', KEYS[1])}

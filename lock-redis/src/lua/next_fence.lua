@@ -1,4 +1,5 @@
--- Prepended to every script that grants a lease.
+-- Prepended to every script that grants a lease: the fencing counter, and the wait
+-- queue of fair locks and semaphores.
 -- The next fencing token of the counter at `key`: one more than the larger of the last
 -- token and the server clock in microseconds. A counter that a failover (a replica
 -- that had not received it) or a restart without persistence lost therefore starts
@@ -25,4 +26,25 @@ local function next_fence(key)
     redis.call('pexpire', key, FENCE_KEPT_MS)
   end
   return fence
+end
+
+-- Sets `key` to expire in `ms` unless it already lives longer.
+local function keep_for(key, ms)
+  if redis.call('pttl', key) < ms then
+    redis.call('pexpire', key, ms)
+  end
+end
+
+-- Puts waiter `me` at the back of a FIFO queue (list `queue`, place expiries in the
+-- zset `expiries`, server-clock ms) unless it is there, and makes its place last
+-- `lease` ms from `now`. The queue lives as long as its longest-lived place (clients
+-- may have different waiter leases: a short one must not cut a longer one's place),
+-- and vanishes with its waiters.
+local function queue_up(queue, expiries, me, now, lease)
+  if not redis.call('zscore', expiries, me) then
+    redis.call('rpush', queue, me)
+  end
+  redis.call('zadd', expiries, now + lease, me)
+  keep_for(queue, lease)
+  keep_for(expiries, lease)
 end

@@ -54,9 +54,7 @@ if ARGV[3] == 'r' then
   local fence = next_fence(KEYS[4])
   redis.call('hset', KEYS[2], this .. string.format('%d', fence),
     string.format('%d', now + lease))
-  if redis.call('pttl', KEYS[2]) < lease then
-    redis.call('pexpire', KEYS[2], lease)
-  end
+  keep_for(KEYS[2], lease)
   return {1, fence}
 end
 if writer or live > 0 then
@@ -64,9 +62,7 @@ if writer or live > 0 then
     local waiter_lease = tonumber(ARGV[5])
     redis.call('zadd', KEYS[3], now + waiter_lease, ARGV[4])
     -- Only ever longer: another writer's entry may have a longer waiter lease.
-    if redis.call('pttl', KEYS[3]) < waiter_lease then
-      redis.call('pexpire', KEYS[3], waiter_lease)
-    end
+    keep_for(KEYS[3], waiter_lease)
   end
   local wait = -1
   if writer then

@@ -20,9 +20,7 @@ local function grant()
   local fence = next_fence(KEYS[4])
   redis.call('hset', KEYS[1], this .. string.format('%d', fence),
     string.format('%d', now + lease), COUNT, permits)
-  if redis.call('pttl', KEYS[1]) < lease then
-    redis.call('pexpire', KEYS[1], lease)
-  end
+  keep_for(KEYS[1], lease)
   return {1, fence}
 end
 local entries = redis.call('hgetall', KEYS[1])
@@ -89,23 +87,10 @@ if freed then
   semaphore_changed(KEYS[1], KEYS[2], ARGV[6], now)
 end
 if ARGV[5] == '1' then
-  if not mine then
-    redis.call('rpush', KEYS[2], me)
-  end
   local waiter_lease = tonumber(ARGV[4])
-  redis.call('zadd', KEYS[3], now + waiter_lease, me)
-  -- The queue lives as long as its longest-lived entry (clients may have different
-  -- waiter leases: a short one must not cut a longer one's place), and vanishes with
-  -- its waiters.
-  for _, key in ipairs({KEYS[2], KEYS[3]}) do
-    if redis.call('pttl', key) < waiter_lease then
-      redis.call('pexpire', key, waiter_lease)
-    end
-  end
+  queue_up(KEYS[2], KEYS[3], me, now, waiter_lease)
   redis.call('hset', KEYS[1], COUNT, permits)
-  if redis.call('pttl', KEYS[1]) < waiter_lease then
-    redis.call('pexpire', KEYS[1], waiter_lease)
-  end
+  keep_for(KEYS[1], waiter_lease)
 end
 if soonest then
   return {0, soonest - now}
