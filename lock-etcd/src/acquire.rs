@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use etcd_client::EventType;
+use etcd_client::{EventType, WatchFilterType, WatchOptions};
 use lock_core::backend::{
     AcquireRequest, Deadline, Grant, LossNotifier, OwnerToken, PendingCleanup,
 };
@@ -69,6 +69,8 @@ struct Job {
     inner: Arc<Inner>,
     key: LockKey,
     kind: LockKind,
+    /// A semaphore's count, for a permit.
+    permits: u32,
     owner: OwnerToken,
     ttl: Duration,
     deadline: Deadline,
@@ -91,6 +93,7 @@ pub(crate) async fn acquire(
         inner: inner.clone(),
         key: req.key.clone(),
         kind: req.kind,
+        permits: req.permits,
         owner: req.owner.clone(),
         ttl: req.ttl,
         deadline: req.deadline,
@@ -338,20 +341,30 @@ impl Job {
                 let seq = inner.seq.fetch_add(1, Ordering::Relaxed);
                 let key = match downgrade {
                     Some(_) => prefix.downgrade_key(lease.id(), seq),
-                    None => prefix.own_key(self.kind, lease.id(), seq),
+                    None => prefix.own_key(self.kind, lease.id(), seq, self.permits),
                 };
                 let value = self.value();
-                let txn = queries::place(
-                    prefix,
-                    self.kind,
-                    &key,
-                    &value,
-                    lease.id(),
-                    downgrade.as_ref(),
-                );
-                let answer = match inner.txn("acquire", txn).await {
-                    Ok(reply) => queries::placed(&reply, self.kind, &key, downgrade.is_some()),
-                    Err(err) => Err(err),
+                let answer = if self.kind == LockKind::Permit {
+                    let txn = queries::place_permit(prefix, &key, &value, lease.id(), self.permits);
+                    match inner.txn("acquire", txn).await {
+                        Ok(reply) => {
+                            queries::placed_permit(&reply, prefix, &self.key, self.permits)
+                        }
+                        Err(err) => Err(err),
+                    }
+                } else {
+                    let txn = queries::place(
+                        prefix,
+                        self.kind,
+                        &key,
+                        &value,
+                        lease.id(),
+                        downgrade.as_ref(),
+                    );
+                    match inner.txn("acquire", txn).await {
+                        Ok(reply) => queries::placed(&reply, self.kind, &key, downgrade.is_some()),
+                        Err(err) => Err(err),
+                    }
                 };
                 match answer {
                     Ok(Placed::At { revision, position }) => {
@@ -428,7 +441,9 @@ impl Job {
         reply: &mut Reply,
     ) -> Result<bool, Stop> {
         loop {
-            let predecessor = match position {
+            // What to watch: the predecessor's key, or for the first permit waiter,
+            // the deletions of the whole range.
+            let watched = match &position {
                 Position::Granted => return Ok(true),
                 Position::Vanished => return Ok(false),
                 Position::Unknown => {
@@ -437,8 +452,15 @@ impl Job {
                         .await?;
                     continue;
                 }
-                Position::Behind(key) => key,
+                Position::Behind(key) => (key.clone(), None),
+                Position::First => {
+                    let deletions = WatchOptions::new()
+                        .with_prefix()
+                        .with_filters([WatchFilterType::NoPut]);
+                    (prefix.range().as_bytes().to_vec(), Some(deletions))
+                }
             };
+            let waiting_at = position.clone();
             if self.deadline.has_passed() {
                 return Err(Stop::Deadline);
             }
@@ -446,14 +468,16 @@ impl Job {
             // 100 ms: the handoff tail of etcd's own lock service), then check the
             // predecessor is still there: it may have gone before the watch existed.
             let (mut watch, watch_revision) = self
-                .patiently(contender, reply, || self.inner.watch_delete(&predecessor))
+                .patiently(contender, reply, || {
+                    self.inner.watch(&watched.0, watched.1.clone())
+                })
                 .await?;
             let watched_at = Instant::now();
             let (now, revision) = self
                 .patiently(contender, reply, || self.locate_at(prefix, contender))
                 .await?;
             position = now;
-            if position != Position::Behind(predecessor.clone()) {
+            if position != waiting_at {
                 continue;
             }
             // etcd registers a watch "from now" as caught up only if no write lands
@@ -477,7 +501,12 @@ impl Job {
                     () = self.deadline.sleep() => return Err(Stop::Deadline),
                     message = watch.message() => match message {
                         Ok(Some(event)) if !event.canceled() => {
-                            if event.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                            // A permit waiter's predecessor re-stamped its key: it was
+                            // granted, so this one may be the first waiter now.
+                            let granted = |e: &etcd_client::Event| {
+                                self.kind == LockKind::Permit && e.event_type() == EventType::Put
+                            };
+                            if event.events().iter().any(|e| e.event_type() == EventType::Delete || granted(e)) {
                                 self.inner.wakeups.fetch_add(1, Ordering::Relaxed);
                                 break;
                             }
@@ -489,7 +518,7 @@ impl Job {
                         recheck_after *= 2;
                         // A failed look is made again, patiently, below.
                         match self.locate(prefix, contender).await {
-                            Ok(now) if now == Position::Behind(predecessor.clone()) => {}
+                            Ok(now) if now == waiting_at => {}
                             _ => break,
                         }
                     }
@@ -583,6 +612,14 @@ impl Job {
     /// Where the contender stands now, and at which revision; one transaction (two if
     /// keys of a nested lock name are in the way).
     async fn locate_at(&self, prefix: &Prefix, contender: &Contender) -> Result<(Position, i64)> {
+        if self.kind == LockKind::Permit {
+            let txn =
+                queries::locate_permit(prefix, &contender.key, contender.revision, self.permits);
+            let reply = self.inner.txn("check position", txn).await?;
+            let revision = reply.header().map_or(i64::MAX, |h| h.revision());
+            let position = queries::located_permit(&reply, contender.revision, self.permits);
+            return Ok((position, revision));
+        }
         let txn = queries::locate(prefix, self.kind, &contender.key, contender.revision);
         let reply = self.inner.txn("check position", txn).await?;
         let revision = reply.header().map_or(i64::MAX, |h| h.revision());

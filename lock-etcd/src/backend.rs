@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use etcd_client::{
     Client, Compare, CompareOp, DeleteOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
-    TxnResponse, WatchStream,
+    TxnResponse, WatchOptions, WatchStream,
 };
 use lock_core::backend::{
     AcquireRequest, Cleanups, Grant, HeldLease, LockBackend, LossNotifier, Renewal,
@@ -51,12 +51,17 @@ impl Inner {
         within(what, self.config.request_timeout(), kv.txn(txn)).await
     }
 
-    /// A watch for the deletion of `key`, from now on, once etcd confirmed it; with
-    /// the revision etcd read just before registering it.
-    pub(crate) async fn watch_delete(&self, key: &[u8]) -> Result<(WatchStream, i64)> {
+    /// A watch of `key` from now on (with `options`: of a range, or of some events
+    /// only), once etcd confirmed it; with the revision etcd read just before
+    /// registering it.
+    pub(crate) async fn watch(
+        &self,
+        key: &[u8],
+        options: Option<WatchOptions>,
+    ) -> Result<(WatchStream, i64)> {
         let mut watches = self.client.watch_client();
         within("watch", self.config.request_timeout(), async {
-            let mut stream = watches.watch(key, None).await?;
+            let mut stream = watches.watch(key, options).await?;
             match stream.message().await? {
                 Some(reply) if reply.created() && !reply.canceled() => {
                     let revision = reply.header().map_or(0, |h| h.revision());
@@ -99,7 +104,7 @@ impl Vigil for Inner {
             // Watch from now, then check the key is still there: it may have gone
             // before the watch existed. The key's only writers after its grant are its
             // own puts, so any deletion means it is gone.
-            let watched = match self.watch_delete(holder.key.as_bytes()).await {
+            let watched = match self.watch(holder.key.as_bytes(), None).await {
                 Ok((watch, _)) => match self.is_there(holder).await {
                     Ok(true) => Some(watch),
                     Ok(false) => return,
@@ -498,7 +503,7 @@ impl LockBackend for EtcdBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL.with_semaphore(false)
+        Capabilities::ALL
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<EtcdLease>>> {

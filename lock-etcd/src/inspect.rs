@@ -74,12 +74,17 @@ async fn contenders(inner: &Inner, prefix: &Prefix) -> Result<Vec<KeyValue>> {
         .collect())
 }
 
-/// The holders among `queue` (oldest first): the first key; for a read-write lock the
-/// readers before the first writer (or that writer alone), and every downgrade reader.
+/// The holders among `queue` (oldest first): the first key; for a semaphore the first
+/// as many as its count; for a read-write lock the readers before the first writer (or
+/// that writer alone), and every downgrade reader.
 fn holders<'a>(prefix: &Prefix, queue: &'a [KeyValue]) -> Vec<&'a KeyValue> {
     let writer = |kv: &KeyValue| kind_of(prefix, kv) == LockKind::Write;
     let front = match queue.first() {
         None => 0,
+        Some(first) if prefix.family() == LockFamily::Semaphore => {
+            let permits = prefix.permits_of(first.key()).unwrap_or(1);
+            usize::try_from(permits).map_or(queue.len(), |n| n.min(queue.len()))
+        }
         Some(first) if kind_of(prefix, first) == LockKind::Read => {
             queue.iter().take_while(|kv| !writer(kv)).count()
         }

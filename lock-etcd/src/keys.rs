@@ -6,6 +6,9 @@
 //!   exclude each other (the recipe reads keys and revisions only; our value, below,
 //!   is for operators, where etcdctl's is empty).
 //! * Fair lock: `ns/name<US>fair/<lease hex>-<n>`.
+//! * Semaphore of `p` permits: `ns/name<US>sem/<p>/<lease hex>-<n>`. The count in every
+//!   key lets one transaction refuse a contender whose count differs from the holders'
+//!   and waiters' (the range outside `sem/<p>/` must be empty).
 //! * Read-write lock: writers `ns/name<US>rw/w/<lease hex>-<n>`, readers
 //!   `ns/name<US>rw/r/<lease hex>-<n>`, and the readers of a downgrade (the read side
 //!   taken by the holder of the write lock) `ns/name<US>rw/d/<lease hex>-<n>`.
@@ -70,16 +73,30 @@ impl Prefix {
         format!("{}d/{lease:x}-{seq}", self.range)
     }
 
-    /// The key a contender of `kind` on `lease` writes. `seq` makes fair and
-    /// read-write keys unique per acquisition, so owners sharing the client's lease
-    /// are separate contenders; the exclusive key is the bare lease id (etcd's layout).
-    pub(crate) fn own_key(&self, kind: LockKind, lease: i64, seq: u64) -> String {
+    /// The key a contender of `kind` on `lease` writes (`permits`: a semaphore's
+    /// count, for a permit). `seq` makes fair, read-write and permit keys unique per
+    /// acquisition, so owners sharing the client's lease are separate contenders; the
+    /// exclusive key is the bare lease id (etcd's layout).
+    pub(crate) fn own_key(&self, kind: LockKind, lease: i64, seq: u64, permits: u32) -> String {
         match kind {
             LockKind::Exclusive => format!("{}{lease:x}", self.range),
-            LockKind::Fair | LockKind::Permit => format!("{}{lease:x}-{seq}", self.range),
+            LockKind::Fair => format!("{}{lease:x}-{seq}", self.range),
+            LockKind::Permit => format!("{}{lease:x}-{seq}", self.permits_range(permits)),
             LockKind::Write => format!("{}w/{lease:x}-{seq}", self.range),
             LockKind::Read => format!("{}r/{lease:x}-{seq}", self.range),
         }
+    }
+
+    /// The range of a semaphore's keys made with `permits`.
+    pub(crate) fn permits_range(&self, permits: u32) -> String {
+        format!("{}{permits}/", self.range)
+    }
+
+    /// The permit count a semaphore key was made with.
+    pub(crate) fn permits_of(&self, key: &[u8]) -> Option<u32> {
+        let rest = key.strip_prefix(self.range.as_bytes())?;
+        let end = rest.iter().position(|b| *b == b'/')?;
+        std::str::from_utf8(&rest[..end]).ok()?.parse().ok()
     }
 
     /// Whether `key` (from this prefix's range) is a contender for this lock, rather
@@ -115,7 +132,7 @@ mod tests {
     fn exclusive_layout_is_etcds_and_families_do_not_overlap() {
         let p = Prefix::new(&key("ns", "jobs"), LockFamily::Exclusive);
         assert_eq!(
-            p.own_key(LockKind::Exclusive, 0x694d8a2b1c, 7),
+            p.own_key(LockKind::Exclusive, 0x694d8a2b1c, 7, 1),
             "ns/jobs/694d8a2b1c"
         );
         assert!(p.is_contender(b"ns/jobs/694d8a2b1c"));
@@ -126,27 +143,39 @@ mod tests {
         let fair = Prefix::new(&key("ns", "jobs"), LockFamily::Fair);
         let rw = Prefix::new(&key("ns", "jobs"), LockFamily::ReadWrite);
         for other in [&fair, &rw] {
-            let k = other.own_key(LockKind::Fair, 1, 2);
+            let k = other.own_key(LockKind::Fair, 1, 2, 1);
             assert!(
                 !k.starts_with(p.range()),
                 "{k:?} inside the exclusive range"
             );
         }
-        let w = rw.own_key(LockKind::Write, 10, 1);
+        let w = rw.own_key(LockKind::Write, 10, 1, 1);
         assert!(is_writer(&rw, w.as_bytes()));
         assert!(!is_writer(
             &rw,
-            rw.own_key(LockKind::Read, 10, 2).as_bytes()
+            rw.own_key(LockKind::Read, 10, 2, 1).as_bytes()
         ));
         let d = rw.downgrade_key(10, 3);
         assert!(d.starts_with(&rw.downgrades()) && d.starts_with(rw.range()));
         assert!(!is_writer(&rw, d.as_bytes()));
         assert!(!rw
-            .own_key(LockKind::Read, 10, 2)
+            .own_key(LockKind::Read, 10, 2, 1)
             .starts_with(&rw.downgrades()));
         assert_eq!(
             Prefix::new(&key("tenant", "x"), LockFamily::Exclusive).range(),
             "tenant/x/"
         );
+    }
+
+    #[test]
+    fn a_permit_key_carries_its_semaphores_count() {
+        let sem = Prefix::new(&key("ns", "exports"), LockFamily::Semaphore);
+        let k = sem.own_key(LockKind::Permit, 0xab, 3, 12);
+        assert_eq!(k, "ns/exports\u{1f}sem/12/ab-3");
+        assert!(k.starts_with(&sem.permits_range(12)));
+        assert!(!k.starts_with(&sem.permits_range(1)), "1 is a prefix of 12");
+        assert_eq!(sem.permits_of(k.as_bytes()), Some(12));
+        assert_eq!(sem.permits_of(b"ns/exports\x1fsem/x/ab-3"), None);
+        assert!(sem.is_contender(k.as_bytes()));
     }
 }

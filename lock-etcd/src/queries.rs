@@ -4,7 +4,7 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
     TxnResponse,
 };
-use lock_core::{LockKind, Result};
+use lock_core::{Error, LockKey, LockKind, Result};
 
 use crate::error;
 use crate::keys::Prefix;
@@ -19,6 +19,9 @@ pub(crate) enum Position {
     /// Blocked until this key goes: the newest conflicting key created before its own,
     /// or for a writer with none, a downgrade reader.
     Behind(Vec<u8>),
+    /// A permit waiter with exactly as many keys before it as the semaphore has
+    /// permits: the first waiter, granted when any key before it goes.
+    First,
     /// Its own key is gone (its lease ended, or the lock was force-unlocked).
     Vanished,
 }
@@ -98,7 +101,7 @@ pub(crate) fn place(
             .or_else([own]);
     }
     let reads = match kind {
-        // Permits are refused before they get here (no `semaphore` capability).
+        // Permits are placed by `place_permit`.
         LockKind::Exclusive | LockKind::Fair | LockKind::Permit => {
             vec![TxnOp::get(prefix.range(), Some(oldest(1).with_keys_only()))]
         }
@@ -113,6 +116,130 @@ pub(crate) fn place(
     let mut then = vec![put];
     then.extend(reads);
     Txn::new().when([absent]).and_then(then).or_else([own])
+}
+
+/// A range of keys `[start, end)` holds no key.
+fn empty(start: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) -> Compare {
+    Compare::create_revision(start, CompareOp::Equal, 0).with_range(end)
+}
+
+/// The first key after every key that starts with `prefix` (which ends in `/`).
+fn past(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    end
+}
+
+/// [`place`] for a permit of a semaphore of `permits`: write the key only if no key
+/// of another count is in the range (so every contender agrees on the count), and in
+/// the same revision count the keys: the new key is the newest, so it holds if the
+/// count is at most `permits`. Otherwise read the own key (a leftover) and a key of
+/// another count.
+pub(crate) fn place_permit(
+    prefix: &Prefix,
+    key: &str,
+    value: &[u8],
+    lease: i64,
+    permits: u32,
+) -> Txn {
+    let range = prefix.range();
+    let ours = prefix.permits_range(permits);
+    let (before, after) = (ours.clone(), past(&ours));
+    let end = past(range);
+    let put = TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease)));
+    let count = GetOptions::new().with_prefix().with_count_only();
+    let one = |to: Vec<u8>| {
+        GetOptions::new()
+            .with_range(to)
+            .with_limit(1)
+            .with_keys_only()
+    };
+    Txn::new()
+        .when([
+            Compare::create_revision(key, CompareOp::Equal, 0),
+            empty(range, before.clone()),
+            empty(after.clone(), end.clone()),
+        ])
+        .and_then([put, TxnOp::get(range, Some(count))])
+        .or_else([
+            TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
+            TxnOp::get(range, Some(one(before.into_bytes()))),
+            TxnOp::get(after, Some(one(end))),
+        ])
+}
+
+/// Reads the answer to [`place_permit`].
+pub(crate) fn placed_permit(
+    reply: &TxnResponse,
+    prefix: &Prefix,
+    lock: &LockKey,
+    permits: u32,
+) -> Result<Placed> {
+    let ops = reply.op_responses();
+    if !reply.succeeded() {
+        let reads = gets(&ops);
+        let first = |i: usize| reads.get(i).and_then(|kvs| kvs.first());
+        if let Some(own) = first(0) {
+            return Ok(Placed::Exists {
+                revision: own.create_revision(),
+            });
+        }
+        let other = first(1).or(first(2)).map(|kv| prefix.permits_of(kv.key()));
+        return Err(match other {
+            Some(Some(in_force)) => Error::other_permit_count(lock, in_force, permits),
+            _ => error::unexpected("a semaphore key without a permit count"),
+        });
+    }
+    let revision = reply
+        .header()
+        .map(|h| h.revision())
+        .ok_or_else(|| error::unexpected("a transaction answer without a header"))?;
+    let keys = counts(&ops).first().copied().unwrap_or(i64::MAX);
+    let position = if keys <= i64::from(permits) {
+        Position::Granted
+    } else {
+        Position::Unknown
+    };
+    Ok(Placed::At { revision, position })
+}
+
+/// [`locate`] for a permit: is the own key still there, and the newest keys created
+/// before it, up to one more than the semaphore has permits. (etcd counts a range
+/// before filtering it by revision, so a count cannot say how many keys came before.)
+pub(crate) fn locate_permit(prefix: &Prefix, key: &str, revision: i64, permits: u32) -> Txn {
+    let limit = i64::from(permits) + 1;
+    Txn::new().and_then([
+        TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
+        TxnOp::get(
+            prefix.range(),
+            Some(newest_before(revision, Some(limit)).with_keys_only()),
+        ),
+    ])
+}
+
+/// Reads the answer to [`locate_permit`]: fewer keys before than `permits` hold;
+/// exactly `permits` make the first waiter, which waits for any key to go; a later
+/// waiter waits for its predecessor to go or to be granted (re-stamped).
+pub(crate) fn located_permit(reply: &TxnResponse, revision: i64, permits: u32) -> Position {
+    let ops = reply.op_responses();
+    let reads = gets(&ops);
+    let own_there = reads
+        .first()
+        .and_then(|kvs| kvs.first())
+        .is_some_and(|kv| kv.create_revision() == revision);
+    if !own_there {
+        return Position::Vanished;
+    }
+    let before = reads.get(1).map(Vec::as_slice).unwrap_or_default();
+    let permits = usize::try_from(permits).unwrap_or(usize::MAX);
+    match before.len().cmp(&permits) {
+        std::cmp::Ordering::Less => Position::Granted,
+        std::cmp::Ordering::Equal => Position::First,
+        // Newest first: the first is the predecessor.
+        std::cmp::Ordering::Greater => Position::Behind(before[0].key().to_vec()),
+    }
 }
 
 /// Reads the answer to [`place`] (`downgrade`: whether it placed a downgrade reader).
@@ -246,6 +373,16 @@ pub(crate) fn restamp(key: &[u8], revision: i64, value: &[u8], lease: i64) -> Tx
             value,
             Some(PutOptions::new().with_lease(lease)),
         )])
+}
+
+/// The counts of the range reads among `ops`, in order.
+fn counts(ops: &[TxnOpResponse]) -> Vec<i64> {
+    ops.iter()
+        .filter_map(|op| match op {
+            TxnOpResponse::Get(get) => Some(get.count()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The key-value lists of the range reads among `ops`, in order.

@@ -338,6 +338,82 @@ async fn fifty_waiters_each_release_wakes_one() {
         .unwrap());
 }
 
+/// A released permit wakes the first waiter only (it watches the semaphore's
+/// deletions), and its grant wakes the one behind it (which watches its predecessor):
+/// about two wake-ups per grant, where a herd would wake every waiter on each release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_permit_waiters_wake_about_two_per_grant() {
+    const WAITERS: usize = 30;
+    const PERMITS: u32 = 3;
+    let (server, admin) = start().await;
+    let url = server.url();
+    let holder = client(backend(&url).await, Duration::from_secs(30));
+    let sem = holder.semaphore("herd-sem", PERMITS).unwrap();
+    let mut held = Vec::new();
+    for _ in 0..PERMITS {
+        held.push(sem.try_acquire().await.unwrap().expect("a free permit"));
+    }
+    let mut backends = Vec::new();
+    let mut tasks = Vec::new();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    for i in 0..WAITERS {
+        let b = backend(&url).await;
+        backends.push(b.clone());
+        let sem = client(b, Duration::from_secs(30))
+            .semaphore("herd-sem", PERMITS)
+            .unwrap();
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = sem.acquire_timeout(Duration::from_secs(120)).await.unwrap();
+            order.lock().unwrap().push(i);
+            g.release().await.unwrap();
+        }));
+        // Queue in a known order.
+        let started = Instant::now();
+        while sem_keys(&admin).await < PERMITS as usize + i + 1 {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "waiter {i} did not queue"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let before: u64 = backends.iter().map(EtcdBackend::waiter_wakeups).sum();
+    assert_eq!(before, 0, "woken before any release");
+    for guard in held {
+        guard.release().await.unwrap();
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(120), task)
+            .await
+            .expect("waiters finish")
+            .unwrap();
+    }
+    let wakeups: u64 = backends.iter().map(EtcdBackend::waiter_wakeups).sum();
+    // A herd would wake every waiter behind on each release: about 450 here.
+    assert!(
+        wakeups <= 2 * WAITERS as u64 + u64::from(PERMITS),
+        "{wakeups} wake-ups for {WAITERS} grants"
+    );
+    eprintln!("{wakeups} wake-ups for {WAITERS} grants");
+    // (Grant order is `semaphore::fifo_order`'s: here waiters may be granted at once.)
+    assert_eq!(order.lock().unwrap().len(), WAITERS);
+    assert_eq!(sem_keys(&admin).await, 0, "keys left behind");
+}
+
+/// How many keys the semaphore `herd-sem` has in etcd.
+async fn sem_keys(admin: &EtcdBackend) -> usize {
+    let mut kv = admin.client().kv_client();
+    let options = etcd_client::GetOptions::new()
+        .with_prefix()
+        .with_count_only();
+    let found = kv
+        .get(format!("{NS}/herd-sem\u{1f}sem/"), Some(options))
+        .await
+        .unwrap();
+    usize::try_from(found.count()).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_down_is_unavailable_and_retryable() {
     let (mut server, _) = start().await;

@@ -246,12 +246,23 @@ impl ZkBackend {
     }
 }
 
-/// The holders in a queue: the first node, or for a read-write lock every reader before
-/// the first writer (or that writer alone), and every downgrade reader (granted at
-/// once, wherever it stands).
+/// The holders in a queue: the first node; for a semaphore the first as many as its
+/// count; for a read-write lock every reader before the first writer (or that writer
+/// alone), and every downgrade reader (granted at once, wherever it stands).
 fn holders(queue: &[path::Contender], family: LockFamily) -> Vec<&path::Contender> {
     let front = match (family, queue.first()) {
         (_, None) => 0,
+        // The first as many as the oldest's count, of that count.
+        (LockFamily::Semaphore, Some(first)) => {
+            let permits = first
+                .permits
+                .map_or(1, |n| usize::try_from(n).unwrap_or(usize::MAX));
+            queue
+                .iter()
+                .take(permits)
+                .take_while(|c| c.permits == first.permits)
+                .count()
+        }
         (LockFamily::ReadWrite, Some(first)) if !first.writer => {
             queue.iter().take_while(|c| !c.writer).count()
         }
@@ -286,9 +297,7 @@ impl LockBackend for ZkBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL
-            .with_fixed_lease(false)
-            .with_semaphore(false)
+        Capabilities::ALL.with_fixed_lease(false)
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<ZkLease>>> {

@@ -6,7 +6,9 @@
 //! * exclusive lock: `/<namespace>/<name>` (the bare path, as Curator's
 //!   `InterProcessMutex` on the same path uses it);
 //! * fair lock: `/<namespace>/<name>%fair`;
-//! * read-write lock: `/<namespace>/<name>%rw`.
+//! * read-write lock: `/<namespace>/<name>%rw`;
+//! * semaphore: `/<namespace>/<name>%sem`, whose contenders carry the count they were
+//!   made with: `_c_<uuid>-__PERMITS_<count>-lock-<seq>`.
 //!
 //! The namespace is one path segment; the name keeps its `/` as segments where that
 //! gives a valid path. Anything ZooKeeper refuses or that could be mistaken for
@@ -30,6 +32,8 @@ pub(crate) const WRITE_MARKER: &str = "-__WRIT__";
 /// reader in its sequence order (it classifies by `__WRIT__` and sorts by what follows
 /// `__READ__`); our writers wait for every such node, whatever its place.
 const DOWNGRADE_TAG: &str = "-__DOWN__";
+/// Put before [`LOCK_MARKER`] in a permit's node, followed by its semaphore's count.
+const PERMITS_TAG: &str = "-__PERMITS_";
 
 /// The node every lock of `family` on `key` queues under.
 pub(crate) fn lock_path(key: &LockKey, family: LockFamily) -> String {
@@ -117,6 +121,15 @@ pub(crate) fn node_prefix(protect: &uuid::Uuid, kind: LockKind) -> String {
     format!("_c_{}{}", protect.hyphenated(), marker(kind))
 }
 
+/// The name prefix of a permit of a semaphore of `permits`:
+/// `_c_<uuid>-__PERMITS_<permits>-lock-`.
+pub(crate) fn permit_prefix(protect: &uuid::Uuid, permits: u32) -> String {
+    format!(
+        "_c_{}{PERMITS_TAG}{permits}{LOCK_MARKER}",
+        protect.hyphenated()
+    )
+}
+
 /// The name prefix of a downgrade reader: `_c_<uuid>-__DOWN__-__READ__`.
 pub(crate) fn downgrade_prefix(protect: &uuid::Uuid) -> String {
     format!("_c_{}{DOWNGRADE_TAG}{READ_MARKER}", protect.hyphenated())
@@ -133,6 +146,8 @@ pub(crate) struct Contender {
     pub(crate) writer: bool,
     /// Whether it is a downgrade reader (see [`downgrade_prefix`]).
     pub(crate) downgrade: bool,
+    /// The count a semaphore's contender was made with (see [`permit_prefix`]).
+    pub(crate) permits: Option<u32>,
 }
 
 /// The contenders among `children` of a lock path of `family`, in queue order.
@@ -182,11 +197,19 @@ fn parse(name: &str, family: LockFamily) -> Option<Contender> {
             && name[..at]
                 .strip_suffix('-')
                 .is_some_and(|head| head.ends_with(DOWNGRADE_TAG));
+        let permits = match family {
+            LockFamily::Semaphore => name[..at]
+                .strip_suffix('-')
+                .and_then(|head| head.rsplit_once(PERMITS_TAG))
+                .and_then(|(_, count)| count.parse().ok()),
+            _ => None,
+        };
         Some(Contender {
             name: name.to_owned(),
             seq,
             writer,
             downgrade,
+            permits,
         })
     })
 }
@@ -347,6 +370,31 @@ mod tests {
         assert_eq!(
             parsed,
             [(2, true, false), (3, false, true), (4, false, false)]
+        );
+    }
+
+    #[test]
+    fn a_permit_node_carries_its_semaphores_count() {
+        let protect = uuid::Uuid::nil();
+        let name = format!("{}0000000007", permit_prefix(&protect, 12));
+        let found = contenders(
+            &[name.clone(), "x__lock__0000000003".to_owned()],
+            LockFamily::Semaphore,
+        );
+        assert_eq!(found.len(), 2);
+        assert_eq!(
+            (found[0].seq, found[0].permits),
+            (3, None),
+            "a node without a count"
+        );
+        assert_eq!(
+            (found[1].name.as_str(), found[1].permits),
+            (name.as_str(), Some(12))
+        );
+        let lock = contenders(&[name], LockFamily::Exclusive);
+        assert_eq!(
+            lock[0].permits, None,
+            "a count only counts on a semaphore's path"
         );
     }
 }

@@ -1,6 +1,12 @@
 //! The lock recipe: an ephemeral sequential node per contender, the lowest holds, each
 //! waiter watches only the node it waits for (no herd), and a dropped acquire deletes
 //! its node.
+//!
+//! A semaphore of `n` permits: the first `n` nodes hold, if they all carry the count
+//! `n`. The first waiter (exactly `n` before it) watches the path's children; each
+//! later one watches its predecessor, whose grant writes its node (the fencing write)
+//! or whose leaving deletes it. So a release wakes the first waiter, and each grant the
+//! one behind it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,11 +14,11 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use lock_core::backend::{AcquireRequest, Grant};
-use lock_core::{LockKind, Result};
+use lock_core::{Error, LockKind, Result};
 use tokio::time::Instant;
 use zookeeper_client::{
-    Client, Error as ZkError, EventType, MultiWriteError, MultiWriteResult, SessionState, Stat,
-    WatchedEvent,
+    Client, Error as ZkError, EventType, MultiWriteError, MultiWriteResult, OneshotWatcher,
+    SessionState, Stat, WatchedEvent,
 };
 
 use crate::backend::Inner;
@@ -154,6 +160,11 @@ async fn blocked_now(
         Err(err) => return Err(error::map(err)),
     };
     let queue = path::contenders(&children, req.kind.family());
+    if req.kind == LockKind::Permit {
+        // Another count is refused by the attempt, with the error.
+        let turn = permit_turn(&queue, queue.len(), req.permits);
+        return Ok(!matches!(turn, PermitTurn::Holds | PermitTurn::Refused(_)));
+    }
     Ok(blocker(req.kind, &queue, queue.len(), false).is_some())
 }
 
@@ -175,9 +186,66 @@ fn blocker(kind: LockKind, queue: &[Contender], pos: usize, downgrade: bool) -> 
         LockKind::Write => before
             .last()
             .or_else(|| queue.iter().skip(pos).find(|c| c.downgrade)),
-        // Permits are refused before they get here (no `semaphore` capability).
+        // Permits wait by `permit_turn`.
         LockKind::Exclusive | LockKind::Fair | LockKind::Permit => before.last(),
     }
+}
+
+/// Where a semaphore's contender stands.
+#[derive(Debug, PartialEq, Eq)]
+enum PermitTurn {
+    /// Fewer contenders before it than its count, all of its count: it holds.
+    Holds,
+    /// The oldest contender has another count (`None`: a node that carries none).
+    Refused(Option<u32>),
+    /// Exactly as many before it as its count: the first waiter, woken when any
+    /// child of the path goes.
+    First,
+    /// Waits for this node to be granted or to go: its predecessor, or the nearest
+    /// contender of another count before it (which leaves when it sees the oldest's).
+    Behind(String),
+}
+
+/// Where the contender at `pos` of `queue` stands in a semaphore of `permits`. Holding
+/// needs every node before to carry the same count: two holders of different counts
+/// could otherwise each count only their own kind.
+fn permit_turn(queue: &[Contender], pos: usize, permits: u32) -> PermitTurn {
+    let own = Some(permits);
+    match queue.first() {
+        Some(oldest) if oldest.permits != own => return PermitTurn::Refused(oldest.permits),
+        _ => {}
+    }
+    let before = &queue[..pos];
+    if let Some(other) = before.iter().rev().find(|c| c.permits != own) {
+        return PermitTurn::Behind(other.name.clone());
+    }
+    match pos.cmp(&usize::try_from(permits).unwrap_or(usize::MAX)) {
+        std::cmp::Ordering::Less => PermitTurn::Holds,
+        std::cmp::Ordering::Equal => PermitTurn::First,
+        std::cmp::Ordering::Greater => match before.last() {
+            Some(predecessor) => PermitTurn::Behind(predecessor.name.clone()),
+            None => PermitTurn::Holds,
+        },
+    }
+}
+
+/// The error of a permit whose count is not the semaphore's (see [`PermitTurn::Refused`]).
+fn other_count(req: &AcquireRequest<'_>, in_force: Option<u32>) -> Error {
+    match in_force {
+        Some(in_force) => Error::other_permit_count(req.key, in_force, req.permits),
+        None => Error::invalid_argument(format!(
+            "semaphore `{}` has a contender node that carries no permit count",
+            req.key.name()
+        )),
+    }
+}
+
+/// What a waiter waits for.
+enum Wait {
+    /// The deletion of the node at this path.
+    Deletion(String),
+    /// A permit's turn.
+    Permit(PermitTurn),
 }
 
 async fn read_children(
@@ -247,6 +315,9 @@ async fn queue(
     let client = &session.client;
     let prefix = match downgrade_from {
         Some(_) => format!("{dir}/{}", path::downgrade_prefix(protect)),
+        None if req.kind == LockKind::Permit => {
+            format!("{dir}/{}", path::permit_prefix(protect, req.permits))
+        }
         None => format!("{dir}/{}", path::node_prefix(protect, req.kind)),
     };
     let data = node_data::encode(req.owner.as_str(), req.holder);
@@ -279,6 +350,8 @@ async fn queue(
         Err(err) => return Err(error::map(err)),
     };
     let mut first_check = true;
+    // A permit's watch, with the turn it was set for.
+    let mut armed: Option<(PermitTurn, OneshotWatcher)> = None;
     loop {
         let (children, parent) = match listing {
             Ok(found) => found,
@@ -290,7 +363,19 @@ async fn queue(
             return Ok(Attempt::NodeVanished);
         };
         let downgrade = downgrade_from.is_some();
-        let Some(ahead) = blocker(req.kind, &queue, pos, downgrade) else {
+        let waiting = match req.kind {
+            LockKind::Permit => match permit_turn(&queue, pos, req.permits) {
+                PermitTurn::Holds => None,
+                PermitTurn::Refused(in_force) => {
+                    pending.remove().await;
+                    return Err(other_count(req, in_force));
+                }
+                turn => Some(Wait::Permit(turn)),
+            },
+            kind => blocker(kind, &queue, pos, downgrade)
+                .map(|ahead| Wait::Deletion(format!("{dir}/{}", ahead.name))),
+        };
+        let Some(waiting) = waiting else {
             let fresh = first_check && (downgrade || parent.pzxid == created.czxid);
             let granted = Granted {
                 dir,
@@ -306,9 +391,28 @@ async fn queue(
             pending.remove().await;
             return Ok(Attempt::TimedOut);
         }
-        let ahead_path = format!("{dir}/{}", ahead.name);
-        let waited = wait_for_deletion(inner, session, req, &ahead_path, limits, &mut own_deleted);
-        match waited.await? {
+        let waited = match waiting {
+            Wait::Deletion(ahead_path) => {
+                wait_for_deletion(inner, session, req, &ahead_path, limits, &mut own_deleted)
+                    .await?
+            }
+            Wait::Permit(turn) => match armed.take() {
+                Some((watched, watcher)) if watched == turn => {
+                    wait_for_event(inner, session, req, watcher, &mut own_deleted).await?
+                }
+                _ => {
+                    // Watch, and look again in the same round trip (one session's
+                    // requests are served in order): the look tells whether what the
+                    // watch waits for happened before it was set.
+                    let (watcher, fresh) = arm(inner, client, dir, &turn, limits).await?;
+                    armed = watcher.map(|watcher| (turn, watcher));
+                    first_check = false;
+                    listing = fresh;
+                    continue;
+                }
+            },
+        };
+        match waited {
             Waited::Deleted => {}
             Waited::OwnNodeGone => return Ok(Attempt::NodeVanished),
             Waited::TimedOut => {
@@ -386,7 +490,8 @@ impl Granted<'_> {
 
 /// How a wait for the node ahead ended.
 enum Waited {
-    /// It was deleted (or already gone): look at the queue again.
+    /// It was deleted (or already gone), or a permit's predecessor was granted: look
+    /// at the queue again.
     Deleted,
     /// Our own node went.
     OwnNodeGone,
@@ -412,6 +517,50 @@ async fn wait_for_deletion(
         Err(err) => return Err(error::map(err)),
         Ok((_, watcher)) => watcher,
     };
+    wait_for_event(inner, session, req, watcher, own_deleted).await
+}
+
+/// Sets the watch a permit's `turn` waits on, and lists the path's children right
+/// behind it. No watcher if the predecessor is already gone (the listing shows it).
+async fn arm(
+    inner: &Inner,
+    client: &Client,
+    dir: &str,
+    turn: &PermitTurn,
+    limits: Limits,
+) -> Result<(Option<OneshotWatcher>, Result<(Vec<String>, Stat), ZkError>)> {
+    let until = limits.next();
+    match turn {
+        PermitTurn::Behind(name) => {
+            let ahead = format!("{dir}/{name}");
+            let watch = bounded(until, client.check_and_watch_stat(&ahead));
+            let (watched, listing) =
+                futures::join!(watch, read_children(inner, client, dir, until));
+            match watched {
+                Ok((Some(_), watcher)) => Ok((Some(watcher), listing)),
+                Ok((None, _)) => Ok((None, listing)),
+                Err(err) => Err(error::map(err)),
+            }
+        }
+        _ => {
+            inner.counters.bump(Count::ChildrenRead);
+            match bounded(until, client.get_and_watch_children(dir)).await {
+                Ok((children, stat, watcher)) => Ok((Some(watcher), Ok((children, stat)))),
+                Err(err) => Ok((None, Err(err))),
+            }
+        }
+    }
+}
+
+/// Waits until `watcher` fires, our own node goes, the session ends (an error) or the
+/// acquire's deadline passes.
+async fn wait_for_event(
+    inner: &Inner,
+    session: &Session,
+    req: &AcquireRequest<'_>,
+    watcher: OneshotWatcher,
+    own_deleted: &mut BoxFuture<'static, WatchedEvent>,
+) -> Result<Waited> {
     let deadline = async {
         match req.deadline.instant() {
             Some(at) => tokio::time::sleep_until(at).await,

@@ -56,6 +56,9 @@ pub fn all() -> Vec<(&'static str, Check)> {
         ("fifty_waiters_wake_one_each", |zk| {
             fifty_waiters_wake_one_each(zk).boxed()
         }),
+        ("permit_waiters_wake_about_two_per_grant", |zk| {
+            permit_waiters_wake_about_two_per_grant(zk).boxed()
+        }),
         ("unreachable_server_is_unavailable", |zk| {
             unreachable_server_is_unavailable(zk).boxed()
         }),
@@ -659,6 +662,64 @@ async fn fifty_waiters_wake_one_each(zk: Arc<Zk>) {
         "zookeeper: {WAITERS} handoffs with 1 wake-up and 1 read each; median {:.1?}, max {:.1?}",
         handoffs[handoffs.len() / 2],
         handoffs[handoffs.len() - 1]
+    );
+}
+
+/// Thirty waiters on a semaphore of three: a release wakes the first waiter (it
+/// watches the path's children) and each grant the one behind it (it watches its
+/// predecessor's node, which the grant writes), so about two wake-ups per grant where
+/// a herd would wake every waiter on each release.
+async fn permit_waiters_wake_about_two_per_grant(zk: Arc<Zk>) {
+    const WAITERS: u64 = 30;
+    const PERMITS: u32 = 3;
+    let ns = namespace("sem-herd");
+    let backend = ZkBackend::new(zk.config(SESSION_TIMEOUT)).expect("valid settings");
+    let client = client(&backend, &ns);
+    let sem = client.semaphore("herd", PERMITS).unwrap();
+    let mut held = Vec::new();
+    for _ in 0..PERMITS {
+        held.push(
+            sem.try_acquire()
+                .await
+                .expect("try")
+                .expect("a free permit"),
+        );
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..WAITERS {
+        let sem = client.semaphore("herd", PERMITS).unwrap();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let guard = sem.acquire_timeout(Duration::from_secs(120)).await;
+            let released = match guard {
+                Ok(guard) => guard.release().await,
+                Err(err) => Err(err),
+            };
+            let _ = tx.send(released);
+        });
+    }
+    until("all waiting", zk.slack() * 10, || {
+        backend.stats().waiting == WAITERS
+    })
+    .await;
+    let before = backend.stats();
+    for guard in held {
+        guard.release().await.expect("release");
+    }
+    for _ in 0..WAITERS {
+        let done = within("every waiter's turn", zk.slack() * 10, rx.recv()).await;
+        done.expect("sender").expect("acquire and release");
+    }
+    let wakeups = backend.stats().predecessor_wakeups - before.predecessor_wakeups;
+    println!("zookeeper: {WAITERS} permit grants with {wakeups} wake-ups");
+    assert!(
+        wakeups <= 2 * WAITERS + u64::from(PERMITS),
+        "{wakeups} wake-ups for {WAITERS} grants"
+    );
+    let info = sem.inspect().await.expect("inspect");
+    assert!(
+        info.holders.is_empty() && info.waiters == Some(0),
+        "{info:?}"
     );
 }
 
