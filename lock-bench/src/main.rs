@@ -57,7 +57,8 @@ struct Args {
     /// range over the runs.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     runs: u32,
-    /// Only contenders whose name contains this (e.g. `ours`, `advisory`).
+    /// Only contenders whose name contains this, or one of these comma-separated
+    /// words (e.g. `ours`, `advisory`, `ours,Semaphore`).
     #[arg(long)]
     only: Option<String>,
     /// Also hold this many locks with one client at each server, and report the
@@ -65,7 +66,8 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     held: usize,
     /// Also bench our semaphore with this many permits at each server that has
-    /// semaphores: the permit cycle, and `--permit-workers` clients contending.
+    /// semaphores, and a peer's where one runs there (kazoo's `Semaphore`): the
+    /// permit cycle, and `--permit-workers` clients contending.
     #[arg(long, default_value_t = 0)]
     permits: u32,
     /// Workers in the semaphore's contended run.
@@ -74,6 +76,15 @@ struct Args {
     /// Where to write `report.md`, `latency.svg` and `handoff.svg`.
     #[arg(long, default_value = "target/lock-bench")]
     out: PathBuf,
+}
+
+impl Args {
+    /// Whether `--only` lets the contender `name` run.
+    fn selects(&self, name: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|only| only.split(',').any(|word| name.contains(word)))
+    }
 }
 
 /// A contender's run may not take longer than this.
@@ -151,13 +162,9 @@ async fn bench(args: &Args, url: &str) -> Result<Target, BenchError> {
         measured: Vec::new(),
         failed: Vec::new(),
         held: None,
-        permits: None,
+        permits: Vec::new(),
     };
-    contenders.retain(|contender| {
-        args.only
-            .as_ref()
-            .is_none_or(|only| contender.name().contains(only.as_str()))
-    });
+    contenders.retain(|contender| args.selects(&contender.name()));
     // Each contender's runs so far; `None` once one of its runs failed.
     let mut results: Vec<Option<Measured>> = vec![None; contenders.len()];
     let mut failed = vec![false; contenders.len()];
@@ -206,19 +213,25 @@ async fn bench(args: &Args, url: &str) -> Result<Target, BenchError> {
             "lock-bench: {} / a semaphore of {}",
             target.backend, args.permits
         );
-        let run = permits::measure(
-            url,
-            args.permits,
-            args.iterations,
-            args.permit_workers,
-            args.cycles,
-        );
-        match tokio::time::timeout(RUN_LIMIT, run).await {
-            Ok(Ok(measured)) => target.permits = Some(measured),
-            Ok(Err(err)) => target.failed.push(("semaphore".into(), err.to_string())),
-            Err(_) => target
-                .failed
-                .push(("semaphore".into(), format!("over {RUN_LIMIT:?}"))),
+        let mut semaphores: Vec<Box<dyn Contender>> = vec![Box::new(
+            permits::OurSemaphore::new(url, args.permits).await?,
+        )];
+        semaphores.extend(peers::semaphores(url, args.permits));
+        semaphores.retain(|semaphore| args.selects(&semaphore.name()));
+        for semaphore in semaphores {
+            let run = permits::measure(
+                semaphore.as_ref(),
+                args.permits,
+                args.iterations,
+                args.permit_workers,
+                args.cycles,
+            );
+            let what = format!("{} semaphore", semaphore.name());
+            match tokio::time::timeout(RUN_LIMIT, run).await {
+                Ok(Ok(measured)) => target.permits.push(measured),
+                Ok(Err(err)) => target.failed.push((what, err.to_string())),
+                Err(_) => target.failed.push((what, format!("over {RUN_LIMIT:?}"))),
+            }
         }
     }
     Ok(target)

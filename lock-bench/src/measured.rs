@@ -85,7 +85,7 @@ pub struct Target {
     /// One client of ours holding many locks (`--held`), if measured.
     pub held: Option<crate::held::Held>,
     /// Our semaphore (`--permits`), if measured.
-    pub permits: Option<crate::permits::Permits>,
+    pub permits: Vec<crate::permits::Permits>,
 }
 
 impl Target {

@@ -1,21 +1,27 @@
-//! Our semaphore (`--permits N`): the uncontended permit cycle, and a contended run of
+//! Semaphores (`--permits N`): the uncontended permit cycle, and a contended run of
 //! workers, each a client of its own, that take a permit in turn while counting how
-//! many hold at once (never more than N may).
+//! many hold at once (never more than N may). Ours, and a peer's where one runs on
+//! that server (kazoo's `Semaphore` on ZooKeeper).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use distributed_locks::prelude::*;
-use distributed_locks::{connect, ConnectOptions, LockProvider};
+use distributed_locks::{connect, ConnectOptions, LockGuard, LockProvider, Semaphore};
 use tokio::time::Instant;
 
-use crate::contender::BenchError;
+use crate::contender::{BenchError, Contender, Role, Worker};
+use crate::scenarios;
 use crate::stats::Samples;
 
 /// What a semaphore run measured.
 #[derive(Debug, Clone)]
 pub struct Permits {
+    /// Whose semaphore.
+    pub name: String,
+    pub role: Role,
     /// The semaphore's count.
     pub permits: u32,
     /// Uncontended acquire + release of one permit.
@@ -31,50 +37,32 @@ pub struct Permits {
     pub over: u64,
 }
 
-/// The semaphore of `permits` at `url`: `iterations` uncontended cycles, then
-/// `workers` clients taking `cycles` permits each.
+/// `semaphore`'s permits (a contender whose lock is a semaphore of `permits`):
+/// `iterations` uncontended cycles, then `workers` workers taking `cycles` permits
+/// each. The bench counts a worker as holding from its `acquire`'s return to its
+/// `release` call, within the time the semaphore has it hold.
 pub async fn measure(
-    url: &str,
+    semaphore: &dyn Contender,
     permits: u32,
     iterations: usize,
     workers: usize,
     cycles: usize,
 ) -> Result<Permits, BenchError> {
-    let namespace = format!("bench-permits-{}", std::process::id());
-    // In-memory backends live per `connect` call: their workers share one client.
-    let shared = match url.starts_with("memory:") {
-        true => Some(client(url, &namespace).await?),
-        false => None,
-    };
-    let first = match &shared {
-        Some(shared) => shared.clone(),
-        None => client(url, &namespace).await?,
-    };
-    let semaphore = first.semaphore("cycle", permits)?;
-    let mut cycle = Samples::default();
-    for _ in 0..iterations {
-        let started = Instant::now();
-        semaphore.acquire().await?.release().await?;
-        cycle.push(started.elapsed());
-    }
-    let mut clients = Vec::with_capacity(workers);
+    let cycle = scenarios::uncontended(semaphore, iterations).await?;
+    let mut all = Vec::with_capacity(workers);
     for _ in 0..workers {
-        clients.push(match &shared {
-            Some(shared) => shared.clone(),
-            None => client(url, &namespace).await?,
-        });
+        all.push(semaphore.worker("contended").await?);
     }
     let in_use = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let over = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
-    for client in &clients {
-        let semaphore = client.semaphore("contended", permits)?;
+    for mut worker in all {
         let (in_use, most, over) = (in_use.clone(), most.clone(), over.clone());
         tasks.spawn(async move {
             for _ in 0..cycles {
-                let permit = semaphore.acquire().await?;
+                worker.acquire().await?;
                 let now = in_use.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
                 if now > permits as usize {
@@ -82,7 +70,7 @@ pub async fn measure(
                 }
                 tokio::task::yield_now().await;
                 in_use.fetch_sub(1, Ordering::SeqCst);
-                permit.release().await?;
+                worker.release().await?;
             }
             Ok::<_, BenchError>(())
         });
@@ -91,10 +79,9 @@ pub async fn measure(
         done??;
     }
     let elapsed = started.elapsed().max(Duration::from_micros(1));
-    for client in clients.iter().chain([&first]) {
-        client.shutdown().await?;
-    }
     Ok(Permits {
+        name: semaphore.name(),
+        role: semaphore.role(),
         permits,
         cycle,
         workers,
@@ -103,6 +90,92 @@ pub async fn measure(
         most_at_once: most.load(Ordering::SeqCst),
         over: over.load(Ordering::SeqCst),
     })
+}
+
+/// Our semaphore of `permits` at a URL: each worker a client of its own (in-memory
+/// backends live per `connect` call: their workers share one client).
+pub struct OurSemaphore {
+    url: String,
+    namespace: String,
+    permits: u32,
+    shared: Option<Arc<dyn LockProvider>>,
+}
+
+impl OurSemaphore {
+    pub async fn new(url: &str, permits: u32) -> Result<Self, BenchError> {
+        let namespace = format!("bench-permits-{}", std::process::id());
+        let shared = match url.starts_with("memory:") {
+            true => Some(client(url, &namespace).await?),
+            false => None,
+        };
+        Ok(OurSemaphore {
+            url: url.to_owned(),
+            namespace,
+            permits,
+            shared,
+        })
+    }
+}
+
+#[async_trait]
+impl Contender for OurSemaphore {
+    fn name(&self) -> String {
+        "ours".into()
+    }
+
+    fn role(&self) -> Role {
+        Role::Ours
+    }
+
+    async fn worker(&self, name: &str) -> Result<Box<dyn Worker>, BenchError> {
+        let (client, own) = match &self.shared {
+            Some(shared) => (shared.clone(), None),
+            None => {
+                let own = client(&self.url, &self.namespace).await?;
+                (own.clone(), Some(own))
+            }
+        };
+        let semaphore = client.semaphore(name, self.permits)?;
+        Ok(Box::new(OurPermit {
+            own,
+            semaphore,
+            held: None,
+        }))
+    }
+}
+
+struct OurPermit {
+    /// The worker's own client (none when it shares one).
+    own: Option<Arc<dyn LockProvider>>,
+    semaphore: Arc<dyn Semaphore>,
+    held: Option<LockGuard>,
+}
+
+#[async_trait]
+impl Worker for OurPermit {
+    async fn acquire(&mut self) -> Result<(), BenchError> {
+        self.held = Some(self.semaphore.acquire().await?);
+        Ok(())
+    }
+
+    async fn release(&mut self) -> Result<(), BenchError> {
+        let permit = self.held.take().ok_or("release without a permit")?;
+        Ok(permit.release().await?)
+    }
+}
+
+impl Drop for OurPermit {
+    fn drop(&mut self) {
+        // Let its client end its session now rather than when its lease runs out.
+        let Some(client) = self.own.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = client.shutdown().await;
+            });
+        }
+    }
 }
 
 async fn client(url: &str, namespace: &str) -> Result<Arc<dyn LockProvider>, BenchError> {

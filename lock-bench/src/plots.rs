@@ -198,7 +198,7 @@ mod tests {
             measured: vec![measured("ours", 10), measured("rslock", 20)],
             failed: vec![],
             held: None,
-            permits: None,
+            permits: Vec::new(),
         }];
         let dir = tempfile::tempdir().unwrap();
         write(&targets, dir.path()).unwrap();

@@ -39,11 +39,11 @@ pub fn markdown(targets: &[Target], settings: &str) -> String {
     out
 }
 
-/// Our semaphore, per backend (`--permits`).
+/// Semaphores, ours and peers', per backend (`--permits`).
 fn permits_table(out: &mut String, targets: &[Target]) {
     let rows: Vec<(&str, &crate::permits::Permits)> = targets
         .iter()
-        .filter_map(|t| t.permits.as_ref().map(|p| (t.backend.as_str(), p)))
+        .flat_map(|t| t.permits.iter().map(|p| (t.backend.as_str(), p)))
         .collect();
     let Some((_, first)) = rows.first() else {
         return;
@@ -55,14 +55,18 @@ fn permits_table(out: &mut String, targets: &[Target]) {
     );
     let _ = writeln!(
         out,
-        "| backend | permit cycle p50 µs | permit cycle p99 µs | contended grants/s \
-         | most holders at once | grants beyond the count |"
+        "| backend | semaphore | permit cycle p50 µs | permit cycle p99 µs \
+         | contended grants/s | most holders at once | grants beyond the count |"
     );
-    let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|");
+    let _ = writeln!(out, "|---|---|--:|--:|--:|--:|--:|");
     for (backend, p) in rows {
+        let name = match p.role {
+            Role::Ours => format!("**{}**", p.name),
+            _ => p.name.clone(),
+        };
         let _ = writeln!(
             out,
-            "| {backend} | {} | {} | {:.0} | {} | {} |",
+            "| {backend} | {name} | {} | {} | {:.0} | {} | {} |",
             Micros(p.cycle.percentile(50.0)),
             Micros(p.cycle.percentile(99.0)),
             p.throughput,
@@ -209,7 +213,7 @@ mod tests {
             ],
             failed: vec![("broken".into(), "no | server".into())],
             held: None,
-            permits: None,
+            permits: Vec::new(),
         };
         let report = markdown(&[target], "settings");
         let ours = report
@@ -236,7 +240,7 @@ mod tests {
             measured: vec![m],
             failed: vec![],
             held: None,
-            permits: None,
+            permits: Vec::new(),
         };
         assert!(markdown(&[target], "").contains("**9 of 10, 1 overlaps**"));
     }
@@ -253,7 +257,7 @@ mod tests {
             measured: vec![ours, floor],
             failed: vec![],
             held: None,
-            permits: None,
+            permits: Vec::new(),
         };
         let report = markdown(&[target], "");
         let ours = report

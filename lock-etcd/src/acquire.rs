@@ -526,6 +526,10 @@ impl Job {
                         // Nobody may be renewing the lease while this client only waits.
                         let timeout = self.inner.config.request_timeout();
                         match contender.lease.keep_fresh(&self.inner.client, timeout).await {
+                            // A permit waiter looks again: a predecessor granted by the
+                            // count but stalled before its re-stamp must not hold it up
+                            // until that predecessor's lease ends.
+                            Ok(true) if self.kind == LockKind::Permit => break,
                             Ok(true) => {}
                             Ok(false) => return Ok(false),
                             // A slow etcd: try again at the next refresh while the

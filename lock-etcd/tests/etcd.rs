@@ -370,7 +370,7 @@ async fn thirty_permit_waiters_wake_about_two_per_grant() {
         }));
         // Queue in a known order.
         let started = Instant::now();
-        while sem_keys(&admin).await < PERMITS as usize + i + 1 {
+        while sem_keys(&admin, "herd-sem").await < PERMITS as usize + i + 1 {
             assert!(
                 started.elapsed() < Duration::from_secs(60),
                 "waiter {i} did not queue"
@@ -398,17 +398,58 @@ async fn thirty_permit_waiters_wake_about_two_per_grant() {
     eprintln!("{wakeups} wake-ups for {WAITERS} grants");
     // (Grant order is `semaphore::fifo_order`'s: here waiters may be granted at once.)
     assert_eq!(order.lock().unwrap().len(), WAITERS);
-    assert_eq!(sem_keys(&admin).await, 0, "keys left behind");
+    assert_eq!(sem_keys(&admin, "herd-sem").await, 0, "keys left behind");
 }
 
-/// How many keys the semaphore `herd-sem` has in etcd.
-async fn sem_keys(admin: &EtcdBackend) -> usize {
+/// A permit granted by the count to a contender that stalls before its re-stamp (here
+/// a key written by hand, which nothing re-stamps) must not hold up the waiter behind
+/// it until that contender's lease ends: the waiter looks again at its lease's refresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_predecessor_does_not_hold_up_the_next_permit() {
+    let (server, admin) = start().await;
+    let url = server.url();
+    let holder = client(backend(&url).await, Duration::from_secs(30));
+    let sem = holder.semaphore("stall", 2).unwrap();
+    let first = sem.try_acquire().await.unwrap().expect("a free permit");
+    let second = sem.try_acquire().await.unwrap().expect("a free permit");
+    let mut raw = admin.client().clone();
+    let lease = raw.lease_grant(120, None).await.unwrap().id();
+    let put = etcd_client::PutOptions::new().with_lease(lease);
+    raw.put(format!("{NS}/stall\u{1f}sem/2/{lease:x}-0"), "", Some(put))
+        .await
+        .unwrap();
+    let waiter = client(backend(&url).await, Duration::from_secs(3))
+        .semaphore("stall", 2)
+        .unwrap();
+    let task = tokio::spawn(async move { waiter.acquire_timeout(Duration::from_secs(60)).await });
+    let started = Instant::now();
+    while sem_keys(&admin, "stall").await < 4 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the waiter did not queue"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    // The stalled key and the waiter are the first two now: the waiter holds.
+    let granted = tokio::time::timeout(Duration::from_secs(90), task)
+        .await
+        .expect("the acquire ends")
+        .unwrap()
+        .expect("granted while the stalled key's lease lasts");
+    granted.release().await.unwrap();
+    raw.lease_revoke(lease).await.unwrap();
+}
+
+/// How many keys the semaphore `name` has in etcd.
+async fn sem_keys(admin: &EtcdBackend, name: &str) -> usize {
     let mut kv = admin.client().kv_client();
     let options = etcd_client::GetOptions::new()
         .with_prefix()
         .with_count_only();
     let found = kv
-        .get(format!("{NS}/herd-sem\u{1f}sem/"), Some(options))
+        .get(format!("{NS}/{name}\u{1f}sem/"), Some(options))
         .await
         .unwrap();
     usize::try_from(found.count()).unwrap()

@@ -391,37 +391,51 @@ async fn queue(
             pending.remove().await;
             return Ok(Attempt::TimedOut);
         }
-        let waited = match waiting {
-            Wait::Deletion(ahead_path) => {
-                wait_for_deletion(inner, session, req, &ahead_path, limits, &mut own_deleted)
-                    .await?
-            }
+        let waited = match &waiting {
+            Wait::Deletion(ahead_path) => Some(
+                wait_for_deletion(inner, session, req, ahead_path, limits, &mut own_deleted)
+                    .await?,
+            ),
             Wait::Permit(turn) => match armed.take() {
-                Some((watched, watcher)) if watched == turn => {
-                    wait_for_event(inner, session, req, watcher, &mut own_deleted).await?
+                Some((watched, watcher)) if watched == *turn => {
+                    // A look now and then: a predecessor granted by the count but
+                    // stalled before its fencing write must not hold up this waiter
+                    // until its session ends.
+                    let recheck = inner.sessions.config().session_timeout() / 3;
+                    let woken = wait_for_event(
+                        inner,
+                        session,
+                        req,
+                        watcher,
+                        &mut own_deleted,
+                        Some(recheck),
+                    );
+                    Some(woken.await?)
                 }
-                _ => {
-                    // Watch, and look again in the same round trip (one session's
-                    // requests are served in order): the look tells whether what the
-                    // watch waits for happened before it was set.
-                    let (watcher, fresh) = arm(inner, client, dir, &turn, limits).await?;
-                    armed = watcher.map(|watcher| (turn, watcher));
-                    first_check = false;
-                    listing = fresh;
-                    continue;
-                }
+                // Not watching yet: set the watch below, then look.
+                _ => None,
             },
         };
         match waited {
-            Waited::Deleted => {}
-            Waited::OwnNodeGone => return Ok(Attempt::NodeVanished),
-            Waited::TimedOut => {
+            Some(Waited::OwnNodeGone) => return Ok(Attempt::NodeVanished),
+            Some(Waited::TimedOut) => {
                 pending.remove().await;
                 return Ok(Attempt::TimedOut);
             }
+            Some(Waited::Deleted) | None => {}
         }
         first_check = false;
-        listing = read_children(inner, client, dir, limits.next()).await;
+        listing = match waiting {
+            Wait::Deletion(_) => read_children(inner, client, dir, limits.next()).await,
+            // Watch, and look again in the same round trip (one session's requests are
+            // served in order): the look tells whether what the watch waits for
+            // happened before it was set.
+            Wait::Permit(turn) => {
+                let (watcher, fresh) = arm(inner, client, dir, &turn, limits).await?;
+                armed = watcher.map(|watcher| (turn, watcher));
+                fresh
+            }
+        };
     }
 }
 
@@ -517,7 +531,7 @@ async fn wait_for_deletion(
         Err(err) => return Err(error::map(err)),
         Ok((_, watcher)) => watcher,
     };
-    wait_for_event(inner, session, req, watcher, own_deleted).await
+    wait_for_event(inner, session, req, watcher, own_deleted, None).await
 }
 
 /// Sets the watch a permit's `turn` waits on, and lists the path's children right
@@ -552,15 +566,22 @@ async fn arm(
     }
 }
 
-/// Waits until `watcher` fires, our own node goes, the session ends (an error) or the
-/// acquire's deadline passes.
+/// Waits until `watcher` fires, our own node goes, the session ends (an error), the
+/// acquire's deadline passes or `recheck` has passed (then as if woken).
 async fn wait_for_event(
     inner: &Inner,
     session: &Session,
     req: &AcquireRequest<'_>,
     watcher: OneshotWatcher,
     own_deleted: &mut BoxFuture<'static, WatchedEvent>,
+    recheck: Option<Duration>,
 ) -> Result<Waited> {
+    let recheck = async {
+        match recheck {
+            Some(after) => tokio::time::sleep(after).await,
+            None => std::future::pending().await,
+        }
+    };
     let deadline = async {
         match req.deadline.instant() {
             Some(at) => tokio::time::sleep_until(at).await,
@@ -584,6 +605,7 @@ async fn wait_for_event(
         }
         () = session::ended(session.dead_signal()) => Err(session::ended_error()),
         () = deadline => Ok(Waited::TimedOut),
+        () = recheck => Ok(Waited::Deleted),
     }
 }
 

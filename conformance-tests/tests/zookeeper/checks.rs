@@ -59,6 +59,10 @@ pub fn all() -> Vec<(&'static str, Check)> {
         ("permit_waiters_wake_about_two_per_grant", |zk| {
             permit_waiters_wake_about_two_per_grant(zk).boxed()
         }),
+        (
+            "a_stalled_predecessor_does_not_hold_up_the_next_permit",
+            |zk| a_stalled_predecessor_does_not_hold_up_the_next_permit(zk).boxed(),
+        ),
         ("unreachable_server_is_unavailable", |zk| {
             unreachable_server_is_unavailable(zk).boxed()
         }),
@@ -721,6 +725,50 @@ async fn permit_waiters_wake_about_two_per_grant(zk: Arc<Zk>) {
         info.holders.is_empty() && info.waiters == Some(0),
         "{info:?}"
     );
+}
+
+/// A permit granted by the count to a contender that stalls before its fencing write
+/// (here a node made by hand, which nothing writes) must not hold up the waiter behind
+/// it until that contender's session ends: the waiter looks again now and then.
+async fn a_stalled_predecessor_does_not_hold_up_the_next_permit(zk: Arc<Zk>) {
+    let ns = namespace("sem-stall");
+    let backend = ZkBackend::new(zk.config(SESSION_TIMEOUT)).expect("valid settings");
+    let client = client(&backend, &ns);
+    let sem = client.semaphore("stall", 2).unwrap();
+    let first = sem
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("a free permit");
+    let second = sem
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("a free permit");
+    let raw = raw(&zk).await;
+    let dir = ZkBackend::lock_path(&key(&ns, "stall"), LockFamily::Semaphore);
+    let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    let stalled = format!("{dir}/_c_{}-__PERMITS_2-lock-", uuid::Uuid::new_v4());
+    let (_, seq) = raw.create(&stalled, b"", &ephemeral).await.expect("create");
+    let waiting = ZkBackend::new(zk.config(SESSION_TIMEOUT)).expect("valid settings");
+    let waiter = self::client(&waiting, &ns).semaphore("stall", 2).unwrap();
+    let task = tokio::spawn(async move { waiter.acquire_timeout(Duration::from_secs(60)).await });
+    children_until(&raw, &dir, zk.slack(), |c| c.len() == 4).await;
+    until("the waiter watching", zk.slack(), || {
+        waiting.stats().waiting == 1
+    })
+    .await;
+    first.release().await.expect("release");
+    second.release().await.expect("release");
+    // The stalled node and the waiter are the first two now: the waiter holds.
+    let granted = within("the waiter's grant", Duration::from_secs(90), task)
+        .await
+        .unwrap()
+        .expect("granted while the stalled node's session lasts");
+    granted.release().await.expect("release");
+    raw.delete(&format!("{stalled}{seq}"), None)
+        .await
+        .expect("delete");
 }
 
 /// No server: a retryable `Unavailable` within the connect timeout, never a hang or a

@@ -1,5 +1,6 @@
-//! kazoo's `Lock` (Python, Debian's python3-kazoo), the most used ZooKeeper lock
-//! outside Java: each worker is a Python process of its own, driven over a pipe.
+//! kazoo's `Lock` and `Semaphore` (Python, Debian's python3-kazoo), the most used
+//! ZooKeeper recipes outside Java: each worker is a Python process of its own, driven
+//! over a pipe.
 //! Uncontended cycles are timed inside Python, so the pipe does not count against
 //! kazoo; contended runs pay one pipe round trip (tens of microseconds) per call.
 
@@ -21,19 +22,35 @@ const PYTHON: &str = "/usr/bin/python3";
 /// kazoo at `url` (`zk://host:port[,host:port][/chroot]`).
 pub struct Kazoo {
     hosts: String,
+    /// A `Semaphore` of this many leases instead of a `Lock`.
+    permits: Option<u32>,
 }
 
 impl Kazoo {
     pub fn new(url: &str) -> Self {
         let hosts = url.trim_start_matches("zk://").to_owned();
-        Self { hosts }
+        Self {
+            hosts,
+            permits: None,
+        }
+    }
+
+    /// kazoo's `Semaphore` of `permits` leases.
+    pub fn semaphore(url: &str, permits: u32) -> Self {
+        Self {
+            permits: Some(permits),
+            ..Self::new(url)
+        }
     }
 }
 
 #[async_trait]
 impl Contender for Kazoo {
     fn name(&self) -> String {
-        "kazoo (Python)".into()
+        match self.permits {
+            None => "kazoo (Python)".into(),
+            Some(_) => "kazoo Semaphore (Python)".into(),
+        }
     }
 
     fn role(&self) -> Role {
@@ -41,8 +58,15 @@ impl Contender for Kazoo {
     }
 
     async fn worker(&self, name: &str) -> Result<Box<dyn Worker>, BenchError> {
+        let mut args = vec![
+            "-c".to_owned(),
+            SCRIPT.to_owned(),
+            self.hosts.clone(),
+            format!("/bench-kazoo/{name}"),
+        ];
+        args.extend(self.permits.map(|n| n.to_string()));
         let mut child = Command::new(PYTHON)
-            .args(["-c", SCRIPT, &self.hosts, &format!("/bench-kazoo/{name}")])
+            .args(&args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)

@@ -1,6 +1,7 @@
 # One kazoo lock client, driven over stdin/stdout by lock-bench: each input line is a
-# command, each output line its answer ("ok ..." or "err ...").
-#   acquire        blocks until kazoo's Lock is held
+# command, each output line its answer ("ok ..." or "err ..."). With a third
+# argument N, kazoo's Semaphore of N leases instead of its Lock.
+#   acquire        blocks until kazoo's Lock (or a lease of its Semaphore) is held
 #   release        releases it
 #   cycles N       N uncontended acquire + release cycles, timed here (microseconds)
 import sys
@@ -11,7 +12,10 @@ from kazoo.client import KazooClient
 hosts, path = sys.argv[1], sys.argv[2]
 zk = KazooClient(hosts=hosts)
 zk.start(timeout=30)
-lock = zk.Lock(path, "lock-bench")
+if len(sys.argv) > 3:
+    lock = zk.Semaphore(path, "lock-bench", max_leases=int(sys.argv[3]))
+else:
+    lock = zk.Lock(path, "lock-bench")
 print("ok ready", flush=True)
 
 for line in sys.stdin:

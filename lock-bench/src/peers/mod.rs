@@ -62,6 +62,19 @@ pub fn for_url(url: &str) -> Vec<Box<dyn Contender>> {
     }
 }
 
+/// The peers' semaphores of `permits` on the server at `url`, beside ours.
+pub fn semaphores(url: &str, permits: u32) -> Vec<Box<dyn Contender>> {
+    let scheme = url.split("://").next().unwrap_or_default();
+    match scheme {
+        #[cfg(feature = "zookeeper")]
+        "zk" => vec![Box::new(kazoo::Kazoo::semaphore(url, permits))],
+        _ => {
+            let _ = permits;
+            Vec::new()
+        }
+    }
+}
+
 /// A stable 64-bit key for a lock name, for servers whose locks are numbered.
 #[cfg(feature = "sql")]
 fn key_of(name: &str) -> i64 {
