@@ -1,25 +1,21 @@
 //! `lockctl status`, `wait` and `force-unlock`: looking at a lock without holding it.
 
 use std::io::{BufRead, IsTerminal, Write};
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use distributed_locks::{Error, HolderInfo, LockKind, LockProvider};
+use distributed_locks::{Error, HolderInfo, LockKind, LockProvider, Result};
 use serde_json::json;
 
 use crate::events::Reporter;
 use crate::exit::{self, Failure};
 use crate::locks::RunLock;
 
-/// Prints `held` or `free`; exit 0 when free, 1 when held. Where the backend reports
-/// holders (`inspect`), a line per holder follows: what its client said of itself (by
-/// default host and pid), its token, since when, until when.
-pub(crate) async fn status(
-    client: Arc<dyn LockProvider>,
-    name: &str,
-    reporter: &Reporter,
-) -> Result<u8, Failure> {
-    let lock = RunLock::of(&*client, name)?;
+/// Prints `held` or `free`; exit 0 when free, 1 when held (a semaphore: when every
+/// permit is). Where the backend reports holders (`inspect`), a line per holder
+/// follows: what its client said of itself (by default host and pid), its token,
+/// since when, until when; for a semaphore, how many of its permits are held first.
+pub(crate) async fn status(lock: Result<RunLock>, reporter: &Reporter) -> Result<u8, Failure> {
+    let lock = lock?;
     let info = match lock.inspect().await {
         Ok(info) => info,
         // A backend that cannot say who holds can still say whether anyone does.
@@ -31,13 +27,25 @@ pub(crate) async fn status(
         }
         Err(error) => return Err(error.into()),
     };
-    let held = info.is_locked();
+    let taken = info.holders.len();
+    let held = match lock.permits() {
+        Some(permits) => taken >= permits as usize,
+        None => info.is_locked(),
+    };
     let holders: Vec<_> = info.holders.iter().map(holder_json).collect();
     reporter.event(
         "status",
-        json!({ "held": held, "holders": holders, "waiters": info.waiters }),
+        json!({
+            "held": held,
+            "holders": holders,
+            "waiters": info.waiters,
+            "permits": lock.permits(),
+        }),
     );
     println!("{}", if held { "held" } else { "free" });
+    if let Some(permits) = lock.permits() {
+        println!("  {taken} of {permits} permits held");
+    }
     for holder in &info.holders {
         println!("  {}", describe(holder));
     }
@@ -111,13 +119,13 @@ const LONGEST_LOOK: Duration = Duration::from_millis(100);
 /// with `name` still held (never before). It looks, it does not take the lock:
 /// waiters of the lock are not delayed.
 pub(crate) async fn wait(
-    client: Arc<dyn LockProvider>,
+    lock: Result<RunLock>,
     name: &str,
     limit: Option<Duration>,
     conflict_code: u8,
     reporter: &Reporter,
 ) -> Result<u8, Failure> {
-    let lock = RunLock::of(&*client, name)?;
+    let lock = lock?;
     let started = Instant::now();
     let deadline = limit.map(|limit| started + limit);
     let _progress = reporter.progress("waiting until free:");
@@ -156,13 +164,14 @@ pub(crate) async fn wait(
 /// that replaced a stuck one is not broken by mistake (where the backend can:
 /// `force_unlock_holder`).
 pub(crate) async fn force_unlock(
-    client: Arc<dyn LockProvider>,
+    client: &dyn LockProvider,
+    lock: Result<RunLock>,
     name: &str,
     yes: bool,
     token: Option<u64>,
     reporter: &Reporter,
 ) -> Result<u8, Failure> {
-    let lock = RunLock::of(&*client, name)?;
+    let lock = lock?;
     if !yes {
         if !std::io::stdin().is_terminal() {
             return Err(Failure::new(

@@ -93,12 +93,16 @@ pub(crate) enum Command {
     /// and every process it started have ended, and exit with the command's exit code.
     Run(RunArgs),
     /// Say whether NAME is held, and by whom where the backend keeps it (host and pid,
-    /// since when, fencing token, lease end); exit 0 when free, 1 when held.
+    /// since when, fencing token, lease end); exit 0 when free, 1 when held. With
+    /// -N N, the semaphore NAME: how many of its permits are held; exit 1 when all are.
     Status {
         /// The lock's name.
         name: String,
+        #[command(flatten)]
+        semaphore: SemaphoreArg,
     },
-    /// Block until NAME is free, without taking it.
+    /// Block until NAME is free, without taking it (with -N N, until a permit of the
+    /// semaphore NAME is free).
     Wait {
         /// Give up after this long (exit 75, or --conflict-exit-code), e.g. 30s.
         #[arg(short, long, value_parser = parse_duration, value_name = "DURATION")]
@@ -108,11 +112,16 @@ pub(crate) enum Command {
         conflict_exit_code: u8,
         /// The lock's name.
         name: String,
+        #[command(flatten)]
+        semaphore: SemaphoreArg,
     },
-    /// Take NAME away from whoever holds it (their `lockctl run` stops its command).
+    /// Take NAME away from whoever holds it (their `lockctl run` stops its command);
+    /// with -N N, every permit of the semaphore NAME (or the one --token names).
     ForceUnlock {
         /// The lock's name.
         name: String,
+        #[command(flatten)]
+        semaphore: SemaphoreArg,
         /// Do not ask for confirmation (needed when stdin is not a terminal).
         #[arg(short, long)]
         yes: bool,
@@ -121,6 +130,20 @@ pub(crate) enum Command {
         #[arg(short, long, value_name = "N")]
         token: Option<u64>,
     },
+}
+
+/// `-N N` of `status`, `wait` and `force-unlock`: the semaphore NAME that `run -N N`
+/// takes permits of, rather than the lock NAME.
+#[derive(Debug, Args)]
+pub(crate) struct SemaphoreArg {
+    /// The semaphore NAME of N permits (as `run -N N` takes it), not the lock NAME.
+    #[arg(
+        short = 'N',
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub(crate) permits: Option<u32>,
 }
 
 /// `lockctl run`'s arguments.

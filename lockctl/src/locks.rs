@@ -40,6 +40,21 @@ impl RunLock {
         })
     }
 
+    /// The semaphore `name` of `permits` if given, else the lock `name`.
+    ///
+    /// # Errors
+    /// As [`RunLock::of`] and [`RunLock::semaphore`].
+    pub(crate) fn named(
+        client: &dyn LockProvider,
+        name: &str,
+        permits: Option<u32>,
+    ) -> Result<Self> {
+        match permits {
+            Some(permits) => Self::semaphore(client, name, permits),
+            None => Self::of(client, name),
+        }
+    }
+
     /// The semaphore `name` of `permits` on `client`'s backend.
     ///
     /// # Errors
@@ -48,7 +63,7 @@ impl RunLock {
         if !client.capabilities().semaphore {
             return Err(Error::Unsupported {
                 backend: client.backend_name(),
-                operation: "semaphores (run -N)",
+                operation: "semaphores (-N)",
             });
         }
         Ok(RunLock::Semaphore(client.semaphore(name, permits)?))
@@ -73,7 +88,8 @@ impl RunLock {
         }
     }
 
-    /// Whether anyone holds it (either side).
+    /// Whether a run would have to wait for it: anyone holds it (either side), or for
+    /// a semaphore, every permit is held.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
@@ -81,7 +97,15 @@ impl RunLock {
         match self {
             RunLock::ReadWrite(lock) => lock.is_locked().await,
             RunLock::Exclusive(lock) => lock.is_locked().await,
-            RunLock::Semaphore(semaphore) => Ok(semaphore.available().await? < semaphore.permits()),
+            RunLock::Semaphore(semaphore) => Ok(semaphore.available().await? == 0),
+        }
+    }
+
+    /// The semaphore's count, for a semaphore.
+    pub(crate) fn permits(&self) -> Option<u32> {
+        match self {
+            RunLock::Semaphore(semaphore) => Some(semaphore.permits()),
+            _ => None,
         }
     }
 

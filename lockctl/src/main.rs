@@ -30,6 +30,7 @@ use distributed_locks::{connect, ConnectOptions};
 use cli::{Cli, Command, Store};
 use events::Reporter;
 use exit::Failure;
+use locks::RunLock;
 use signals::Inherited;
 
 /// How long lockctl waits at exit for the backend to confirm its clean-ups (a
@@ -110,7 +111,7 @@ async fn execute(cli: Cli, store: Store, inherited: Inherited) -> Result<u8, Fai
     }
     let name = match &cli.command {
         Command::Run(args) => &args.name,
-        Command::Status { name }
+        Command::Status { name, .. }
         | Command::Wait { name, .. }
         | Command::ForceUnlock { name, .. } => name,
     };
@@ -120,14 +121,27 @@ async fn execute(cli: Cli, store: Store, inherited: Inherited) -> Result<u8, Fai
             let signals = signals.expect("caught above for run");
             run::run(client.clone(), args, reporter, signals, inherited).await
         }
-        Command::Status { name } => admin::status(client.clone(), &name, &reporter).await,
+        Command::Status { name, semaphore } => {
+            let lock = RunLock::named(&*client, &name, semaphore.permits);
+            admin::status(lock, &reporter).await
+        }
         Command::Wait {
             name,
             wait,
             conflict_exit_code,
-        } => admin::wait(client.clone(), &name, wait, conflict_exit_code, &reporter).await,
-        Command::ForceUnlock { name, yes, token } => {
-            admin::force_unlock(client.clone(), &name, yes, token, &reporter).await
+            semaphore,
+        } => {
+            let lock = RunLock::named(&*client, &name, semaphore.permits);
+            admin::wait(lock, &name, wait, conflict_exit_code, &reporter).await
+        }
+        Command::ForceUnlock {
+            name,
+            yes,
+            token,
+            semaphore,
+        } => {
+            let lock = RunLock::named(&*client, &name, semaphore.permits);
+            admin::force_unlock(&*client, lock, &name, yes, token, &reporter).await
         }
     };
     // Releases whatever is still held and finishes clean-ups before the process ends;

@@ -33,3 +33,9 @@ async fn status_names_the_holder_on_etcd() {
     let server = TestServer::start(&specs::ETCD).await.expect("etcd server");
     common::status_names_the_holder_and_a_token_breaks_only_it(&server.url(), "etcd").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_n_runs_at_once_on_etcd() {
+    let server = TestServer::start(&specs::ETCD).await.expect("etcd server");
+    common::at_most_n_runs_at_once(&server.url()).await;
+}

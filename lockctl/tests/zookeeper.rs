@@ -49,3 +49,11 @@ async fn status_names_the_holder_on_zookeeper() {
         .expect("zookeeper server");
     common::status_names_the_holder_and_a_token_breaks_only_it(&url(&server), "zookeeper").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_n_runs_at_once_on_zookeeper() {
+    let server = TestServer::start(&specs::ZOOKEEPER)
+        .await
+        .expect("zookeeper server");
+    common::at_most_n_runs_at_once(&url(&server)).await;
+}

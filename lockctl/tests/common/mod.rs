@@ -1082,6 +1082,7 @@ pub async fn status_names_the_holder_and_a_token_breaks_only_it(url: &str, backe
 
 /// `run -N 2`: two runs of one name hold at once, a third is refused (`--no-wait`)
 /// until one of them ends, and a run that names another count is a usage error.
+/// `status`, `wait` and `force-unlock` with `-N 2` look at and break those permits.
 pub async fn at_most_n_runs_at_once(url: &str) {
     let ctl = Lockctl::new(url, "permits");
     let run =
@@ -1107,8 +1108,41 @@ pub async fn at_most_n_runs_at_once(url: &str) {
         .await;
     assert_eq!(code, 64, "another count is a usage error: {stderr}");
     assert!(stderr.contains("2 permits"), "{stderr}");
-    signal(&a, libc::SIGTERM);
-    assert_eq!(finish(a).await.0, 143);
+    // `status -N 2`: both permits held (exit 1), each holder with its token.
+    let (code, stdout, stderr) = ctl.output(&["status", "-N", "2", "jobs"]).await;
+    assert_eq!((code, first_line(&stdout)), (1, "held"), "{stderr}");
+    assert!(stdout.contains("2 of 2 permits held"), "{stdout}");
+    for token in [a_token, b_token] {
+        assert!(stdout.contains(&format!("token {token}")), "{stdout}");
+    }
+    let (code, _, _) = ctl.output(&["status", "jobs"]).await;
+    assert_eq!(
+        code, 0,
+        "the lock NAME is another lock than the semaphore NAME"
+    );
+    let (code, _, _) = ctl
+        .output(&["wait", "-N", "2", "--wait", "200ms", "jobs"])
+        .await;
+    assert_eq!(code, NOT_ACQUIRED, "no permit frees within the wait");
+    // `force-unlock -N 2 --token`: only that holder's permit; its run stops.
+    let (code, stdout, stderr) = ctl
+        .output(&[
+            "force-unlock",
+            "-N",
+            "2",
+            "--yes",
+            "--token",
+            &a_token.to_string(),
+            "jobs",
+        ])
+        .await;
+    assert_eq!((code, stdout.trim()), (0, "unlocked"), "{stderr}");
+    assert_eq!(finish(a).await.0, LOST);
+    let (code, stdout, stderr) = ctl.output(&["status", "-N", "2", "jobs"]).await;
+    assert_eq!((code, first_line(&stdout)), (0, "free"), "{stderr}");
+    assert!(stdout.contains("1 of 2 permits held"), "{stdout}");
+    let (code, _, stderr) = ctl.output(&["wait", "-N", "2", "jobs"]).await;
+    assert_eq!(code, 0, "a permit is free: {stderr}");
     let (code, _, stderr) = ctl
         .output(&["run", "-N", "2", "--no-wait", "jobs", "--", "true"])
         .await;
