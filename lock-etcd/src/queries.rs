@@ -225,11 +225,7 @@ pub(crate) fn locate_permit(prefix: &Prefix, key: &str, revision: i64, permits: 
 pub(crate) fn located_permit(reply: &TxnResponse, revision: i64, permits: u32) -> Position {
     let ops = reply.op_responses();
     let reads = gets(&ops);
-    let own_there = reads
-        .first()
-        .and_then(|kvs| kvs.first())
-        .is_some_and(|kv| kv.create_revision() == revision);
-    if !own_there {
+    if !own_there(&reads, revision) {
         return Position::Vanished;
     }
     let before = reads.get(1).map(Vec::as_slice).unwrap_or_default();
@@ -321,11 +317,7 @@ pub(crate) fn locate(prefix: &Prefix, kind: LockKind, key: &str, revision: i64) 
 pub(crate) fn located(reply: &TxnResponse, prefix: &Prefix, revision: i64) -> Position {
     let ops = reply.op_responses();
     let reads = gets(&ops);
-    let own_there = reads
-        .first()
-        .and_then(|kvs| kvs.first())
-        .is_some_and(|kv| kv.create_revision() == revision);
-    if !own_there {
+    if !own_there(&reads, revision) {
         return Position::Vanished;
     }
     // The newest key before ours; else (a writer) a downgrade reader.
@@ -373,6 +365,15 @@ pub(crate) fn restamp(key: &[u8], revision: i64, value: &[u8], lease: i64) -> Tx
             value,
             Some(PutOptions::new().with_lease(lease)),
         )])
+}
+
+/// Whether the first read (of the own key) found it with its create `revision`: the
+/// lease behind it is alive (etcd #11456).
+fn own_there(reads: &[Vec<etcd_client::KeyValue>], revision: i64) -> bool {
+    reads
+        .first()
+        .and_then(|kvs| kvs.first())
+        .is_some_and(|kv| kv.create_revision() == revision)
 }
 
 /// The counts of the range reads among `ops`, in order.

@@ -312,16 +312,7 @@ async fn fifty_waiters_each_release_wakes_one() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let before: u64 = backends.iter().map(EtcdBackend::waiter_wakeups).sum();
-    assert_eq!(before, 0, "woken before any release");
-    guard.release().await.unwrap();
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(120), task)
-            .await
-            .expect("waiters finish")
-            .unwrap();
-    }
-    let wakeups: u64 = backends.iter().map(EtcdBackend::waiter_wakeups).sum();
+    let wakeups = wake_ups_until_done(&backends, vec![guard], tasks).await;
     // 50 handoffs; a herd would wake every remaining waiter on each (about 1275).
     assert!(
         wakeups <= WAITERS as u64,
@@ -378,18 +369,7 @@ async fn thirty_permit_waiters_wake_about_two_per_grant() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    let before: u64 = backends.iter().map(EtcdBackend::waiter_wakeups).sum();
-    assert_eq!(before, 0, "woken before any release");
-    for guard in held {
-        guard.release().await.unwrap();
-    }
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(120), task)
-            .await
-            .expect("waiters finish")
-            .unwrap();
-    }
-    let wakeups: u64 = backends.iter().map(EtcdBackend::waiter_wakeups).sum();
+    let wakeups = wake_ups_until_done(&backends, held, tasks).await;
     // A herd would wake every waiter behind on each release: about 450 here.
     assert!(
         wakeups <= 2 * WAITERS as u64 + u64::from(PERMITS),
@@ -440,6 +420,27 @@ async fn a_stalled_predecessor_does_not_hold_up_the_next_permit() {
         .expect("granted while the stalled key's lease lasts");
     granted.release().await.unwrap();
     raw.lease_revoke(lease).await.unwrap();
+}
+
+/// Releases `held` once every waiter is queued and none was woken yet, waits for the
+/// waiters' tasks, and returns how many wake-ups their clients saw.
+async fn wake_ups_until_done(
+    backends: &[EtcdBackend],
+    held: Vec<lock_core::LockGuard>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) -> u64 {
+    let before: u64 = backends.iter().map(EtcdBackend::waiter_wakeups).sum();
+    assert_eq!(before, 0, "woken before any release");
+    for guard in held {
+        guard.release().await.unwrap();
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(120), task)
+            .await
+            .expect("waiters finish")
+            .unwrap();
+    }
+    backends.iter().map(EtcdBackend::waiter_wakeups).sum()
 }
 
 /// How many keys the semaphore `name` has in etcd.
