@@ -529,7 +529,12 @@ impl Job {
                             // A permit waiter looks again: a predecessor granted by the
                             // count but stalled before its re-stamp must not hold it up
                             // until that predecessor's lease ends.
-                            Ok(true) if self.kind == LockKind::Permit => break,
+                            Ok(true) if self.kind == LockKind::Permit => {
+                                match self.locate(prefix, contender).await {
+                                    Ok(now) if now == waiting_at => {}
+                                    _ => break,
+                                }
+                            }
                             Ok(true) => {}
                             Ok(false) => return Ok(false),
                             // A slow etcd: try again at the next refresh while the

@@ -21,7 +21,7 @@ pub(crate) async fn status(lock: Result<RunLock>, reporter: &Reporter) -> Result
         // A backend that cannot say who holds can still say whether anyone does.
         Err(Error::Unsupported { .. }) => {
             let held = lock.is_locked().await?;
-            reporter.event("status", json!({ "held": held }));
+            reporter.event("status", json!({ "held": held, "permits": lock.permits() }));
             println!("{}", if held { "held" } else { "free" });
             return Ok(u8::from(held));
         }
