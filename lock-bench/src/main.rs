@@ -213,9 +213,8 @@ async fn bench(args: &Args, url: &str) -> Result<Target, BenchError> {
             "lock-bench: {} / a semaphore of {}",
             target.backend, args.permits
         );
-        let mut semaphores: Vec<Box<dyn Contender>> = vec![Box::new(
-            permits::OurSemaphore::new(url, args.permits).await?,
-        )];
+        let mut semaphores: Vec<Box<dyn Contender>> =
+            vec![Box::new(ours::Ours::semaphore(url, args.permits).await?)];
         semaphores.extend(peers::semaphores(url, args.permits));
         semaphores.retain(|semaphore| args.selects(&semaphore.name()));
         for semaphore in semaphores {

@@ -1,21 +1,24 @@
 //! This library as a contender: each worker is a client of its own (its own
-//! connections), as separate processes would be.
+//! connections), as separate processes would be. Its lock, or a permit of its
+//! semaphore.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use distributed_locks::prelude::*;
-use distributed_locks::{connect, ConnectOptions, LockGuard, LockProvider};
+use distributed_locks::{connect, ConnectOptions, LockGuard, LockProvider, Semaphore};
 
 use crate::contender::{BenchError, Contender, Role, Worker};
 
-/// Our lock at `url`.
+/// Our lock at `url`, or a semaphore's permit.
 pub struct Ours {
     url: String,
     namespace: String,
     /// In-memory backends live per `connect` call: their workers share one client.
     shared: Option<Arc<dyn LockProvider>>,
+    /// Workers take a permit of a semaphore of this many instead of the lock.
+    permits: Option<u32>,
 }
 
 impl Ours {
@@ -31,6 +34,15 @@ impl Ours {
             url: url.to_owned(),
             namespace,
             shared,
+            permits: None,
+        })
+    }
+
+    /// Our semaphore of `permits` at `url`.
+    pub async fn semaphore(url: &str, permits: u32) -> Result<Self, BenchError> {
+        Ok(Self {
+            permits: Some(permits),
+            ..Self::new(url).await?
         })
     }
 }
@@ -57,16 +69,26 @@ impl Contender for Ours {
             Some(shared) => shared.clone(),
             None => client(&self.url, &self.namespace).await?,
         };
+        let lock = match self.permits {
+            Some(permits) => Taken::Permit(provider.semaphore(name, permits)?),
+            None => Taken::Lock(provider.lock(name)?),
+        };
         Ok(Box::new(OurWorker {
-            lock: provider.lock(name)?,
+            lock,
             held: None,
             _provider: provider,
         }))
     }
 }
 
+/// What a worker takes.
+enum Taken {
+    Lock(Arc<dyn DistributedLock>),
+    Permit(Arc<dyn Semaphore>),
+}
+
 struct OurWorker {
-    lock: Arc<dyn DistributedLock>,
+    lock: Taken,
     held: Option<LockGuard>,
     _provider: Arc<dyn LockProvider>,
 }
@@ -74,7 +96,10 @@ struct OurWorker {
 #[async_trait]
 impl Worker for OurWorker {
     async fn acquire(&mut self) -> Result<(), BenchError> {
-        self.held = Some(self.lock.acquire().await?);
+        self.held = Some(match &self.lock {
+            Taken::Lock(lock) => lock.acquire().await?,
+            Taken::Permit(semaphore) => semaphore.acquire().await?,
+        });
         Ok(())
     }
 

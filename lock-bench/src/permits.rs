@@ -7,12 +7,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use distributed_locks::prelude::*;
-use distributed_locks::{connect, ConnectOptions, LockGuard, LockProvider, Semaphore};
 use tokio::time::Instant;
 
-use crate::contender::{BenchError, Contender, Role, Worker};
+use crate::contender::{BenchError, Contender, Role};
 use crate::scenarios;
 use crate::stats::Samples;
 
@@ -90,97 +87,4 @@ pub async fn measure(
         most_at_once: most.load(Ordering::SeqCst),
         over: over.load(Ordering::SeqCst),
     })
-}
-
-/// Our semaphore of `permits` at a URL: each worker a client of its own (in-memory
-/// backends live per `connect` call: their workers share one client).
-pub struct OurSemaphore {
-    url: String,
-    namespace: String,
-    permits: u32,
-    shared: Option<Arc<dyn LockProvider>>,
-}
-
-impl OurSemaphore {
-    pub async fn new(url: &str, permits: u32) -> Result<Self, BenchError> {
-        let namespace = format!("bench-permits-{}", std::process::id());
-        let shared = match url.starts_with("memory:") {
-            true => Some(client(url, &namespace).await?),
-            false => None,
-        };
-        Ok(OurSemaphore {
-            url: url.to_owned(),
-            namespace,
-            permits,
-            shared,
-        })
-    }
-}
-
-#[async_trait]
-impl Contender for OurSemaphore {
-    fn name(&self) -> String {
-        "ours".into()
-    }
-
-    fn role(&self) -> Role {
-        Role::Ours
-    }
-
-    async fn worker(&self, name: &str) -> Result<Box<dyn Worker>, BenchError> {
-        let (client, own) = match &self.shared {
-            Some(shared) => (shared.clone(), None),
-            None => {
-                let own = client(&self.url, &self.namespace).await?;
-                (own.clone(), Some(own))
-            }
-        };
-        let semaphore = client.semaphore(name, self.permits)?;
-        Ok(Box::new(OurPermit {
-            own,
-            semaphore,
-            held: None,
-        }))
-    }
-}
-
-struct OurPermit {
-    /// The worker's own client (none when it shares one).
-    own: Option<Arc<dyn LockProvider>>,
-    semaphore: Arc<dyn Semaphore>,
-    held: Option<LockGuard>,
-}
-
-#[async_trait]
-impl Worker for OurPermit {
-    async fn acquire(&mut self) -> Result<(), BenchError> {
-        self.held = Some(self.semaphore.acquire().await?);
-        Ok(())
-    }
-
-    async fn release(&mut self) -> Result<(), BenchError> {
-        let permit = self.held.take().ok_or("release without a permit")?;
-        Ok(permit.release().await?)
-    }
-}
-
-impl Drop for OurPermit {
-    fn drop(&mut self) {
-        // Let its client end its session now rather than when its lease runs out.
-        let Some(client) = self.own.take() else {
-            return;
-        };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let _ = client.shutdown().await;
-            });
-        }
-    }
-}
-
-async fn client(url: &str, namespace: &str) -> Result<Arc<dyn LockProvider>, BenchError> {
-    let options = ConnectOptions::default()
-        .namespace(namespace)
-        .watchdog_lease(Duration::from_secs(30));
-    Ok(connect(url, options).await?)
 }

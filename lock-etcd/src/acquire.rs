@@ -344,28 +344,23 @@ impl Job {
                     None => prefix.own_key(self.kind, lease.id(), seq, self.permits),
                 };
                 let value = self.value();
-                let answer = if self.kind == LockKind::Permit {
-                    let txn = queries::place_permit(prefix, &key, &value, lease.id(), self.permits);
-                    match inner.txn("acquire", txn).await {
-                        Ok(reply) => {
-                            queries::placed_permit(&reply, prefix, &self.key, self.permits)
-                        }
-                        Err(err) => Err(err),
+                let txn = match self.kind {
+                    LockKind::Permit => {
+                        queries::place_permit(prefix, &key, &value, lease.id(), self.permits)
                     }
-                } else {
-                    let txn = queries::place(
-                        prefix,
-                        self.kind,
-                        &key,
-                        &value,
-                        lease.id(),
-                        downgrade.as_ref(),
-                    );
-                    match inner.txn("acquire", txn).await {
-                        Ok(reply) => queries::placed(&reply, self.kind, &key, downgrade.is_some()),
-                        Err(err) => Err(err),
+                    kind => {
+                        queries::place(prefix, kind, &key, &value, lease.id(), downgrade.as_ref())
                     }
                 };
+                let answer = inner
+                    .txn("acquire", txn)
+                    .await
+                    .and_then(|reply| match self.kind {
+                        LockKind::Permit => {
+                            queries::placed_permit(&reply, prefix, &self.key, self.permits)
+                        }
+                        kind => queries::placed(&reply, kind, &key, downgrade.is_some()),
+                    });
                 match answer {
                     Ok(Placed::At { revision, position }) => {
                         return Ok((
@@ -516,10 +511,8 @@ impl Job {
                     },
                     () = recheck => {
                         recheck_after *= 2;
-                        // A failed look is made again, patiently, below.
-                        match self.locate(prefix, contender).await {
-                            Ok(now) if now == waiting_at => {}
-                            _ => break,
+                        if self.moved(prefix, contender, &waiting_at).await {
+                            break;
                         }
                     }
                     () = refresh => {
@@ -530,9 +523,8 @@ impl Job {
                             // count but stalled before its re-stamp must not hold it up
                             // until that predecessor's lease ends.
                             Ok(true) if self.kind == LockKind::Permit => {
-                                match self.locate(prefix, contender).await {
-                                    Ok(now) if now == waiting_at => {}
-                                    _ => break,
+                                if self.moved(prefix, contender, &waiting_at).await {
+                                    break;
                                 }
                             }
                             Ok(true) => {}
@@ -614,6 +606,12 @@ impl Job {
         }
     }
 
+    /// Whether a look finds the contender anywhere but `at`. A failed look counts as
+    /// moved: the caller looks again, patiently.
+    async fn moved(&self, prefix: &Prefix, contender: &Contender, at: &Position) -> bool {
+        !matches!(self.locate(prefix, contender).await, Ok(now) if now == *at)
+    }
+
     async fn locate(&self, prefix: &Prefix, contender: &Contender) -> Result<Position> {
         Ok(self.locate_at(prefix, contender).await?.0)
     }
@@ -621,18 +619,17 @@ impl Job {
     /// Where the contender stands now, and at which revision; one transaction (two if
     /// keys of a nested lock name are in the way).
     async fn locate_at(&self, prefix: &Prefix, contender: &Contender) -> Result<(Position, i64)> {
-        if self.kind == LockKind::Permit {
-            let txn =
-                queries::locate_permit(prefix, &contender.key, contender.revision, self.permits);
-            let reply = self.inner.txn("check position", txn).await?;
-            let revision = reply.header().map_or(i64::MAX, |h| h.revision());
-            let position = queries::located_permit(&reply, contender.revision, self.permits);
-            return Ok((position, revision));
-        }
-        let txn = queries::locate(prefix, self.kind, &contender.key, contender.revision);
+        let (key, created) = (&contender.key, contender.revision);
+        let txn = match self.kind {
+            LockKind::Permit => queries::locate_permit(prefix, key, created, self.permits),
+            kind => queries::locate(prefix, kind, key, created),
+        };
         let reply = self.inner.txn("check position", txn).await?;
+        let position = match self.kind {
+            LockKind::Permit => queries::located_permit(&reply, created, self.permits),
+            _ => queries::located(&reply, prefix, created),
+        };
         let revision = reply.header().map_or(i64::MAX, |h| h.revision());
-        let position = queries::located(&reply, prefix, contender.revision);
         if position != Position::Unknown {
             return Ok((position, revision));
         }
