@@ -293,10 +293,7 @@ impl Job {
         reply: &mut Reply,
     ) -> Result<Contender, (Stop, Option<Contender>)> {
         loop {
-            let (mut contender, position) = self
-                .place(prefix)
-                .await
-                .map_err(|(err, left)| (Stop::Failed(err), left))?;
+            let (mut contender, position) = self.place(prefix, reply).await?;
             let waited = position != Position::Granted;
             let held = match self.wait(prefix, &contender, position, reply).await {
                 Ok(true) if waited => self.restamp(&mut contender).await,
@@ -317,12 +314,15 @@ impl Job {
 
     /// Takes a lease and writes the key: one transaction when the session is fresh.
     /// A read request of the owner of the write lock writes a downgrade reader, as
-    /// long as the write key is still there (else an ordinary reader).
+    /// long as the write key is still there (else an ordinary reader). A write etcd
+    /// does not answer in time is asked again, [`patiently`](Self::patiently): under
+    /// load the queue's first write is as slow as any later request.
     /// On failure, returns what may need cleaning up.
     async fn place(
         &self,
         prefix: &Prefix,
-    ) -> Result<(Contender, Position), (lock_core::Error, Option<Contender>)> {
+        reply: &mut Reply,
+    ) -> Result<(Contender, Position), (Stop, Option<Contender>)> {
         let inner = &self.inner;
         let timeout = inner.config.request_timeout();
         let mut downgrade = match self.kind {
@@ -335,7 +335,7 @@ impl Job {
             } else {
                 inner.leases.fixed(&inner.client, timeout, self.ttl).await
             };
-            let lease = lease.map_err(|err| (err, None))?;
+            let lease = lease.map_err(|err| (Stop::Failed(err), None))?;
             // Attempts on this lease; a lease found gone takes a new one.
             loop {
                 let seq = inner.seq.fetch_add(1, Ordering::Relaxed);
@@ -343,64 +343,65 @@ impl Job {
                     Some(_) => prefix.downgrade_key(lease.id(), seq),
                     None => prefix.own_key(self.kind, lease.id(), seq, self.permits),
                 };
-                let value = self.value();
-                let txn = match self.kind {
-                    LockKind::Permit => {
-                        queries::place_permit(prefix, &key, &value, lease.id(), self.permits)
-                    }
-                    kind => {
-                        queries::place(prefix, kind, &key, &value, lease.id(), downgrade.as_ref())
-                    }
+                // What to clean up if this attempt ends the wait: the write may have
+                // landed unanswered.
+                let placing = Contender {
+                    key,
+                    revision: 0,
+                    fence: 0,
+                    lease: lease.clone(),
                 };
-                let answer = inner
-                    .txn("acquire", txn)
-                    .await
-                    .and_then(|reply| match self.kind {
+                let value = self.value();
+                // Asked again with the same key: one that landed unanswered before is
+                // found `Exists` and replaced, never queued twice.
+                let write = || async {
+                    let key = &placing.key;
+                    let txn = match self.kind {
+                        LockKind::Permit => {
+                            queries::place_permit(prefix, key, &value, lease.id(), self.permits)
+                        }
+                        kind => queries::place(
+                            prefix,
+                            kind,
+                            key,
+                            &value,
+                            lease.id(),
+                            downgrade.as_ref(),
+                        ),
+                    };
+                    let reply = inner.txn("acquire", txn).await?;
+                    match self.kind {
                         LockKind::Permit => {
                             queries::placed_permit(&reply, prefix, &self.key, self.permits)
                         }
-                        kind => queries::placed(&reply, kind, &key, downgrade.is_some()),
-                    });
-                match answer {
+                        kind => queries::placed(&reply, kind, key, downgrade.is_some()),
+                    }
+                };
+                match self.patiently(&placing, reply, write).await {
                     Ok(Placed::At { revision, position }) => {
-                        return Ok((
-                            Contender {
-                                key,
-                                revision,
-                                fence: revision,
-                                lease,
-                            },
-                            position,
-                        ))
+                        let contender = Contender {
+                            revision,
+                            fence: revision,
+                            ..placing
+                        };
+                        return Ok((contender, position));
                     }
                     Ok(Placed::Exists { revision }) => {
-                        tracing::debug!(%key, revision, "removing a leftover key of this lease");
-                        inner
-                            .txn(
-                                "remove leftover",
-                                queries::delete_if(key.as_bytes(), revision),
-                            )
-                            .await
-                            .map_err(|err| (err, None))?;
+                        tracing::debug!(key = %placing.key, revision, "removing a leftover key of this lease");
+                        let removal = queries::delete_if(placing.key.as_bytes(), revision);
+                        if let Err(err) = inner.txn("remove leftover", removal).await {
+                            return Err((Stop::Failed(err), None));
+                        }
                     }
                     Ok(Placed::WriteGone) => {
-                        tracing::debug!(%key, "the write lock went before its downgrade; reading as an ordinary reader");
+                        tracing::debug!(key = %placing.key, "the write lock went before its downgrade; reading as an ordinary reader");
                         downgrade = None;
                     }
-                    Err(err) if error::is_lease_gone(&err) => {
+                    Err(Stop::Failed(err)) if error::is_lease_gone(&err) => {
                         lease.lost();
                         break;
                     }
-                    Err(err) => {
-                        // The write may have landed: remove whatever this attempt wrote.
-                        let contender = Contender {
-                            key,
-                            revision: 0,
-                            fence: 0,
-                            lease,
-                        };
-                        return Err((err, Some(contender)));
-                    }
+                    Err(stop) => return Err((stop, Some(placing))),
                 }
             }
         }

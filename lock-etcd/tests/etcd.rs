@@ -490,6 +490,42 @@ async fn etcd_down_is_unavailable_and_retryable() {
     );
 }
 
+/// A waiter whose first write meets a stalled etcd (no answer within the request
+/// timeout, as under a thousand waiters at once) keeps asking while its lease holds,
+/// rather than failing an acquire that has time left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_placed_while_etcd_stalls_still_gets_its_turn() {
+    let (mut server, _) = start().await;
+    let url = server.url();
+    let holder = client(backend(&url).await, Duration::from_secs(10));
+    let waiter = client(backend(&url).await, Duration::from_secs(10));
+    // Its session lease exists before the stall: only the queue write meets it.
+    let warm = waiter.fair_lock("warm").unwrap();
+    warm.acquire().await.unwrap().release().await.unwrap();
+    let held = holder.fair_lock("stall").unwrap().acquire().await.unwrap();
+
+    server.pause().await.expect("pause etcd");
+    let waiting = tokio::spawn({
+        let lock = waiter.fair_lock("stall").unwrap();
+        async move { lock.acquire_timeout(Duration::from_secs(60)).await }
+    });
+    // Longer than the request timeout (2 s), well within the lease (10 s).
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    server.resume().await.expect("resume etcd");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    if waiting.is_finished() {
+        let err = waiting.await.unwrap().err();
+        panic!("the waiter stopped during the stall: {err:?}");
+    }
+    held.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the waiter is served after the release")
+        .unwrap()
+        .expect("granted before its deadline");
+    guard.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_owners_of_one_client_take_turns_on_one_key() {
     let (server, admin) = start().await;

@@ -65,6 +65,11 @@ async fn a_thousand_fair_waiters_all_get_their_turn_without_errors() {
         if count as usize == WAITERS + 1 {
             break;
         }
+        // A waiter that ended while the lock is held failed: say how.
+        if let Some(done) = tasks.iter().position(tokio::task::JoinHandle::is_finished) {
+            let outcome = tasks.swap_remove(done).await.unwrap();
+            panic!("a waiter ended while the lock was held: {outcome:?}");
+        }
         assert!(
             started.elapsed() < Duration::from_secs(120),
             "only {count} of {} keys after 120 s",
