@@ -417,6 +417,25 @@ impl<B: LockBackend> Acquisition<B> {
         Ok(())
     }
 
+    /// Publishes an election leader's new value, only while this leadership lives.
+    async fn proclaim(&self, value: &str) -> Result<()> {
+        if self.kind() != LockKind::Leader {
+            return Err(Error::invalid_argument(format!(
+                "only a leadership proclaims a value; this guard holds a lock on `{}`",
+                self.name()
+            )));
+        }
+        if *self.holds() == 0 || !self.lease.state.is_held() {
+            return Err(self.lease_lost());
+        }
+        let span = tracing::debug_span!("lock.proclaim", key = %self.lease.held.key, fence = self.lease.held.fence);
+        self.handle
+            .backend()
+            .proclaim(&self.lease.held, value)
+            .instrument(span)
+            .await
+    }
+
     /// Takes the read side as this write acquisition's owner: granted at once by every
     /// backend while the write lease lives.
     async fn read_as_writer(&self) -> Result<LockGuard> {
@@ -429,6 +448,7 @@ impl<B: LockBackend> Acquisition<B> {
                     LockKind::Read => "the read lock",
                     LockKind::Write => "the write lock",
                     LockKind::Permit => "a permit of the semaphore",
+                    LockKind::Leader => "the leadership of the election",
                 },
                 self.name()
             )));
@@ -438,7 +458,11 @@ impl<B: LockBackend> Acquisition<B> {
         }
         let options = AcquireOptions::try_once().with_lease(self.asked);
         let owner = Some(self.lease.held.owner.clone());
-        match self.handle.acquire_as(LockKind::Read, options, owner).await {
+        match self
+            .handle
+            .acquire_as(LockKind::Read, options, owner, None)
+            .await
+        {
             Err(Error::Timeout { .. }) if !self.lease.state.is_held() => Err(self.lease_lost()),
             other => other,
         }
@@ -489,6 +513,10 @@ impl<B: LockBackend> HoldOps for GuardHold<B> {
 
     fn read_as_writer(&self) -> BoxFuture<'_, Result<LockGuard>> {
         self.acquisition.read_as_writer().boxed()
+    }
+
+    fn proclaim<'a>(&'a self, value: &'a str) -> BoxFuture<'a, Result<()>> {
+        self.acquisition.proclaim(value).boxed()
     }
 
     fn lock_id(&self) -> LockId {

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::cleanups::{Cleanups, PendingCleanup};
+pub use crate::election::Leader;
 use crate::error::Result;
 pub use crate::info::{HolderInfo, LockInfo};
 pub use crate::kinds::{Capabilities, LockFamily, LockKind};
@@ -85,7 +86,9 @@ pub struct AcquireRequest<'a> {
     /// What the client says about itself (host, process; see
     /// [`LockClientBuilder::holder_description`](crate::LockClientBuilder::holder_description)):
     /// a backend that can store it beside the lease does, for
-    /// [`LockBackend::inspect`]. At most 256 bytes, no control characters.
+    /// [`LockBackend::inspect`]. At most 256 bytes, no control characters. For
+    /// [`LockKind::Leader`] it is the campaign's value, which the backend must store
+    /// for [`LockBackend::leader`].
     pub holder: &'a str,
 }
 
@@ -261,6 +264,39 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
             backend: self.name(),
             operation: "force-unlocking one holder",
         }))
+    }
+
+    /// Publishes `value` as the value of the election leader holding `lease` (a
+    /// [`LockKind::Leader`] lease), in one step that cannot touch a later leader.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) if the lease is gone, and nothing
+    /// is written. The default: [`Error::Unsupported`](crate::Error::Unsupported).
+    fn proclaim(
+        &self,
+        lease: &HeldLease<Self::Lease>,
+        value: &str,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let _ = (lease, value);
+        std::future::ready(Err(crate::Error::Unsupported {
+            backend: self.name(),
+            operation: "elections",
+        }))
+    }
+
+    /// The leader of the election `key`, with the value it published and its term (the
+    /// fencing token of its [`LockKind::Leader`] lease), or `None` if nobody leads.
+    /// The default reads the first holder [`inspect`](Self::inspect) reports.
+    fn leader(&self, key: &LockKey) -> impl Future<Output = Result<Option<Leader>>> + Send {
+        async move {
+            let info = self.inspect(key, LockFamily::Election).await?;
+            Ok(info.holders.into_iter().next().map(|holder| {
+                Leader::new(
+                    holder.description.unwrap_or_default(),
+                    holder.fencing_token.unwrap_or_default(),
+                )
+            }))
+        }
     }
 
     /// Who holds `family` on `key` now and how many wait, with what the backend keeps

@@ -14,6 +14,7 @@ use crate::acquisition::Acquisition;
 use crate::api::{DistributedLock, FairLock, ReadWriteLock};
 use crate::backend::{Capabilities, LockBackend, OwnerToken};
 use crate::cleanups::Cleanups;
+use crate::election::{Election, ElectionHandle};
 use crate::error::Result;
 use crate::locks::{FairLockHandle, LockHandle, ReadWriteLockHandle};
 use crate::name::{LockKey, LockName, Namespace};
@@ -225,6 +226,14 @@ impl<B: LockBackend> LockClient<B> {
     /// a count outside 1 to [`MAX_PERMITS`](crate::MAX_PERMITS).
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<SemaphoreHandle<B>> {
         SemaphoreHandle::new(self.inner.clone(), self.key(name)?, permits)
+    }
+
+    /// A handle on the election `name`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an invalid name.
+    pub fn election(&self, name: &str) -> Result<ElectionHandle<B>> {
+        Ok(ElectionHandle::new(self.inner.clone(), self.key(name)?))
     }
 
     /// The backend.
@@ -498,6 +507,11 @@ pub trait LockProvider: Send + Sync + fmt::Debug {
     /// # Errors
     /// As [`LockClient::semaphore`].
     fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn Semaphore>>;
+    /// A handle on the election `name`.
+    ///
+    /// # Errors
+    /// As [`LockClient::election`].
+    fn election(&self, name: &str) -> Result<Arc<dyn Election>>;
     /// [`LockClient::shutdown`]: releases what the client holds, ends its waits and
     /// waits for the clean-ups under way.
     ///
@@ -536,6 +550,10 @@ impl<B: LockBackend> LockProvider for LockClient<B> {
 
     fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn Semaphore>> {
         Ok(Arc::new(LockClient::semaphore(self, name, permits)?))
+    }
+
+    fn election(&self, name: &str) -> Result<Arc<dyn Election>> {
+        Ok(Arc::new(LockClient::election(self, name)?))
     }
 
     fn shutdown(&self) -> BoxFuture<'_, Result<()>> {

@@ -20,6 +20,7 @@ pub(crate) trait HoldOps: Send + Sync + fmt::Debug {
     fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<()>>;
     fn reenter(&self) -> Result<LockGuard>;
     fn read_as_writer(&self) -> BoxFuture<'_, Result<LockGuard>>;
+    fn proclaim<'a>(&'a self, value: &'a str) -> BoxFuture<'a, Result<()>>;
     fn lock_id(&self) -> LockId;
 }
 
@@ -124,6 +125,12 @@ impl LockGuard {
     /// acquisition's token.
     pub fn fencing_token(&self) -> u64 {
         self.fence
+    }
+
+    /// Publishes `value` as an election leader's value (see
+    /// [`Leadership::proclaim`](crate::Leadership::proclaim)).
+    pub(crate) async fn proclaim(&self, value: &str) -> Result<()> {
+        self.ops.proclaim(value).await
     }
 
     /// Whether the lease is still held, as far as this client knows: not reported lost,

@@ -111,16 +111,18 @@ impl<B: LockBackend> Handle<B> {
         kind: LockKind,
         options: AcquireOptions,
     ) -> Result<LockGuard> {
-        self.acquire_as(kind, options, None).await
+        self.acquire_as(kind, options, None, None).await
     }
 
     /// Acquires `kind` for `owner` (a downgrade takes the read side with the write
-    /// acquisition's token), or as a new owner.
+    /// acquisition's token), or as a new owner; `value` is a campaign's, published as
+    /// the holder's description instead of the client's.
     pub(crate) async fn acquire_as(
         self: &Arc<Self>,
         kind: LockKind,
         options: AcquireOptions,
         owner: Option<OwnerToken>,
+        value: Option<&str>,
     ) -> Result<LockGuard> {
         let deadline = options.validate(Instant::now())?;
         self.check_supported(kind, options.lease_policy())?;
@@ -161,7 +163,7 @@ impl<B: LockBackend> Handle<B> {
                 deadline,
                 watchdog: watched,
                 loss: &loss,
-                holder: &client.description,
+                holder: value.unwrap_or(&client.description),
             };
             // A shutdown ends the wait; the backend cleans up as for a dropped acquire.
             let _acquiring = client.acquiring.begin();

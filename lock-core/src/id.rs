@@ -83,6 +83,7 @@ impl fmt::Display for LockId {
             LockFamily::Fair => "fair",
             LockFamily::ReadWrite => "read-write",
             LockFamily::Semaphore => "semaphore",
+            LockFamily::Election => "election",
         };
         write!(f, "{} ({family}, {}", self.key, self.backend)?;
         if !self.location.is_empty() {

@@ -19,6 +19,9 @@ pub enum LockKind {
     /// One permit of a [`Semaphore`](crate::Semaphore): up to its count of holders at
     /// once, granted in request order.
     Permit,
+    /// Leadership of an [`Election`](crate::Election): one leader, candidates served in
+    /// request order, the campaign's value published as the holder's description.
+    Leader,
 }
 
 impl LockKind {
@@ -29,6 +32,7 @@ impl LockKind {
             LockKind::Fair => LockFamily::Fair,
             LockKind::Read | LockKind::Write => LockFamily::ReadWrite,
             LockKind::Permit => LockFamily::Semaphore,
+            LockKind::Leader => LockFamily::Election,
         }
     }
 }
@@ -44,6 +48,8 @@ pub enum LockFamily {
     ReadWrite,
     /// Semaphores.
     Semaphore,
+    /// Elections.
+    Election,
 }
 
 /// What a backend can do. The machinery refuses what is not supported with
@@ -58,6 +64,11 @@ pub struct Capabilities {
     pub read_write: bool,
     /// [`LockKind::Permit`] is supported: [`Semaphore`](crate::Semaphore)s.
     pub semaphore: bool,
+    /// [`LockKind::Leader`] is supported: [`Election`](crate::Election)s, with
+    /// [`LockBackend::proclaim`](crate::backend::LockBackend::proclaim) and the
+    /// leader's value and term readable through
+    /// [`LockBackend::leader`](crate::backend::LockBackend::leader).
+    pub election: bool,
     /// [`Lease::Fixed`](crate::Lease::Fixed) leases expire on their own while the client
     /// lives. False where the lease is a session (ZooKeeper).
     pub fixed_lease: bool,
@@ -83,6 +94,7 @@ impl Capabilities {
             LockKind::Fair if !self.fair => Some("fair locks"),
             LockKind::Read | LockKind::Write if !self.read_write => Some("read-write locks"),
             LockKind::Permit if !self.semaphore => Some("semaphores"),
+            LockKind::Leader if !self.election => Some("elections"),
             _ if matches!(lease, Lease::Fixed(_)) && !self.fixed_lease => Some("fixed leases"),
             _ => None,
         };
@@ -97,6 +109,7 @@ impl Capabilities {
         fair: true,
         read_write: true,
         semaphore: true,
+        election: true,
         fixed_lease: true,
         cross_process: true,
         inspect: true,
@@ -124,6 +137,11 @@ impl Capabilities {
     /// The same capabilities with `semaphore` set.
     pub const fn with_semaphore(self, semaphore: bool) -> Self {
         Capabilities { semaphore, ..self }
+    }
+
+    /// The same capabilities with `election` set.
+    pub const fn with_election(self, election: bool) -> Self {
+        Capabilities { election, ..self }
     }
 
     /// The same capabilities with `inspect` set.

@@ -81,6 +81,7 @@ pub mod backend;
 mod cleanups;
 mod client;
 mod clock;
+mod election;
 mod error;
 mod guard;
 mod handle;
@@ -104,11 +105,15 @@ pub mod prelude {
         DistributedLock, DistributedLockExt, FairLock, ReadWriteLock, ReadWriteLockExt,
     };
     pub use crate::client::LockProvider;
+    pub use crate::election::{Election, ElectionExt};
     pub use crate::semaphore::{Semaphore, SemaphoreExt};
 }
 
 pub use api::{DistributedLock, DistributedLockExt, FairLock, ReadWriteLock, ReadWriteLockExt};
 pub use client::{LockClient, LockClientBuilder, LockProvider};
+pub use election::{
+    Election, ElectionExt, ElectionHandle, Leader, LeaderChanges, Leadership, OBSERVE_EVERY,
+};
 pub use error::{BoxError, Error, Result};
 pub use guard::{LeaseWatch, LockGuard};
 pub use id::LockId;

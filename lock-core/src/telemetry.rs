@@ -178,6 +178,7 @@ pub(crate) fn kind_label(kind: LockKind) -> &'static str {
         LockKind::Read => "read",
         LockKind::Write => "write",
         LockKind::Permit => "permit",
+        LockKind::Leader => "leader",
     }
 }
 

@@ -190,7 +190,9 @@ impl Job {
     async fn run(self, mut reply: Reply) {
         let prefix = Prefix::new(&self.key, self.kind.family());
         // Owners sharing the session lease would share the exclusive key: one at a time.
-        let gate = if self.kind == LockKind::Exclusive && self.watchdog {
+        // An election's key is the exclusive lock's (etcd's layout): the same turns.
+        let one_key = matches!(self.kind, LockKind::Exclusive | LockKind::Leader);
+        let gate = if one_key && self.watchdog {
             tokio::select! {
                 permit = self.inner.gates.enter(prefix.range(), self.deadline, &*self.inner) => match permit {
                     Some(permit) => Some(permit),
@@ -280,6 +282,10 @@ impl Job {
     /// The owner token and the client's description, for operators and `inspect`
     /// (etcd's recipe reads keys and revisions only; `etcdctl lock` leaves it empty).
     fn value(&self) -> Vec<u8> {
+        if self.kind == LockKind::Leader {
+            // The campaign's value alone, as etcd's `Election` writes it.
+            return self.description.clone().into_bytes();
+        }
         crate::inspect::value(self.owner.as_str(), &self.description)
     }
 
@@ -419,6 +425,11 @@ impl Job {
         let reply = self.inner.txn("fence", txn).await?;
         if !reply.succeeded() {
             return Ok(false);
+        }
+        if self.kind == LockKind::Leader {
+            // A term is the leader key's create revision, which every reader of the
+            // election (etcdctl's too) sees; queue order makes it increase.
+            return Ok(true);
         }
         contender.fence = reply
             .header()

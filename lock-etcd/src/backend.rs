@@ -171,7 +171,8 @@ pub struct EtcdLease {
     /// newer one of the same name and lease (etcd #22082). After a wait it differs
     /// from the fencing token, which is drawn at grant time.
     revision: i64,
-    value: Vec<u8>,
+    /// What the key holds: rewritten when an extend moves it to a new lease.
+    value: StdMutex<Vec<u8>>,
     /// Shared with the key's watch, which asks whether it is gone.
     lease: Arc<StdMutex<Arc<Lease>>>,
     gate: Arc<GateSlot>,
@@ -226,7 +227,7 @@ impl EtcdLease {
         EtcdLease {
             key,
             revision,
-            value,
+            value: StdMutex::new(value),
             watch: KeyWatch::start(inner, holder, lease.clone()),
             lease,
             gate: slot,
@@ -409,7 +410,7 @@ impl EtcdBackend {
             )])
             .and_then([TxnOp::put(
                 data.key.as_str(),
-                data.value.clone(),
+                lock(&data.value).clone(),
                 Some(PutOptions::new().with_lease(new.id())),
             )]);
         let outcome = inner.txn("extend", txn).await;
@@ -634,11 +635,30 @@ impl LockBackend for EtcdBackend {
         crate::inspect::inspect(&self.inner, key, family).await
     }
 
+    async fn proclaim(&self, held: &HeldLease<EtcdLease>, value: &str) -> Result<()> {
+        let data = &held.data;
+        // Guarded by the key's create revision, as etcd's `Election.Proclaim`.
+        let txn = crate::queries::restamp(
+            data.key.as_bytes(),
+            data.revision,
+            value.as_bytes(),
+            data.lease().id(),
+        );
+        if self.inner.txn("proclaim", txn).await?.succeeded() {
+            *lock(&data.value) = value.as_bytes().to_vec();
+            Ok(())
+        } else {
+            Err(Error::LeaseLost {
+                name: held.key.name().to_string(),
+            })
+        }
+    }
+
     async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
         let prefix = Prefix::new(key, family);
         let mut kv = self.inner.client.kv_client();
         let timeout = self.inner.config.request_timeout();
-        if family != LockFamily::Exclusive {
+        if !matches!(family, LockFamily::Exclusive | LockFamily::Election) {
             // No other lock's keys share these prefixes.
             let options = DeleteOptions::new().with_prefix();
             let deleted = within(

@@ -22,10 +22,7 @@ pub(crate) async fn inspect(inner: &Inner, key: &LockKey, family: LockFamily) ->
     let prefix = Prefix::new(key, family);
     let queue = contenders(inner, &prefix).await?;
     let holding = holders(&prefix, &queue);
-    let infos = holding
-        .iter()
-        .map(|kv| holder_info(kind_of(&prefix, kv), kv))
-        .collect();
+    let infos = holding.iter().map(|kv| holder_info(&prefix, kv)).collect();
     Ok(LockInfo::new(infos, Some(queue.len() - holding.len())))
 }
 
@@ -40,7 +37,7 @@ pub(crate) async fn force_unlock_holder(
     let queue = contenders(inner, &prefix).await?;
     let Some(kv) = holders(&prefix, &queue)
         .into_iter()
-        .find(|kv| u64::try_from(kv.mod_revision()) == Ok(fence))
+        .find(|kv| token(&prefix, kv) == Some(fence))
     else {
         return Ok(false);
     };
@@ -103,6 +100,7 @@ fn holders<'a>(prefix: &Prefix, queue: &'a [KeyValue]) -> Vec<&'a KeyValue> {
 fn kind_of(prefix: &Prefix, kv: &KeyValue) -> LockKind {
     match prefix.family() {
         LockFamily::Exclusive => LockKind::Exclusive,
+        LockFamily::Election => LockKind::Leader,
         LockFamily::Fair => LockKind::Fair,
         LockFamily::Semaphore => LockKind::Permit,
         LockFamily::ReadWrite if kv.key().starts_with(prefix.writers().as_bytes()) => {
@@ -112,8 +110,27 @@ fn kind_of(prefix: &Prefix, kv: &KeyValue) -> LockKind {
     }
 }
 
-fn holder_info(kind: LockKind, kv: &KeyValue) -> HolderInfo {
+/// A holder's token: the revision of its key's last write for a lock; for an election
+/// the create revision, as a proclaim writes the key again.
+fn token(prefix: &Prefix, kv: &KeyValue) -> Option<u64> {
+    let revision = match prefix.family() {
+        LockFamily::Election => kv.create_revision(),
+        _ => kv.mod_revision(),
+    };
+    u64::try_from(revision).ok()
+}
+
+fn holder_info(prefix: &Prefix, kv: &KeyValue) -> HolderInfo {
+    let kind = kind_of(prefix, kv);
     let text = String::from_utf8_lossy(kv.value());
+    if kind == LockKind::Leader {
+        // The value is the leader's, nothing else (etcd's layout).
+        let info = HolderInfo::new(kind).with_description(text);
+        return match token(prefix, kv) {
+            Some(term) => info.with_fencing_token(term),
+            None => info,
+        };
+    }
     let (owner, description) = match text.split_once('\n') {
         Some((owner, description)) => (owner.to_owned(), Some(description.to_owned())),
         None => (text.into_owned(), None),
@@ -125,7 +142,7 @@ fn holder_info(kind: LockKind, kv: &KeyValue) -> HolderInfo {
     if let Some(description) = description.filter(|d| !d.is_empty()) {
         info = info.with_description(description);
     }
-    if let Ok(token) = u64::try_from(kv.mod_revision()) {
+    if let Some(token) = token(prefix, kv) {
         info = info.with_fencing_token(token);
     }
     info

@@ -5,6 +5,10 @@
 //!   `concurrency.Mutex`, `etcdctl lock ns/name` and the v3lock service, so they all
 //!   exclude each other (the recipe reads keys and revisions only; our value, below,
 //!   is for operators, where etcdctl's is empty).
+//! * Election `name`: the exclusive lock's layout, `ns/name/<lease hex>`, with the
+//!   candidate's value as the key's value: exactly etcd's `concurrency.Election` and
+//!   `etcdctl elect ns/name`. As in etcd, an election and the exclusive lock of one
+//!   name are one queue.
 //! * Fair lock: `ns/name<US>fair/<lease hex>-<n>`.
 //! * Semaphore of `p` permits: `ns/name<US>sem/<p>/<lease hex>-<n>`. The count in every
 //!   key lets one transaction refuse a contender whose count differs from the holders'
@@ -13,7 +17,7 @@
 //!   `ns/name<US>rw/r/<lease hex>-<n>`, and the readers of a downgrade (the read side
 //!   taken by the holder of the write lock) `ns/name<US>rw/d/<lease hex>-<n>`.
 //!
-//! Every key of ours has the value `<owner token>\n<client description>`, which
+//! Every lock key of ours has the value `<owner token>\n<client description>`, which
 //! `inspect` reports.
 //!
 //! `<US>` is the control character U+001F, which no valid lock name or namespace
@@ -39,7 +43,7 @@ impl Prefix {
     pub(crate) fn new(key: &LockKey, family: LockFamily) -> Self {
         let base = key.joined('/');
         let range = match family {
-            LockFamily::Exclusive => format!("{base}/"),
+            LockFamily::Exclusive | LockFamily::Election => format!("{base}/"),
             LockFamily::Fair => format!("{base}{FAMILY_MARK}fair/"),
             LockFamily::ReadWrite => format!("{base}{FAMILY_MARK}rw/"),
             LockFamily::Semaphore => format!("{base}{FAMILY_MARK}sem/"),
@@ -79,7 +83,7 @@ impl Prefix {
     /// exclusive key is the bare lease id (etcd's layout).
     pub(crate) fn own_key(&self, kind: LockKind, lease: i64, seq: u64, permits: u32) -> String {
         match kind {
-            LockKind::Exclusive => format!("{}{lease:x}", self.range),
+            LockKind::Exclusive | LockKind::Leader => format!("{}{lease:x}", self.range),
             LockKind::Fair => format!("{}{lease:x}-{seq}", self.range),
             LockKind::Permit => format!("{}{lease:x}-{seq}", self.permits_range(permits)),
             LockKind::Write => format!("{}w/{lease:x}-{seq}", self.range),
@@ -103,7 +107,7 @@ impl Prefix {
     /// than the key of a lock whose name extends this one's past a `/`.
     pub(crate) fn is_contender(&self, key: &[u8]) -> bool {
         match self.family {
-            LockFamily::Exclusive => key
+            LockFamily::Exclusive | LockFamily::Election => key
                 .strip_prefix(self.range.as_bytes())
                 .is_some_and(|rest| !rest.is_empty() && !rest.contains(&b'/')),
             LockFamily::Fair | LockFamily::ReadWrite | LockFamily::Semaphore => {

@@ -102,7 +102,7 @@ pub(crate) fn place(
     }
     let reads = match kind {
         // Permits are placed by `place_permit`.
-        LockKind::Exclusive | LockKind::Fair | LockKind::Permit => {
+        LockKind::Exclusive | LockKind::Fair | LockKind::Permit | LockKind::Leader => {
             vec![TxnOp::get(prefix.range(), Some(oldest(1).with_keys_only()))]
         }
         // The oldest key, and whether any downgrade reader exists.
@@ -274,7 +274,7 @@ pub(crate) fn placed(
     let first = |i: usize| reads.get(i).and_then(|kvs| kvs.first());
     let own_first = first(0).is_some_and(|kv| kv.key() == key.as_bytes());
     let granted = match kind {
-        LockKind::Exclusive | LockKind::Fair | LockKind::Permit => own_first,
+        LockKind::Exclusive | LockKind::Fair | LockKind::Permit | LockKind::Leader => own_first,
         LockKind::Write => own_first && first(1).is_none(),
         LockKind::Read => first(0).is_none(),
     };
@@ -299,7 +299,7 @@ pub(crate) fn locate(prefix: &Prefix, kind: LockKind, key: &str, revision: i64) 
         )
     };
     let ops = match kind {
-        LockKind::Exclusive | LockKind::Fair | LockKind::Permit => {
+        LockKind::Exclusive | LockKind::Fair | LockKind::Permit | LockKind::Leader => {
             vec![own, before(prefix.range().to_owned())]
         }
         LockKind::Write => vec![

@@ -539,7 +539,7 @@ impl LockBackend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL
+        Capabilities::ALL.with_election(false)
     }
 
     async fn settle(&self) {
@@ -547,6 +547,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<RedisLease>>> {
+        calls::refuse_elections(req.kind.family())?;
         let request = self.request(&req);
         let waits = !req.deadline.has_passed();
         let registers = waits && request.registers();
@@ -652,12 +653,14 @@ impl LockBackend for RedisBackend {
     }
 
     async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        calls::refuse_elections(family)?;
         let call = calls::inspect(&self.keys(key), family, calls::Inspect::Look);
         let held: i64 = self.node.call("is_locked", &call).await?;
         Ok(held == 1)
     }
 
     async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        calls::refuse_elections(family)?;
         let call = calls::inspect(&self.keys(key), family, calls::Inspect::RemoveAll);
         let held: i64 = self.node.call("force_unlock", &call).await?;
         Ok(held == 1)
@@ -669,12 +672,14 @@ impl LockBackend for RedisBackend {
         family: LockFamily,
         fence: u64,
     ) -> Result<bool> {
+        calls::refuse_elections(family)?;
         let call = calls::inspect(&self.keys(key), family, calls::Inspect::RemoveToken(fence));
         let removed: i64 = self.node.call("force_unlock_holder", &call).await?;
         Ok(removed == 1)
     }
 
     async fn inspect(&self, key: &LockKey, family: LockFamily) -> Result<LockInfo> {
+        calls::refuse_elections(family)?;
         let call = calls::holders(&self.keys(key), family);
         let reply: Vec<Vec<u8>> = self.node.call("inspect", &call).await?;
         crate::holders::lock_info(&reply)

@@ -73,7 +73,8 @@ impl Request {
                 keys: vec![k.lock.clone(), k.fence()],
                 args: vec![self.owner.clone(), ttl, request],
             },
-            LockKind::Fair => Call {
+            // Elections are refused before any call (see `refuse_elections`).
+            LockKind::Fair | LockKind::Leader => Call {
                 script: scripts::FAIR_ACQUIRE.get(k.sharded),
                 keys: vec![
                     k.fair_holder(),
@@ -135,7 +136,7 @@ impl Request {
     pub(crate) fn leave(&self) -> Option<Call> {
         let k = &self.keys;
         match self.kind {
-            LockKind::Fair => Some(Call {
+            LockKind::Fair | LockKind::Leader => Some(Call {
                 script: scripts::FAIR_LEAVE.get(k.sharded),
                 keys: vec![k.fair_holder(), k.fair_queue(), k.fair_timeouts()],
                 args: vec![k.fair_channel(), self.waiter.clone()],
@@ -163,7 +164,7 @@ impl Request {
         let k = &self.keys;
         match self.kind {
             LockKind::Exclusive => (k.exclusive_channel(), Interest::One),
-            LockKind::Fair => (
+            LockKind::Fair | LockKind::Leader => (
                 k.fair_channel(),
                 Interest::Payload(self.waiter.clone().into_bytes()),
             ),
@@ -237,7 +238,7 @@ fn release_call(keys: &Keys, kind: LockKind, values: &[String], receipt: Option<
             vec![keys.lock.clone()],
             vec![keys.exclusive_channel(), margin],
         ),
-        LockKind::Fair => (
+        LockKind::Fair | LockKind::Leader => (
             scripts::FAIR_RELEASE.get(keys.sharded),
             vec![keys.fair_holder(), keys.fair_queue()],
             vec![keys.fair_channel(), margin],
@@ -304,6 +305,18 @@ pub(crate) fn renew<'a>(
     call
 }
 
+/// Elections need a leader's value that a proclaim can change, which the Redis
+/// layout (the value rides in the lease's request id) does not have: refused.
+pub(crate) fn refuse_elections(family: LockFamily) -> lock_core::Result<()> {
+    match family {
+        LockFamily::Election => Err(lock_core::Error::Unsupported {
+            backend: "redis",
+            operation: "elections",
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// What [`inspect`] does with the leases of a lock family it finds.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Inspect {
@@ -321,6 +334,8 @@ fn family_arg(family: LockFamily) -> &'static str {
         LockFamily::Fair => "f",
         LockFamily::ReadWrite => "rw",
         LockFamily::Semaphore => "s",
+        // Refused before any call (see `refuse_elections`).
+        LockFamily::Election => "f",
     }
 }
 

@@ -159,7 +159,7 @@ impl Keys {
     pub(crate) fn channel(&self, kind: LockKind) -> String {
         match kind {
             LockKind::Exclusive => self.exclusive_channel(),
-            LockKind::Fair => self.fair_channel(),
+            LockKind::Fair | LockKind::Leader => self.fair_channel(),
             LockKind::Read | LockKind::Write => self.rw_channel(),
             LockKind::Permit => self.semaphore_channel(),
         }
@@ -170,7 +170,7 @@ impl Keys {
     pub(crate) fn lease_key(&self, kind: LockKind) -> (String, bool) {
         match kind {
             LockKind::Exclusive => (self.lock.clone(), false),
-            LockKind::Fair => (self.fair_holder(), false),
+            LockKind::Fair | LockKind::Leader => (self.fair_holder(), false),
             LockKind::Write => (self.rw_writer(), false),
             LockKind::Read => (self.rw_readers(), true),
             LockKind::Permit => (self.semaphore_holders(), true),

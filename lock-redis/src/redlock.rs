@@ -488,6 +488,7 @@ impl LockBackend for RedLockBackend {
         // A permit's count and queue cannot be agreed by a majority of independent
         // masters without a consensus round per grant.
         caps.semaphore = false;
+        caps.election = false;
         caps.inspect = false;
         // A force-unlock on the masters is found at the next renewal.
         caps.loss_notice = false;
@@ -671,6 +672,7 @@ impl LockBackend for RedLockBackend {
     }
 
     async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        calls::refuse_elections(family)?;
         let call = calls::inspect(&Keys::new(key), family, calls::Inspect::Look);
         let results = join_all(
             self.nodes
@@ -687,6 +689,7 @@ impl LockBackend for RedLockBackend {
     }
 
     async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+        calls::refuse_elections(family)?;
         let call = calls::inspect(&Keys::new(key), family, calls::Inspect::RemoveAll);
         let results = join_all(
             self.nodes

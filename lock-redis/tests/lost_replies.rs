@@ -42,6 +42,10 @@ async fn try_acquire(
             let semaphore = client.semaphore(name, 1).unwrap();
             semaphore.acquire_with(options).await
         }
+        LockKind::Leader => {
+            let election = client.election(name).unwrap();
+            Ok(election.campaign_with("", options).await?.into_guard())
+        }
     }
 }
 

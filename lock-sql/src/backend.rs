@@ -192,7 +192,8 @@ impl LockBackend for SqlBackend {
                 .with_loss_notice(false)
                 .with_fair(false)
                 .with_read_write(false)
-                .with_semaphore(false),
+                .with_semaphore(false)
+                .with_election(false),
         }
     }
 
@@ -249,6 +250,16 @@ impl LockBackend for SqlBackend {
             Strategy::ForUpdate => Err(Error::Unsupported {
                 backend: self.name(),
                 operation: "force-unlocking one holder with Strategy::ForUpdate",
+            }),
+        }
+    }
+
+    async fn proclaim(&self, lease: &HeldLease<SqlLease>, value: &str) -> Result<()> {
+        match &lease.data.pinned {
+            None => lease::proclaim(&self.inner.db, lease, value).await,
+            Some(_) => Err(Error::Unsupported {
+                backend: self.name(),
+                operation: "elections with Strategy::ForUpdate",
             }),
         }
     }

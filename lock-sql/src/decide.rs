@@ -68,13 +68,12 @@ pub(crate) fn decide(
             }
         }
         LockKind::Permit => return decide_permit(permits, ticket, leases, queue),
-        LockKind::Fair => {
-            let ahead = |t: &&LiveTicket| {
-                t.kind == LockKind::Fair && ticket.is_none_or(|mine| t.ticket < mine)
-            };
-            let holder = leases_of(LockKind::Fair).map(|l| l.remaining_ms);
+        LockKind::Fair | LockKind::Leader => {
+            let ahead =
+                |t: &&LiveTicket| t.kind == kind && ticket.is_none_or(|mine| t.ticket < mine);
+            let holder = leases_of(kind).map(|l| l.remaining_ms);
             let queued = queue.iter().filter(ahead).map(|t| t.remaining_ms);
-            if leases_of(LockKind::Fair).next().is_some() || queue.iter().any(|t| ahead(&t)) {
+            if leases_of(kind).next().is_some() || queue.iter().any(|t| ahead(&t)) {
                 return blocked(holder.chain(queued));
             }
         }

@@ -44,6 +44,7 @@ pub(crate) fn kind_code(kind: LockKind) -> i64 {
         LockKind::Read => 2,
         LockKind::Write => 3,
         LockKind::Permit => 4,
+        LockKind::Leader => 5,
     }
 }
 
@@ -55,6 +56,7 @@ pub(crate) fn kind_of(code: i64) -> Option<LockKind> {
         2 => LockKind::Read,
         3 => LockKind::Write,
         4 => LockKind::Permit,
+        5 => LockKind::Leader,
         _ => return None,
     })
 }
@@ -66,6 +68,7 @@ pub(crate) fn family_range(family: LockFamily) -> (i64, i64) {
         LockFamily::Fair => (1, 1),
         LockFamily::ReadWrite => (2, 3),
         LockFamily::Semaphore => (4, 4),
+        LockFamily::Election => (5, 5),
     }
 }
 
@@ -74,7 +77,7 @@ pub(crate) fn family_range(family: LockFamily) -> (i64, i64) {
 pub(crate) fn holder_of(kind: LockKind, owner: &str) -> &str {
     match kind {
         LockKind::Read | LockKind::Permit => owner,
-        LockKind::Exclusive | LockKind::Fair | LockKind::Write => "",
+        LockKind::Exclusive | LockKind::Fair | LockKind::Write | LockKind::Leader => "",
     }
 }
 

@@ -393,6 +393,28 @@ impl LockBackend for ZkBackend {
             .collect())
     }
 
+    async fn proclaim(&self, lease: &HeldLease<ZkLease>, value: &str) -> Result<()> {
+        let lost = || Error::LeaseLost {
+            name: lease.key.name().to_string(),
+        };
+        let session = self
+            .inner
+            .sessions
+            .peek()
+            .filter(|s| s.generation == lease.data.generation && !lease.data.is_lost())
+            .ok_or_else(lost)?;
+        // The node is this leadership's alone: a later leader has a node of its own.
+        let until = tokio::time::Instant::now() + self.config().request_timeout();
+        let write = session
+            .client
+            .set_data(&lease.data.path, value.as_bytes(), None);
+        match recipe::bounded(until, write).await {
+            Ok(_) => Ok(()),
+            Err(ZkError::NoNode) => Err(lost()),
+            Err(err) => Err(error::map(err)),
+        }
+    }
+
     async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
         // The lowest contender holds (or is being told so): any contender means held.
         let (_, _, queue) = self.queue(key, family).await?;
@@ -455,6 +477,7 @@ impl LockBackend for ZkBackend {
                     LockFamily::Exclusive => LockKind::Exclusive,
                     LockFamily::Fair => LockKind::Fair,
                     LockFamily::Semaphore => LockKind::Permit,
+                    LockFamily::Election => LockKind::Leader,
                     LockFamily::ReadWrite if holder.writer => LockKind::Write,
                     LockFamily::ReadWrite => LockKind::Read,
                 };

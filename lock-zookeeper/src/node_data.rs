@@ -22,6 +22,15 @@ pub(crate) fn encode(owner: &str, description: &str) -> Vec<u8> {
 /// expiry: the lease is the session.
 pub(crate) fn holder_info(kind: LockKind, data: &[u8], stat: &Stat) -> HolderInfo {
     let text = String::from_utf8_lossy(data);
+    if kind == LockKind::Leader {
+        // A leader's node holds its value alone (Curator's participant id), and its
+        // term is the node's czxid.
+        let mut info = HolderInfo::new(kind).with_description(text);
+        if let Ok(term) = u64::try_from(stat.czxid) {
+            info = info.with_fencing_token(term);
+        }
+        return info;
+    }
     let (owner, description) = match text.split_once('\n') {
         Some((owner, description)) => (owner.to_owned(), Some(description.to_owned())),
         None => (text.into_owned(), None),

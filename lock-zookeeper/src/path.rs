@@ -21,6 +21,8 @@ use lock_core::{LockFamily, LockKey, LockKind};
 
 /// The marker of exclusive and fair contenders, as Curator's `InterProcessMutex` writes it.
 pub(crate) const LOCK_MARKER: &str = "-lock-";
+/// The marker of an election candidate's node, Curator's `LeaderLatch`'s.
+pub(crate) const LATCH_MARKER: &str = "-latch-";
 /// The markers of kazoo's `Lock`/`WriteLock` and `ReadLock` nodes.
 const KAZOO_LOCK_MARKER: &str = "__lock__";
 const KAZOO_READ_MARKER: &str = "__rlock__";
@@ -63,6 +65,7 @@ pub(crate) fn lock_path(key: &LockKey, family: LockFamily) -> String {
         LockFamily::Fair => path.push_str("%fair"),
         LockFamily::ReadWrite => path.push_str("%rw"),
         LockFamily::Semaphore => path.push_str("%sem"),
+        LockFamily::Election => path.push_str("%election"),
     }
     path
 }
@@ -75,6 +78,7 @@ fn encode_segment(out: &mut String, segment: &str, at_root: bool) {
     // every marker `parse` knows, Curator's and kazoo's, by encoding `-`/`_`.
     let looks_like_contender = [
         "lock-",
+        "latch-",
         "__READ__",
         "__WRIT__",
         KAZOO_LOCK_MARKER,
@@ -111,6 +115,7 @@ pub(crate) fn marker(kind: LockKind) -> &'static str {
         LockKind::Exclusive | LockKind::Fair | LockKind::Permit => LOCK_MARKER,
         LockKind::Read => READ_MARKER,
         LockKind::Write => WRITE_MARKER,
+        LockKind::Leader => LATCH_MARKER,
     }
 }
 
@@ -171,6 +176,7 @@ fn parse(name: &str, family: LockFamily) -> Option<Contender> {
         LockFamily::Exclusive | LockFamily::Fair | LockFamily::Semaphore => {
             &[("lock-", true), (KAZOO_LOCK_MARKER, true)]
         }
+        LockFamily::Election => &[("latch-", true)],
         LockFamily::ReadWrite => &[
             ("__READ__", false),
             ("__WRIT__", true),

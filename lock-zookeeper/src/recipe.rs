@@ -187,7 +187,7 @@ fn blocker(kind: LockKind, queue: &[Contender], pos: usize, downgrade: bool) -> 
             .last()
             .or_else(|| queue.iter().skip(pos).find(|c| c.downgrade)),
         // Permits wait by `permit_turn`.
-        LockKind::Exclusive | LockKind::Fair | LockKind::Permit => before.last(),
+        LockKind::Exclusive | LockKind::Fair | LockKind::Permit | LockKind::Leader => before.last(),
     }
 }
 
@@ -320,7 +320,11 @@ async fn queue(
         }
         None => format!("{dir}/{}", path::node_prefix(protect, req.kind)),
     };
-    let data = node_data::encode(req.owner.as_str(), req.holder);
+    let data = match req.kind {
+        // A candidate's value alone, as Curator's `LeaderLatch` writes its id.
+        LockKind::Leader => req.holder.as_bytes().to_vec(),
+        _ => node_data::encode(req.owner.as_str(), req.holder),
+    };
     let owner = data.as_slice();
     let (node, created) = match downgrade_from {
         Some(write) => {
@@ -463,17 +467,22 @@ impl Granted<'_> {
         let client = &session.client;
         // Granted: finish within the request timeout, whatever the deadline.
         let until = Instant::now() + limits.request_timeout;
-        let fence = match fence(
-            inner,
-            client,
-            &self.node,
-            self.owner,
-            self.created,
-            self.fresh,
-            until,
-        )
-        .await
-        {
+        let fence = match req.kind {
+            LockKind::Leader => term(client, &self.node, self.created, until).await,
+            _ => {
+                fence(
+                    inner,
+                    client,
+                    &self.node,
+                    self.owner,
+                    self.created,
+                    self.fresh,
+                    until,
+                )
+                .await
+            }
+        };
+        let fence = match fence {
             Ok(fence) => fence,
             Err(ZkError::NoNode) => return Ok(Attempt::NodeVanished),
             Err(err) => return Err(error::map(err)),
@@ -638,6 +647,22 @@ async fn fence(
     };
     // Zxids are positive; a negative one would be a server bug, not a reason to panic.
     u64::try_from(zxid).map_err(|_| ZkError::UnexpectedError(format!("negative zxid {zxid}")))
+}
+
+/// An election leader's term: its node's czxid, which every reader of the election
+/// (Curator's too) sees, and a proclaim's write leaves alone. Candidates lead in
+/// sequence order, which is czxid order, so terms increase from leader to leader.
+async fn term(client: &Client, node: &str, created: &Stat, until: Instant) -> Result<u64, ZkError> {
+    let czxid = if created.is_invalid() {
+        // ZOOKEEPER-4026: read the stat the create's answer left out.
+        match bounded(until, client.check_stat(node)).await? {
+            Some(stat) => stat.czxid,
+            None => return Err(ZkError::NoNode),
+        }
+    } else {
+        created.czxid
+    };
+    u64::try_from(czxid).map_err(|_| ZkError::UnexpectedError(format!("negative zxid {czxid}")))
 }
 
 /// Creates our contender node, with the parents it needs. A create whose connection

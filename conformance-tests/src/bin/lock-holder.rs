@@ -5,7 +5,8 @@
 //! timeout does. With `--shutdown`, once it holds the lock it starts waiting on the
 //! exclusive lock `--queue-on` (if given), calls `shutdown` on its client, prints
 //! `SHUT_DOWN` and exits with code 0 at once, as a program that ends cleanly does.
-//! With `--kind permit --permits N`, it holds a permit of the semaphore NAME of N.
+//! With `--kind permit --permits N`, it holds a permit of the semaphore NAME of N; with
+//! `--kind leader --value V`, the leadership of the election NAME, campaigning with V.
 //!
 //! ```text
 //! lock-holder --url redis://127.0.0.1:6379 --namespace ns --name orders
@@ -27,6 +28,7 @@ enum Kind {
     Read,
     Write,
     Permit,
+    Leader,
 }
 
 /// Hold a distributed lock until killed.
@@ -47,6 +49,9 @@ struct Args {
     /// With `--kind permit`: the semaphore's count.
     #[arg(long, default_value_t = 1)]
     permits: u32,
+    /// With `--kind leader`: the campaign's value.
+    #[arg(long, default_value = "lock-holder")]
+    value: String,
     /// The watchdog lease, in milliseconds.
     #[arg(long, default_value_t = 30_000)]
     watchdog_lease_ms: u64,
@@ -74,6 +79,11 @@ async fn hold(args: &Args, client: &Arc<dyn LockProvider>) -> distributed_locks:
         Kind::Permit => {
             let semaphore = client.semaphore(&args.name, args.permits)?;
             semaphore.acquire_with(wait).await
+        }
+        Kind::Leader => {
+            let election = client.election(&args.name)?;
+            let leadership = election.campaign_with(&args.value, wait).await?;
+            Ok(leadership.into_guard())
         }
     }
 }

@@ -2,6 +2,7 @@
 
 mod args;
 mod cancel;
+mod election;
 mod fair;
 mod flavor;
 mod inspect;
@@ -30,6 +31,8 @@ pub struct Needs {
     pub read_write: bool,
     /// Semaphores.
     pub semaphore: bool,
+    /// Elections.
+    pub election: bool,
     /// Fixed leases.
     pub fixed_lease: bool,
     /// A holder in another process ([`Backend::holder_command`]).
@@ -58,6 +61,7 @@ impl Needs {
                 self.semaphore && !caps.semaphore,
                 "backend has no semaphores",
             ),
+            (self.election && !caps.election, "backend has no elections"),
             (
                 self.fixed_lease && !caps.fixed_lease,
                 "backend has no fixed leases",
@@ -85,6 +89,7 @@ impl Needs {
             fair: self.fair || other.fair,
             read_write: self.read_write || other.read_write,
             semaphore: self.semaphore || other.semaphore,
+            election: self.election || other.election,
             fixed_lease: self.fixed_lease || other.fixed_lease,
             holder_process: self.holder_process || other.holder_process,
             inspect: self.inspect || other.inspect,
@@ -97,6 +102,7 @@ const NOTHING: Needs = Needs {
     fair: false,
     read_write: false,
     semaphore: false,
+    election: false,
     fixed_lease: false,
     holder_process: false,
     inspect: false,
@@ -124,6 +130,10 @@ const RW: Needs = Needs {
 };
 const SEMAPHORE: Needs = Needs {
     semaphore: true,
+    ..NOTHING
+};
+const ELECTION: Needs = Needs {
+    election: true,
     ..NOTHING
 };
 const PROCESS: Needs = Needs {
@@ -307,6 +317,26 @@ pub fn all_cases() -> Vec<Case> {
             Box::new(|ctx| rwlock::cancelled_writer_leaves_nothing(ctx).boxed()),
         ),
         case(
+            "election::one_leader_at_a_time",
+            ELECTION,
+            Box::new(|ctx| election::one_leader_at_a_time(ctx).boxed()),
+        ),
+        case(
+            "election::value_proclaim_and_resign",
+            ELECTION,
+            Box::new(|ctx| election::value_proclaim_and_resign(ctx).boxed()),
+        ),
+        case(
+            "election::lost_leadership_refuses_proclaim",
+            ELECTION,
+            Box::new(|ctx| election::lost_leadership_refuses_proclaim(ctx).boxed()),
+        ),
+        case(
+            "election::observe_sees_every_change_in_order",
+            ELECTION,
+            Box::new(|ctx| election::observe_sees_every_change_in_order(ctx).boxed()),
+        ),
+        case(
             "semaphore::never_more_than_n_holders",
             SEMAPHORE,
             Box::new(|ctx| semaphore::never_more_than_n_holders(ctx).boxed()),
@@ -460,6 +490,11 @@ pub fn all_cases() -> Vec<Case> {
             "process::killed_permit_holder_frees_its_permit",
             PROCESS.and(SEMAPHORE),
             Box::new(|ctx| process::killed_permit_holder_frees_its_permit(ctx).boxed()),
+        ),
+        case(
+            "process::killed_leader_process_is_replaced",
+            PROCESS.and(ELECTION),
+            Box::new(|ctx| process::killed_leader_process_is_replaced(ctx).boxed()),
         ),
         case(
             "process::timed_out_waiter_process_leaves_nothing",

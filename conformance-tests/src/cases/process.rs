@@ -94,6 +94,38 @@ pub(crate) async fn killed_permit_holder_frees_its_permit(ctx: &Ctx) {
     ok("release", mine.release().await);
 }
 
+/// Another process leads an election and is killed, while this process campaigns: the
+/// follower reads the other's value meanwhile, and leads within the killed leader's
+/// lease plus slack, with a higher term.
+pub(crate) async fn killed_leader_process_is_replaced(ctx: &Ctx) {
+    let spec = HolderSpec {
+        namespace: ctx.namespace().to_owned(),
+        name: "crash-leader".into(),
+        watchdog_lease: Duration::from_secs(2),
+    };
+    let election = ctx.client().await.election(&spec.name).expect("election");
+    let mut command = ctx.backend().holder_command(&spec).expect("holder command");
+    command.args(["--kind", "leader", "--value", "other-process"]);
+    let holder = HolderProcess::start(command, ctx.slack() * 15)
+        .await
+        .unwrap_or_else(|err| panic!("holder process: {err}"));
+    let leader = ok("leader", election.leader().await).expect("the other process leads");
+    assert_eq!(
+        (leader.value.as_str(), leader.term),
+        ("other-process", holder.fence())
+    );
+    assert!(
+        ok("try_campaign", election.try_campaign("here").await).is_none(),
+        "two leaders"
+    );
+    let guard = freed_after_kill(ctx, &spec, holder, |wait| async move {
+        let leadership = election.campaign_timeout("here", wait).await?;
+        Ok(leadership.into_guard())
+    })
+    .await;
+    ok("resign", guard.release().await);
+}
+
 /// A waiter in another process gives up after its wait limit and exits at once, as a
 /// program does: it must not leave a place queued (until its session or lease runs
 /// out) ahead of everyone else.

@@ -97,6 +97,7 @@ impl Backend for Sql {
                     LockFamily::Fair => (1, 1),
                     LockFamily::ReadWrite => (2, 3),
                     LockFamily::Semaphore => (4, 4),
+                    LockFamily::Election => (5, 5),
                 };
                 delete_leases(&backend, key, lo, hi).await
             }

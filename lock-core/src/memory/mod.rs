@@ -186,7 +186,7 @@ impl LockBackend for MemoryBackend {
         loop {
             // Register for the wake-up before looking, so a release in between is seen.
             let wake = match req.kind {
-                LockKind::Fair | LockKind::Permit if waits => {
+                LockKind::Fair | LockKind::Leader | LockKind::Permit if waits => {
                     Some(registration.queued(req.permits)?.1.clone())
                 }
                 _ => None,
@@ -295,5 +295,18 @@ impl LockBackend for MemoryBackend {
 
     async fn inspect(&self, key: &LockKey, family: LockFamily) -> Result<LockInfo> {
         Ok(self.table().inspect(key, family))
+    }
+
+    async fn proclaim(&self, lease: &HeldLease<()>, value: &str) -> Result<()> {
+        if self
+            .table()
+            .proclaim(&lease.key, &lease.owner, lease.fence, value)
+        {
+            Ok(())
+        } else {
+            Err(Error::LeaseLost {
+                name: lease.key.name().to_string(),
+            })
+        }
     }
 }

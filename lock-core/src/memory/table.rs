@@ -63,12 +63,20 @@ pub(super) enum Outcome {
     OtherCount(u32),
 }
 
+/// A one-holder lock granted in request order: a fair lock, or an election.
+#[derive(Debug, Default)]
+struct Line {
+    holder: Option<Holder>,
+    queue: VecDeque<Ticket>,
+}
+
 /// Everything the backend knows about one key.
 #[derive(Debug, Default)]
 pub(super) struct KeyState {
     exclusive: Option<Holder>,
-    fair: Option<Holder>,
-    fair_queue: VecDeque<Ticket>,
+    fair: Line,
+    /// An election's leader and candidates: a fair lock of its own.
+    leader: Line,
     writer: Option<Holder>,
     readers: Vec<Holder>,
     waiting_writers: usize,
@@ -86,7 +94,13 @@ pub(super) struct KeyState {
 impl KeyState {
     fn purge(&mut self, now: Instant) {
         let live = |h: &Option<Holder>| h.as_ref().is_some_and(|h| h.expires_at > now);
-        for holder in [&mut self.exclusive, &mut self.fair, &mut self.writer] {
+        let holders = [
+            &mut self.exclusive,
+            &mut self.fair.holder,
+            &mut self.leader.holder,
+            &mut self.writer,
+        ];
+        for holder in holders {
             if !live(holder) {
                 *holder = None;
             }
@@ -108,15 +122,26 @@ impl KeyState {
     fn queue(&mut self, kind: LockKind) -> &mut VecDeque<Ticket> {
         match kind {
             LockKind::Permit => &mut self.permit_queue,
-            _ => &mut self.fair_queue,
+            LockKind::Leader => &mut self.leader.queue,
+            _ => &mut self.fair.queue,
+        }
+    }
+
+    /// The line of a fair lock or an election.
+    fn line(&mut self, kind: LockKind) -> &mut Line {
+        match kind {
+            LockKind::Leader => &mut self.leader,
+            _ => &mut self.fair,
         }
     }
 
     /// Nothing held, queued or waiting: the entry can go.
     fn is_idle(&self) -> bool {
         self.exclusive.is_none()
-            && self.fair.is_none()
-            && self.fair_queue.is_empty()
+            && self.fair.holder.is_none()
+            && self.fair.queue.is_empty()
+            && self.leader.holder.is_none()
+            && self.leader.queue.is_empty()
             && self.writer.is_none()
             && self.readers.is_empty()
             && !self.permits_in_use()
@@ -128,7 +153,8 @@ impl KeyState {
     fn holds(&self, family: LockFamily) -> bool {
         match family {
             LockFamily::Exclusive => self.exclusive.is_some(),
-            LockFamily::Fair => self.fair.is_some(),
+            LockFamily::Fair => self.fair.holder.is_some(),
+            LockFamily::Election => self.leader.holder.is_some(),
             LockFamily::ReadWrite => self.writer.is_some() || !self.readers.is_empty(),
             LockFamily::Semaphore => !self.permit_holders.is_empty(),
         }
@@ -137,8 +163,13 @@ impl KeyState {
     /// Wakes whoever may now be granted `family`.
     fn wake(&self, family: LockFamily) {
         match family {
-            LockFamily::Fair => {
-                if let Some(head) = self.fair_queue.front() {
+            LockFamily::Fair | LockFamily::Election => {
+                let line = if family == LockFamily::Fair {
+                    &self.fair
+                } else {
+                    &self.leader
+                };
+                if let Some(head) = line.queue.front() {
                     head.wake.notify_one();
                 }
             }
@@ -256,12 +287,13 @@ impl Table {
         let expiry = |h: &Option<Holder>| h.as_ref().map(|h| h.expires_at);
         let blocked_until = match req.kind {
             LockKind::Exclusive => state.exclusive.as_ref().map(|h| Some(h.expires_at)),
-            LockKind::Fair => {
+            LockKind::Fair | LockKind::Leader => {
+                let line = state.line(req.kind);
                 let my_turn = match req.ticket {
-                    Some(id) => state.fair_queue.front().is_some_and(|t| t.id == id),
-                    None => state.fair_queue.is_empty(),
+                    Some(id) => line.queue.front().is_some_and(|t| t.id == id),
+                    None => line.queue.is_empty(),
                 };
-                match (&state.fair, my_turn) {
+                match (&line.holder, my_turn) {
                     (None, true) => None,
                     (holder, _) => Some(expiry(holder)),
                 }
@@ -312,11 +344,12 @@ impl Table {
         let state = self.keys.get_mut(req.key).expect("entry made above");
         match req.kind {
             LockKind::Exclusive => state.exclusive = Some(holder),
-            LockKind::Fair => {
+            LockKind::Fair | LockKind::Leader => {
+                let line = state.line(req.kind);
                 if req.ticket.is_some() {
-                    state.fair_queue.pop_front();
+                    line.queue.pop_front();
                 }
-                state.fair = Some(holder);
+                line.holder = Some(holder);
             }
             LockKind::Read => state.readers.push(holder),
             LockKind::Write => state.writer = Some(holder),
@@ -344,7 +377,9 @@ impl Table {
         state.purge(Instant::now());
         let removed = match kind {
             LockKind::Exclusive => take_if(&mut state.exclusive, owner, fence),
-            LockKind::Fair => take_if(&mut state.fair, owner, fence),
+            LockKind::Fair | LockKind::Leader => {
+                take_if(&mut state.line(kind).holder, owner, fence)
+            }
             LockKind::Write => take_if(&mut state.writer, owner, fence),
             LockKind::Read => take_from(&mut state.readers, owner, fence),
             LockKind::Permit => take_from(&mut state.permit_holders, owner, fence),
@@ -372,7 +407,7 @@ impl Table {
         state.purge(now);
         let holder = match kind {
             LockKind::Exclusive => state.exclusive.as_mut(),
-            LockKind::Fair => state.fair.as_mut(),
+            LockKind::Fair | LockKind::Leader => state.line(kind).holder.as_mut(),
             LockKind::Write => state.writer.as_mut(),
             LockKind::Read => state.readers.iter_mut().find(|r| r.is(owner, fence)),
             LockKind::Permit => state.permit_holders.iter_mut().find(|p| p.is(owner, fence)),
@@ -380,6 +415,28 @@ impl Table {
         match holder {
             Some(h) if h.is(owner, fence) => {
                 h.expires_at = now + ttl;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Sets the published value of the leader of `key` if it is the live lease of
+    /// `owner` and `fence`.
+    pub(super) fn proclaim(
+        &mut self,
+        key: &LockKey,
+        owner: &OwnerToken,
+        fence: u64,
+        value: &str,
+    ) -> bool {
+        let Some(state) = self.keys.get_mut(key) else {
+            return false;
+        };
+        state.purge(Instant::now());
+        match state.leader.holder.as_mut() {
+            Some(h) if h.is(owner, fence) => {
+                h.description = value.into();
                 true
             }
             _ => false,
@@ -404,9 +461,20 @@ impl Table {
                     .as_ref()
                     .map(|h| h.info(LockKind::Exclusive, now)),
             ),
-            LockFamily::Fair => {
-                holders.extend(state.fair.as_ref().map(|h| h.info(LockKind::Fair, now)))
-            }
+            LockFamily::Fair => holders.extend(
+                state
+                    .fair
+                    .holder
+                    .as_ref()
+                    .map(|h| h.info(LockKind::Fair, now)),
+            ),
+            LockFamily::Election => holders.extend(
+                state
+                    .leader
+                    .holder
+                    .as_ref()
+                    .map(|h| h.info(LockKind::Leader, now)),
+            ),
             LockFamily::ReadWrite => {
                 holders.extend(state.writer.as_ref().map(|h| h.info(LockKind::Write, now)));
                 holders.extend(state.readers.iter().map(|h| h.info(LockKind::Read, now)));
@@ -435,7 +503,8 @@ impl Table {
         let is = |h: &Option<Holder>| h.as_ref().is_some_and(|h| h.fence == fence);
         let removed = match family {
             LockFamily::Exclusive if is(&state.exclusive) => state.exclusive.take(),
-            LockFamily::Fair if is(&state.fair) => state.fair.take(),
+            LockFamily::Fair if is(&state.fair.holder) => state.fair.holder.take(),
+            LockFamily::Election if is(&state.leader.holder) => state.leader.holder.take(),
             LockFamily::ReadWrite if is(&state.writer) => state.writer.take(),
             LockFamily::ReadWrite => state
                 .readers
@@ -468,7 +537,8 @@ impl Table {
         let held = state.holds(family);
         let removed: Vec<Holder> = match family {
             LockFamily::Exclusive => state.exclusive.take().into_iter().collect(),
-            LockFamily::Fair => state.fair.take().into_iter().collect(),
+            LockFamily::Fair => state.fair.holder.take().into_iter().collect(),
+            LockFamily::Election => state.leader.holder.take().into_iter().collect(),
             LockFamily::ReadWrite => {
                 let mut all: Vec<Holder> = state.readers.drain(..).collect();
                 all.extend(state.writer.take());

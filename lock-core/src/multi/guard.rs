@@ -252,5 +252,6 @@ fn kind_text(kind: LockKind) -> &'static str {
         LockKind::Read => "read side of",
         LockKind::Write => "write side of",
         LockKind::Permit => "permit of",
+        LockKind::Leader => "leadership of",
     }
 }

@@ -42,6 +42,7 @@ impl Member {
             LockFamily::Fair => LockKind::Fair,
             LockFamily::ReadWrite => LockKind::Write,
             LockFamily::Semaphore => LockKind::Permit,
+            LockFamily::Election => LockKind::Leader,
         };
         let capabilities = lock.capabilities();
         Member {

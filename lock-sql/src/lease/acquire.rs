@@ -59,7 +59,7 @@ pub(crate) async fn acquire(
     let waits = !req.deadline.has_passed();
     let queued_kind = matches!(
         req.kind,
-        LockKind::Fair | LockKind::Write | LockKind::Permit
+        LockKind::Fair | LockKind::Write | LockKind::Permit | LockKind::Leader
     );
     let mut ticket = Ticket {
         db: db.clone(),

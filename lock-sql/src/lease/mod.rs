@@ -22,7 +22,7 @@ mod undo;
 
 pub(crate) use acquire::acquire;
 pub(crate) use admin::{force_unlock, force_unlock_holder, inspect, is_locked};
-pub(crate) use release::{release, renew};
+pub(crate) use release::{proclaim, release, renew};
 pub(crate) use transaction::bump_key;
 pub(crate) use undo::BlindUndos;
 

@@ -5,6 +5,8 @@ use std::time::Duration;
 use lock_core::{Error, LockKind, Result};
 
 use lock_core::backend::{HeldLease, Renewal};
+use sqlx::any::{Any, AnyArguments};
+use sqlx::query::Query;
 use sqlx::Row;
 
 use crate::db::{q, Db};
@@ -65,6 +67,57 @@ pub(super) async fn delete_lease(
         local_wake::announce(local_wake::topic(&db.scope, khash));
     }
     Ok(deleted > 0)
+}
+
+/// Sets an election leader's value, if its lease is the live one of its owner and
+/// fence.
+pub(crate) async fn proclaim(db: &Db, lease: &HeldLease<SqlLease>, value: &str) -> Result<()> {
+    let fence = i64::try_from(lease.fence).map_err(|_| lost(lease))?;
+    let khash = lease.data.key.hash.clone();
+    let there = db
+        .timed("proclaiming a value", async {
+            let update = q(&db.sql.lease.proclaim).bind(value.to_owned());
+            let done = guard(update, &khash, lease, fence)
+                .execute(&db.pool)
+                .await
+                .map_err(|e| db.err(e))?;
+            if done.rows_affected() > 0 {
+                return Ok(true);
+            }
+            let row = guard(q(&db.sql.lease.lease_live), &khash, lease, fence)
+                .fetch_one(&db.pool)
+                .await
+                .map_err(|e| db.err(e))?;
+            Ok(row.try_get::<i64, _>(0).map_err(|e| db.err(e))? > 0)
+        })
+        .await?;
+    if there {
+        Ok(())
+    } else {
+        Err(lost(lease))
+    }
+}
+
+/// `query` with the guard of one live lease bound: key, kind, holder, owner, fence.
+fn guard(
+    query: Query<'static, Any, AnyArguments>,
+    khash: &str,
+    lease: &HeldLease<SqlLease>,
+    fence: i64,
+) -> Query<'static, Any, AnyArguments> {
+    let owner = lease.owner.as_str();
+    query
+        .bind(khash.to_owned())
+        .bind(kind_code(lease.kind))
+        .bind(holder_of(lease.kind, owner).to_owned())
+        .bind(owner.to_owned())
+        .bind(fence)
+}
+
+fn lost(lease: &HeldLease<SqlLease>) -> Error {
+    Error::LeaseLost {
+        name: lease.key.name().to_string(),
+    }
 }
 
 /// Tells waiters that `khash` may be free: PostgreSQL's through a notification, this

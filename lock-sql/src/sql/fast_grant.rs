@@ -59,9 +59,9 @@ fn fast_condition(kind: LockKind, t: &Tables, now: &str) -> (String, Vec<Arg>) {
     );
     match kind {
         LockKind::Exclusive => ("1 = 1".to_owned(), vec![]),
-        // A fair request never overtakes a live ticket. (Permits have no one-row grant,
-        // their rule counts rows: `fast_grants` builds none for them.)
-        LockKind::Fair | LockKind::Permit => (
+        // A fair request never overtakes a live ticket. (Permits and leaders have no
+        // one-row grant: `fast_grants` builds none for them.)
+        LockKind::Fair | LockKind::Permit | LockKind::Leader => (
             format!(
                 "NOT EXISTS (SELECT 1 FROM {queue} x WHERE x.khash = ? AND x.kind = {fair} AND x.expires_ms > {now})"
             ),

@@ -28,6 +28,11 @@ pub(crate) struct LeaseStatements {
     /// acquisition): undoes a grant whose reply, and so its fence, was lost.
     pub(crate) undo_grant: Stmt,
     pub(crate) force_unlock: Stmt,
+    /// Sets the description of one live lease (an election leader's value).
+    pub(crate) proclaim: Stmt,
+    /// Whether one live lease is there: tells a proclaim that changed no row (MySQL
+    /// counts a value written again as no change) from one whose lease is gone.
+    pub(crate) lease_live: Stmt,
     /// Deletes the live lease of a family with one fence (PostgreSQL: and notifies).
     pub(crate) force_unlock_holder: Stmt,
     pub(crate) count_live: Stmt,
@@ -113,6 +118,12 @@ impl LeaseStatements {
             "khash = ? AND kind = ? AND holder = ? AND owner = ? AND expires_ms > {now}"
         )));
         let force_unlock = st(with_notify(&force_where));
+        let proclaim = st(format!(
+            "UPDATE {leases} SET description = ? WHERE {release_where}"
+        ));
+        let lease_live = st(format!(
+            "SELECT COUNT(*) FROM {leases} WHERE {release_where}"
+        ));
         let force_unlock_holder = st(with_notify(&format!("{force_where} AND fence = ?")));
         let count_live = st(format!("SELECT COUNT(*) FROM {leases} WHERE {force_where}"));
         let inspect_leases = st(format!(
@@ -136,6 +147,8 @@ impl LeaseStatements {
             release,
             undo_grant,
             force_unlock,
+            proclaim,
+            lease_live,
             force_unlock_holder,
             count_live,
             inspect_leases,
