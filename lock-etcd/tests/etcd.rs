@@ -1,5 +1,6 @@
-//! etcd-specific behaviour against a real etcd: interop with `etcdctl lock`, a lease
-//! revoked behind the holder's back, no herd with 50 waiters, and etcd going away.
+//! etcd-specific behaviour against a real etcd: interop with `etcdctl lock` and
+//! `etcdctl elect`, a lease revoked behind the holder's back, no herd with 50
+//! waiters, and etcd going away.
 
 mod common;
 
@@ -8,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{backend, endpoint, key, start};
+use futures::StreamExt;
 use lock_core::backend::LockBackend;
 use lock_core::prelude::*;
 use lock_core::{Error, LeaseLoss, LockClient, LockFamily};
@@ -35,9 +37,24 @@ struct Etcdctl {
 
 impl Etcdctl {
     fn lock(url: &str, name: &str) -> Self {
+        Self::run(url, &["lock", name])
+    }
+
+    /// `etcdctl elect NAME PROPOSAL`: prints the leader key and its value once it
+    /// leads, then leads until SIGTERM. With `-l` instead of a proposal, prints the
+    /// leader's key and value at each change.
+    fn elect(url: &str, args: &[&str]) -> Self {
+        let mut all = vec!["elect"];
+        all.extend_from_slice(args);
+        Self::run(url, &all)
+    }
+
+    fn run(url: &str, args: &[&str]) -> Self {
         let mut child = Command::new("etcdctl")
             .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &endpoint(url), "lock", name])
+            .arg("--endpoints")
+            .arg(endpoint(url))
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -48,7 +65,7 @@ impl Etcdctl {
         Etcdctl { child, lines }
     }
 
-    /// The key etcdctl printed on acquiring, if it did within `limit`.
+    /// The next line etcdctl printed (the key, on acquiring), if it did within `limit`.
     async fn acquired(&mut self, limit: Duration) -> Option<String> {
         tokio::time::timeout(limit, self.lines.next_line())
             .await
@@ -110,6 +127,93 @@ async fn etcdctl_lock_excludes_ours_and_ours_excludes_etcdctl() {
     etcdctl.stop().await;
     let guard = lock.acquire_timeout(Duration::from_secs(10)).await.unwrap();
     guard.release().await.unwrap();
+}
+
+/// The next leader etcdctl reports (`elect` once it leads, `elect -l` at each
+/// change): its key and value lines.
+async fn next_leader(etcdctl: &mut Etcdctl, limit: Duration) -> Option<(String, String)> {
+    let key = etcdctl.acquired(limit).await?;
+    let value = etcdctl.acquired(limit).await?;
+    Some((key, value))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_elect_and_ours_share_one_election() {
+    let (server, _) = start().await;
+    let url = server.url();
+    let ours = client(backend(&url).await, Duration::from_secs(10));
+    let election = ours.election("office").unwrap();
+    let name = format!("{NS}/office");
+
+    // etcdctl leads: ours reads its value, cannot lead, and leads after it resigns.
+    let mut theirs = Etcdctl::elect(&url, &[&name, "theirs"]);
+    let (key, value) = next_leader(&mut theirs, Duration::from_secs(10))
+        .await
+        .expect("etcdctl leads a free election");
+    assert!(key.starts_with(&format!("{name}/")), "{key}");
+    assert_eq!(value, "theirs");
+    let leader = election.leader().await.unwrap().expect("etcdctl leads");
+    assert_eq!(leader.value, "theirs");
+    let mut observed = election.observe();
+    let seen = tokio::time::timeout(Duration::from_secs(10), observed.next())
+        .await
+        .expect("observe sees etcdctl's leader")
+        .unwrap()
+        .unwrap();
+    assert_eq!(seen, leader);
+    assert!(
+        election.try_campaign("ours").await.unwrap().is_none(),
+        "two leaders"
+    );
+    let waiting = tokio::spawn({
+        let election = election.clone();
+        async move {
+            election
+                .campaign_timeout("ours", Duration::from_secs(20))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "ours led beside etcdctl");
+    theirs.stop().await;
+    let leadership = waiting.await.unwrap().expect("ours leads after etcdctl");
+    assert!(leadership.term() > leader.term, "terms increase");
+
+    // Ours leads: `etcdctl elect -l` follows its value, and etcdctl waits its turn.
+    let mut follower = Etcdctl::elect(&url, &["-l", &name]);
+    let (_, value) = next_leader(&mut follower, Duration::from_secs(10))
+        .await
+        .expect("etcdctl observes our leader");
+    assert_eq!(value, "ours");
+    leadership.proclaim("ours, moved").await.unwrap();
+    let (_, value) = next_leader(&mut follower, Duration::from_secs(10))
+        .await
+        .expect("etcdctl observes our proclaim");
+    assert_eq!(value, "ours, moved");
+    let mut theirs = Etcdctl::elect(&url, &[&name, "theirs-again"]);
+    assert_eq!(
+        next_leader(&mut theirs, Duration::from_millis(1500)).await,
+        None,
+        "etcdctl led beside ours"
+    );
+    leadership.resign().await.unwrap();
+    let (_, value) = next_leader(&mut theirs, Duration::from_secs(10))
+        .await
+        .expect("etcdctl leads after ours resigned");
+    assert_eq!(value, "theirs-again");
+    let seen = loop {
+        let seen = tokio::time::timeout(Duration::from_secs(10), observed.next())
+            .await
+            .expect("observe follows the leaders")
+            .unwrap()
+            .unwrap();
+        if seen.value == "theirs-again" {
+            break seen;
+        }
+    };
+    assert!(seen.term > leader.term);
+    theirs.stop().await;
+    follower.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
