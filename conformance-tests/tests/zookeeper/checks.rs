@@ -50,6 +50,9 @@ pub fn all() -> Vec<(&'static str, Check)> {
         ("kazoo_locks_and_ours_exclude_each_other", |zk| {
             kazoo_locks_and_ours_exclude_each_other(zk).boxed()
         }),
+        ("curator_leader_latch_and_ours_elect_one_leader", |zk| {
+            curator_leader_latch_and_ours_elect_one_leader(zk).boxed()
+        }),
         ("reader_tokens_lie_between_the_writers", |zk| {
             reader_tokens_lie_between_the_writers(zk).boxed()
         }),
@@ -1006,6 +1009,141 @@ async fn kazoo_locks_and_ours_exclude_each_other(zk: Arc<Zk>) {
         "ACQUIRED",
         "kazoo after ours released"
     );
+}
+
+/// The jars a Curator `LeaderLatch` runs with (Debian's libcurator-recipes-java and
+/// what it depends on).
+const CURATOR_JARS: &[&str] = &[
+    "curator-recipes",
+    "curator-framework",
+    "curator-client",
+    "zookeeper",
+    "zookeeper-jute",
+    "guava",
+    "slf4j-api",
+    "slf4j-nop",
+];
+
+/// A real Curator `LeaderLatch` (`CuratorLatch.java` beside this file) on `path`
+/// with participant id `id`, driven a line at a time through its stdin.
+struct CuratorLatch {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl CuratorLatch {
+    fn start(zk: &Zk, path: &str, id: &str) -> Self {
+        let classpath: Vec<String> = CURATOR_JARS
+            .iter()
+            .map(|jar| format!("/usr/share/java/{jar}.jar"))
+            .collect();
+        let source = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/zookeeper/CuratorLatch.java"
+        );
+        let mut child = tokio::process::Command::new("java")
+            .args(["-cp", &classpath.join(":"), source])
+            .args([zk.url.trim_start_matches("zk://"), path, id])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("run java (apt-get install openjdk-17-jdk-headless libcurator-recipes-java)");
+        let stdin = child.stdin.take().unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        CuratorLatch {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// Sends `command`; its answer, if it came within `limit`.
+    async fn ask(&mut self, command: &str, limit: Duration) -> Option<String> {
+        use tokio::io::AsyncWriteExt;
+        self.stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await
+            .expect("write to the latch");
+        self.stdin.flush().await.expect("write to the latch");
+        self.answer(limit).await
+    }
+
+    async fn answer(&mut self, limit: Duration) -> Option<String> {
+        tokio::time::timeout(limit, self.lines.next_line())
+            .await
+            .ok()
+            .and_then(|line| line.ok().flatten())
+    }
+
+    async fn stop(mut self) {
+        drop(self.stdin);
+        let _ = within(
+            "the latch exits",
+            Duration::from_secs(30),
+            self.child.wait(),
+        )
+        .await;
+    }
+}
+
+/// Curator's `LeaderLatch` names its nodes `_c_<uuid>-latch-<seq>` with the
+/// participant id as data, as ours does on the election's path: a Curator leader keeps
+/// ours from leading and ours reads its id as the leader's value; ours leading keeps
+/// the latch waiting, and Curator reads our value as the leader's id.
+async fn curator_leader_latch_and_ours_elect_one_leader(zk: Arc<Zk>) {
+    let ns = namespace("curator-elect");
+    let path = format!("/{ns}/office%election");
+    let backend = ZkBackend::new(zk.config(SESSION_TIMEOUT)).expect("valid settings");
+    let election = client(&backend, &ns).election("office").unwrap();
+    // JVM start-up and source compilation on a loaded machine.
+    let slow = Duration::from_secs(60);
+
+    let mut latch = CuratorLatch::start(&zk, &path, "curator-1");
+    assert_eq!(latch.ask("await", slow).await.as_deref(), Some("LEADER"));
+    let leader = election.leader().await.unwrap().expect("Curator leads");
+    assert_eq!(leader.value, "curator-1");
+    assert!(
+        election.try_campaign("ours").await.unwrap().is_none(),
+        "ours led beside Curator"
+    );
+    let waiting = tokio::spawn({
+        let election = election.clone();
+        async move {
+            election
+                .campaign_timeout("ours", Duration::from_secs(60))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "ours led beside Curator");
+    assert_eq!(latch.ask("close", slow).await.as_deref(), Some("CLOSED"));
+    let leadership = waiting.await.unwrap().expect("ours leads after Curator");
+    assert!(leadership.term() > leader.term, "terms increase");
+    latch.stop().await;
+
+    let mut latch = CuratorLatch::start(&zk, &path, "curator-2");
+    assert_eq!(
+        latch.ask("leader", slow).await.as_deref(),
+        Some("LEADER_IS ours"),
+        "Curator does not read our leader"
+    );
+    assert_eq!(
+        latch.ask("await", Duration::from_millis(1500)).await,
+        None,
+        "Curator led beside ours"
+    );
+    leadership.resign().await.unwrap();
+    assert_eq!(
+        latch.answer(Duration::from_secs(30)).await.as_deref(),
+        Some("LEADER"),
+        "Curator did not lead after ours resigned"
+    );
+    let leader = election.leader().await.unwrap().expect("Curator leads");
+    assert_eq!(leader.value, "curator-2");
+    latch.stop().await;
 }
 
 /// A holder cut off by a network that drops its packets: the server expires its
