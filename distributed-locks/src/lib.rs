@@ -47,16 +47,16 @@ mod connect;
 pub use connect::{connect, schemes, ConnectOptions};
 // What users call; backend implementers depend on `lock_core` and its `backend` module.
 pub use lock_core::{
-    memory, parse_duration, prelude, AcquireOptions, BoxError, Capabilities, DistributedLock,
-    DistributedLockExt, Election, ElectionExt, ElectionHandle, Error, FairLock, FairLockHandle,
-    HolderInfo, Leader, LeaderChanges, Leadership, Lease, LeaseLoss, LeaseWatch, LockClient,
-    LockClientBuilder, LockEvent, LockEventKind, LockEvents, LockFamily, LockGuard, LockHandle,
-    LockId, LockInfo, LockKey, LockKind, LockName, LockProvider, MemberError, MemberLoss,
-    MultiGuard, MultiLock, MultiLockBuilder, MultiReleaseError, Namespace, ReadWriteLock,
-    ReadWriteLockExt, ReadWriteLockHandle, Result, Semaphore, SemaphoreExt, SemaphoreHandle, Wait,
-    DEFAULT_CLOCK_DRIFT, DEFAULT_NAMESPACE, DEFAULT_WATCHDOG_LEASE, MAX_DURATION,
-    MAX_HOLDER_DESCRIPTION_BYTES, MAX_NAME_BYTES, MAX_PERMITS, MIN_LEASE, MIN_WATCHDOG_LEASE,
-    NAMESPACE_SEPARATORS, OBSERVE_EVERY,
+    default_holder_description, memory, parse_duration, prelude, AcquireOptions, BoxError,
+    Capabilities, DistributedLock, DistributedLockExt, Election, ElectionExt, ElectionHandle,
+    Error, FairLock, FairLockHandle, HolderInfo, Leader, LeaderChanges, Leadership, Lease,
+    LeaseLoss, LeaseWatch, LockClient, LockClientBuilder, LockEvent, LockEventKind, LockEvents,
+    LockFamily, LockGuard, LockHandle, LockId, LockInfo, LockKey, LockKind, LockName, LockProvider,
+    MemberError, MemberLoss, MultiGuard, MultiLock, MultiLockBuilder, MultiReleaseError, Namespace,
+    ReadWriteLock, ReadWriteLockExt, ReadWriteLockHandle, Result, Semaphore, SemaphoreExt,
+    SemaphoreHandle, Wait, DEFAULT_CLOCK_DRIFT, DEFAULT_NAMESPACE, DEFAULT_WATCHDOG_LEASE,
+    MAX_DURATION, MAX_HOLDER_DESCRIPTION_BYTES, MAX_NAME_BYTES, MAX_PERMITS, MIN_LEASE,
+    MIN_WATCHDOG_LEASE, NAMESPACE_SEPARATORS, OBSERVE_EVERY,
 };
 
 /// The Redis backend crate, [`lock_redis`]: `RedisBackend`, `RedLockBackend`, `RedisConfig`.

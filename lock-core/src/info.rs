@@ -118,8 +118,10 @@ pub(crate) fn check_description(description: &str) -> Result<()> {
     Ok(())
 }
 
-/// `<host name> pid <process id>`: what a client says about itself unless told.
-pub(crate) fn default_description() -> String {
+/// `<host name> pid <process id>`: what a client says about itself unless told
+/// ([`LockClientBuilder::holder_description`](crate::LockClientBuilder::holder_description)),
+/// and a good campaign value for an [`Election`](crate::Election) candidate.
+pub fn default_description() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: `buf` is writable for its whole length, which is passed; gethostname
     // writes at most that many bytes.

@@ -117,7 +117,10 @@ pub use election::{
 pub use error::{BoxError, Error, Result};
 pub use guard::{LeaseWatch, LockGuard};
 pub use id::LockId;
-pub use info::{HolderInfo, LockInfo, MAX_HOLDER_DESCRIPTION_BYTES};
+pub use info::{
+    default_description as default_holder_description, HolderInfo, LockInfo,
+    MAX_HOLDER_DESCRIPTION_BYTES,
+};
 pub use kinds::{Capabilities, LockFamily, LockKind};
 pub use lease::LeaseLoss;
 pub use locks::{FairLockHandle, LockHandle, ReadWriteLockHandle};

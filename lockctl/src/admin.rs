@@ -1,9 +1,11 @@
-//! `lockctl status`, `wait` and `force-unlock`: looking at a lock without holding it.
+//! `lockctl status`, `wait`, `force-unlock` and `leader`: looking at a lock or an
+//! election without holding it.
 
 use std::io::{BufRead, IsTerminal, Write};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use distributed_locks::{Error, HolderInfo, LockKind, LockProvider, Result};
+use distributed_locks::{Election, Error, HolderInfo, LockKind, LockProvider, Result};
 use serde_json::json;
 
 use crate::events::Reporter;
@@ -53,6 +55,31 @@ pub(crate) async fn status(lock: Result<RunLock>, reporter: &Reporter) -> Result
         println!("  {waiters} waiting");
     }
     Ok(u8::from(held))
+}
+
+/// Prints the leader's value and term; exit 0 when someone leads, 1 when nobody does.
+pub(crate) async fn leader(
+    election: Result<Arc<dyn Election>>,
+    reporter: &Reporter,
+) -> Result<u8, Failure> {
+    let leader = election?.leader().await?;
+    reporter.event(
+        "leader",
+        json!({
+            "value": leader.as_ref().map(|l| l.value.clone()),
+            "term": leader.as_ref().map(|l| l.term),
+        }),
+    );
+    match leader {
+        Some(leader) => {
+            println!("{} (term {})", leader.value, leader.term);
+            Ok(0)
+        }
+        None => {
+            println!("no leader");
+            Ok(1)
+        }
+    }
 }
 
 /// One line about a holder: what it said about itself, its token, since when, until when.

@@ -92,6 +92,16 @@ pub(crate) enum Command {
     /// Acquire NAME, run the command while holding it, release it when the command
     /// and every process it started have ended, and exit with the command's exit code.
     Run(RunArgs),
+    /// Campaign in the election NAME and run the command while leading (its term in
+    /// LOCK_FENCING_TOKEN); the command is stopped if leadership is lost, and the
+    /// leadership resigned when it ends. Exit with the command's exit code.
+    Elect(ElectArgs),
+    /// Print the leader of the election NAME: its value and term; exit 0 when someone
+    /// leads, 1 when nobody does.
+    Leader {
+        /// The election's name.
+        name: String,
+    },
     /// Say whether NAME is held, and by whom where the backend keeps it (host and pid,
     /// since when, fencing token, lease end); exit 0 when free, 1 when held. With
     /// -N N, the semaphore NAME: how many of its permits are held; exit 1 when all are.
@@ -149,17 +159,6 @@ pub(crate) struct SemaphoreArg {
 /// `lockctl run`'s arguments.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// Give up after waiting this long (exit 75, or --conflict-exit-code); default:
-    /// wait without limit.
-    #[arg(short, long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "no_wait")]
-    pub(crate) wait: Option<Duration>,
-    /// Try once: exit 75 (or --conflict-exit-code) at once if the lock is held.
-    #[arg(short, long)]
-    pub(crate) no_wait: bool,
-    /// The exit code when the lock is not acquired (held with --no-wait, or still
-    /// held when --wait ran out), so that it cannot be mistaken for the command's own.
-    #[arg(short = 'E', long, value_name = "CODE", default_value_t = exit::NOT_ACQUIRED)]
-    pub(crate) conflict_exit_code: u8,
     /// Take the lock shared: shared runs of NAME run side by side; a run without
     /// --shared waits for all of them, and they wait for it (a read-write lock).
     #[arg(short, long, conflicts_with = "exclusive")]
@@ -182,6 +181,40 @@ pub(crate) struct RunArgs {
         conflicts_with_all = ["shared", "exclusive", "fair"]
     )]
     pub(crate) permits: Option<u32>,
+    #[command(flatten)]
+    pub(crate) job: JobArgs,
+}
+
+/// `lockctl elect`'s arguments.
+#[derive(Debug, Args)]
+pub(crate) struct ElectArgs {
+    /// The value published as the leader's while this run leads (`lockctl leader`
+    /// prints it); default: this host and lockctl's pid.
+    #[arg(long, value_name = "VALUE")]
+    pub(crate) value: Option<String>,
+    /// After the command exits (or leadership is lost), campaign again, until
+    /// lockctl is interrupted.
+    #[arg(long)]
+    pub(crate) again: bool,
+    #[command(flatten)]
+    pub(crate) job: JobArgs,
+}
+
+/// What `run` and `elect` share: how long to wait, how the lease is kept, the
+/// command, and the name.
+#[derive(Debug, Args)]
+pub(crate) struct JobArgs {
+    /// Give up after waiting this long (exit 75, or --conflict-exit-code); default:
+    /// wait without limit.
+    #[arg(short, long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "no_wait")]
+    pub(crate) wait: Option<Duration>,
+    /// Try once: exit 75 (or --conflict-exit-code) at once if the lock is held.
+    #[arg(short, long)]
+    pub(crate) no_wait: bool,
+    /// The exit code when the lock is not acquired (held with --no-wait, or still
+    /// held when --wait ran out), so that it cannot be mistaken for the command's own.
+    #[arg(short = 'E', long, value_name = "CODE", default_value_t = exit::NOT_ACQUIRED)]
+    pub(crate) conflict_exit_code: u8,
     /// A fixed lease: the lock is lost if the command runs longer than this. Default:
     /// the watchdog keeps the lease for as long as the command runs.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
@@ -202,7 +235,7 @@ pub(crate) struct RunArgs {
         conflicts_with = "argv"
     )]
     pub(crate) shell_command: Option<OsString>,
-    /// The lock's name.
+    /// The lock's (or election's) name.
     pub(crate) name: String,
     /// The command and its arguments (after `--`).
     #[arg(
@@ -214,7 +247,7 @@ pub(crate) struct RunArgs {
     pub(crate) argv: Vec<OsString>,
 }
 
-impl RunArgs {
+impl JobArgs {
     /// The program and its arguments to run.
     pub(crate) fn command_line(&self) -> Vec<OsString> {
         match &self.shell_command {

@@ -7,14 +7,29 @@
 //! `wait` and `force-unlock` look at, or break, the same lock. A program that must
 //! exclude lockctl runs takes `client.rw_lock(NAME)?.write()` (or `client.lock(NAME)`
 //! on those backends). `run -N N` takes a permit of the semaphore NAME instead, which
-//! is a lock of its own (`client.semaphore(NAME, N)`).
+//! is a lock of its own (`client.semaphore(NAME, N)`), and `elect` the leadership of
+//! the election NAME (`client.election(NAME)`).
 
 use std::sync::Arc;
 
 use distributed_locks::{
-    AcquireOptions, DistributedLock, Error, LockGuard, LockInfo, LockProvider, ReadWriteLock,
-    Result, Semaphore,
+    AcquireOptions, DistributedLock, Election, Error, LockGuard, LockInfo, LockProvider,
+    ReadWriteLock, Result, Semaphore,
 };
+
+/// The election `name` on `client`'s backend.
+///
+/// # Errors
+/// An invalid name, or a backend without elections.
+pub(crate) fn election(client: &dyn LockProvider, name: &str) -> Result<Arc<dyn Election>> {
+    if !client.capabilities().election {
+        return Err(Error::Unsupported {
+            backend: client.backend_name(),
+            operation: "elections",
+        });
+    }
+    client.election(name)
+}
 
 /// The lock a name means on one backend.
 #[derive(Debug)]
@@ -25,6 +40,8 @@ pub(crate) enum RunLock {
     Exclusive(Arc<dyn DistributedLock>),
     /// A semaphore (`run -N N`): at most N runs at once.
     Semaphore(Arc<dyn Semaphore>),
+    /// An election (`elect`): one leader at a time.
+    Election(Arc<dyn Election>),
 }
 
 impl RunLock {
@@ -69,6 +86,37 @@ impl RunLock {
         Ok(RunLock::Semaphore(client.semaphore(name, permits)?))
     }
 
+    /// The election `name` on `client`'s backend.
+    ///
+    /// # Errors
+    /// An invalid name, or a backend without elections.
+    pub(crate) fn election(client: &dyn LockProvider, name: &str) -> Result<Self> {
+        Ok(RunLock::Election(election(client, name)?))
+    }
+
+    /// What it is, for messages: "lock" or "election".
+    pub(crate) fn what(&self) -> &'static str {
+        match self {
+            RunLock::Election(_) => "election",
+            _ => "lock",
+        }
+    }
+
+    /// Campaigns with `value` in an election; acquires as [`RunLock::acquire`] does
+    /// otherwise.
+    ///
+    /// # Cancel safety
+    /// As the campaign's: nothing is left behind.
+    pub(crate) async fn campaign(&self, value: &str, options: AcquireOptions) -> Result<LockGuard> {
+        match self {
+            RunLock::Election(election) => {
+                let leadership = election.campaign_with(value, options).await?;
+                Ok(leadership.into_guard())
+            }
+            other => other.acquire(false, options).await,
+        }
+    }
+
     /// Whether runs can share it (`--shared`).
     pub(crate) fn can_share(&self) -> bool {
         matches!(self, RunLock::ReadWrite(_))
@@ -85,6 +133,11 @@ impl RunLock {
             // `run` refuses --shared here before it gets this far.
             RunLock::Exclusive(lock) => lock.acquire_with(options).await,
             RunLock::Semaphore(semaphore) => semaphore.acquire_with(options).await,
+            RunLock::Election(election) => {
+                let value = distributed_locks::default_holder_description();
+                let leadership = election.campaign_with(&value, options).await?;
+                Ok(leadership.into_guard())
+            }
         }
     }
 
@@ -98,6 +151,7 @@ impl RunLock {
             RunLock::ReadWrite(lock) => lock.is_locked().await,
             RunLock::Exclusive(lock) => lock.is_locked().await,
             RunLock::Semaphore(semaphore) => Ok(semaphore.available().await? == 0),
+            RunLock::Election(election) => Ok(election.leader().await?.is_some()),
         }
     }
 
@@ -118,6 +172,7 @@ impl RunLock {
             RunLock::ReadWrite(lock) => lock.inspect().await,
             RunLock::Exclusive(lock) => lock.inspect().await,
             RunLock::Semaphore(semaphore) => semaphore.inspect().await,
+            RunLock::Election(election) => election.inspect().await,
         }
     }
 
@@ -130,6 +185,9 @@ impl RunLock {
             RunLock::ReadWrite(lock) => lock.force_unlock_holder(token).await,
             RunLock::Exclusive(lock) => lock.force_unlock_holder(token).await,
             RunLock::Semaphore(semaphore) => semaphore.force_unlock_holder(token).await,
+            RunLock::Election(_) => Err(Error::invalid_argument(
+                "an election's leader is removed whole: force-unlock without --token",
+            )),
         }
     }
 
@@ -142,6 +200,7 @@ impl RunLock {
             RunLock::ReadWrite(lock) => lock.force_unlock().await,
             RunLock::Exclusive(lock) => lock.force_unlock().await,
             RunLock::Semaphore(semaphore) => semaphore.force_unlock().await,
+            RunLock::Election(election) => election.force_unlock().await,
         }
     }
 }

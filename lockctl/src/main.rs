@@ -73,7 +73,7 @@ async fn execute(cli: Cli, store: Store, inherited: Inherited) -> Result<u8, Fai
     // Caught before connecting, so Ctrl-C during a slow connect or a wait ends cleanly.
     let mut signals =
         match &cli.command {
-            Command::Run(_) => {
+            Command::Run(_) | Command::Elect(_) => {
                 // An ignored SIGCHLD (inherited) would reap the supervisor unasked.
                 // SAFETY: the default disposition of SIGCHLD is valid.
                 unsafe {
@@ -91,8 +91,10 @@ async fn execute(cli: Cli, store: Store, inherited: Inherited) -> Result<u8, Fai
         Store::Own => state_dir::default_url()?,
     };
     let mut options = ConnectOptions::default().namespace(cli.namespace.clone());
-    if let Command::Run(args) = &cli.command {
-        options = options.watchdog_lease(args.watchdog_lease);
+    match &cli.command {
+        Command::Run(args) => options = options.watchdog_lease(args.job.watchdog_lease),
+        Command::Elect(args) => options = options.watchdog_lease(args.job.watchdog_lease),
+        _ => {}
     }
     let client = match signals.as_mut() {
         Some(signals) => tokio::select! {
@@ -110,8 +112,10 @@ async fn execute(cli: Cli, store: Store, inherited: Inherited) -> Result<u8, Fai
         ));
     }
     let name = match &cli.command {
-        Command::Run(args) => &args.name,
-        Command::Status { name, .. }
+        Command::Run(args) => &args.job.name,
+        Command::Elect(args) => &args.job.name,
+        Command::Leader { name }
+        | Command::Status { name, .. }
         | Command::Wait { name, .. }
         | Command::ForceUnlock { name, .. } => name,
     };
@@ -120,6 +124,13 @@ async fn execute(cli: Cli, store: Store, inherited: Inherited) -> Result<u8, Fai
         Command::Run(args) => {
             let signals = signals.expect("caught above for run");
             run::run(client.clone(), args, reporter, signals, inherited).await
+        }
+        Command::Elect(args) => {
+            let signals = signals.expect("caught above for elect");
+            run::elect(client.clone(), args, reporter, signals, inherited).await
+        }
+        Command::Leader { name } => {
+            admin::leader(locks::election(&*client, &name), &reporter).await
         }
         Command::Status { name, semaphore } => {
             let lock = RunLock::named(&*client, &name, semaphore.permits);

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use distributed_locks::{AcquireOptions, Error, FairLock, LeaseLoss, LockGuard, LockProvider};
 use serde_json::json;
 
-use crate::cli::RunArgs;
+use crate::cli::{ElectArgs, JobArgs, RunArgs};
 use crate::events::Reporter;
 use crate::exit::{self, Failure};
 use crate::group::{CommandGroup, Event, Launch};
@@ -29,7 +29,18 @@ pub(crate) const RELEASE_LIMIT: Duration = Duration::from_secs(5);
 /// After SIGKILL, how long lockctl waits for the supervisor to report the group gone.
 const AFTER_SIGKILL: Duration = Duration::from_secs(10);
 
-/// Acquires, runs the command, releases; returns the exit code.
+/// What a run takes: the lock (or election), the fair lock's ticket with `--fair`,
+/// and which side.
+struct Taking {
+    lock: RunLock,
+    fair: Option<Arc<dyn FairLock>>,
+    shared: bool,
+    permits: Option<u32>,
+    /// The campaign's value, for `elect`.
+    value: Option<String>,
+}
+
+/// `lockctl run`: acquires, runs the command, releases; returns the exit code.
 pub(crate) async fn run(
     client: Arc<dyn LockProvider>,
     args: RunArgs,
@@ -37,9 +48,10 @@ pub(crate) async fn run(
     mut signals: Signals,
     inherited: Inherited,
 ) -> Result<u8, Failure> {
+    let name = &args.job.name;
     let lock = match args.permits {
-        Some(permits) => RunLock::semaphore(&*client, &args.name, permits),
-        None => RunLock::of(&*client, &args.name),
+        Some(permits) => RunLock::semaphore(&*client, name, permits),
+        None => RunLock::of(&*client, name),
     }?;
     if args.shared && !lock.can_share() {
         return Err(Failure::new(
@@ -51,13 +63,77 @@ pub(crate) async fn run(
         ));
     }
     let fair = match args.fair {
-        true => Some(client.fair_lock(&args.name)?),
+        true => Some(client.fair_lock(name)?),
         false => None,
     };
+    let taking = Taking {
+        lock,
+        fair,
+        shared: args.shared,
+        permits: args.permits,
+        value: None,
+    };
+    hold_and_run(
+        &*client,
+        &taking,
+        &args.job,
+        &reporter,
+        &mut signals,
+        inherited,
+    )
+    .await
+}
+
+/// `lockctl elect`: campaigns, runs the command while leading, resigns; with
+/// `--again`, campaigns again after each run until interrupted. Returns the last
+/// run's exit code.
+pub(crate) async fn elect(
+    client: Arc<dyn LockProvider>,
+    args: ElectArgs,
+    reporter: Reporter,
+    mut signals: Signals,
+    inherited: Inherited,
+) -> Result<u8, Failure> {
+    let value = args
+        .value
+        .clone()
+        .unwrap_or_else(distributed_locks::default_holder_description);
+    let taking = Taking {
+        lock: RunLock::election(&*client, &args.job.name)?,
+        fair: None,
+        shared: false,
+        permits: None,
+        value: Some(value),
+    };
+    loop {
+        let code = hold_and_run(
+            &*client,
+            &taking,
+            &args.job,
+            &reporter,
+            &mut signals,
+            inherited,
+        )
+        .await?;
+        if !args.again || signals.ending() {
+            return Ok(code);
+        }
+    }
+}
+
+/// Acquires, runs the command, releases; returns the exit code.
+async fn hold_and_run(
+    client: &dyn LockProvider,
+    taking: &Taking,
+    args: &JobArgs,
+    reporter: &Reporter,
+    signals: &mut Signals,
+    inherited: Inherited,
+) -> Result<u8, Failure> {
     let started = Instant::now();
     let progress = reporter.progress("waiting for");
     let acquired = tokio::select! {
-        acquired = acquire(&lock, fair.as_deref(), &args) => acquired,
+        acquired = acquire(taking, args) => acquired,
         // Given up while waiting: dropping the acquire leaves nothing held or queued.
         signal = signals.next() => return Ok(exit::for_signal(signal)),
     };
@@ -77,7 +153,7 @@ pub(crate) async fn run(
             };
             return Err(Failure::new(
                 args.conflict_exit_code,
-                format!("lock `{}` not acquired: {why}", args.name),
+                format!("{} `{}` not acquired: {why}", taking.lock.what(), args.name),
             ));
         }
         Err(error) => return Err(error.into()),
@@ -87,8 +163,9 @@ pub(crate) async fn run(
         "acquired",
         json!({
             "token": token,
-            "shared": args.shared,
-            "permits": args.permits,
+            "shared": taking.shared,
+            "permits": taking.permits,
+            "value": taking.value,
             "waited_ms": started.elapsed().as_millis() as u64,
         }),
     );
@@ -100,20 +177,24 @@ pub(crate) async fn run(
         signals::ignore(libc::SIGTTOU);
     }
     if let Err(error) = signals.catch_job_control() {
-        release(guard, &reporter, None).await;
+        release(guard, reporter, None).await;
         return Err(Failure::new(
             exit::FAILED,
             format!("cannot catch signals: {error}"),
         ));
     }
     let argv = args.command_line();
+    let mut env = vec![
+        ("LOCK_NAME", args.name.clone()),
+        ("LOCK_FENCING_TOKEN", token.to_string()),
+        ("LOCK_BACKEND", client.backend_name().to_owned()),
+    ];
+    if let Some(value) = &taking.value {
+        env.push(("LOCK_LEADER_VALUE", value.clone()));
+    }
     let launch = Launch {
         argv: &argv,
-        env: vec![
-            ("LOCK_NAME", args.name.clone()),
-            ("LOCK_FENCING_TOKEN", token.to_string()),
-            ("LOCK_BACKEND", client.backend_name().to_owned()),
-        ],
+        env,
         inherited,
         terminal: terminal.as_ref(),
         give_terminal: terminal.as_ref().is_some_and(Terminal::ours),
@@ -121,11 +202,11 @@ pub(crate) async fn run(
     let group = match CommandGroup::start(launch).await {
         Ok(group) => group,
         Err(failure) => {
-            release(guard, &reporter, None).await;
+            release(guard, reporter, None).await;
             return Err(failure);
         }
     };
-    supervise(group, guard, &args, &reporter, &mut signals, terminal).await
+    supervise(group, guard, args, reporter, signals, terminal).await
 }
 
 /// Takes the fair lock's place in line first with `--fair`, then the lock itself,
@@ -137,18 +218,14 @@ pub(crate) async fn run(
 /// asking for the lock itself, the others wait in line behind it; it gives the
 /// ticket back once it has the lock (a `--shared` one then lets the next shared run
 /// in at once).
-async fn acquire(
-    lock: &RunLock,
-    fair: Option<&dyn FairLock>,
-    args: &RunArgs,
-) -> Result<LockGuard, Error> {
+async fn acquire(taking: &Taking, args: &JobArgs) -> Result<LockGuard, Error> {
     let deadline = args.wait.map(|wait| Instant::now() + wait);
     let options = || match (args.no_wait, deadline) {
         (true, _) => AcquireOptions::try_once(),
         (false, Some(at)) => AcquireOptions::wait_for(at.saturating_duration_since(Instant::now())),
         (false, None) => AcquireOptions::wait_forever(),
     };
-    let ticket = match fair {
+    let ticket = match &taking.fair {
         Some(fair) => Some(fair.acquire_with(options()).await?),
         None => None,
     };
@@ -156,7 +233,10 @@ async fn acquire(
     if let Some(lease) = args.lease {
         main = main.lease(lease);
     }
-    let guard = lock.acquire(args.shared, main).await;
+    let guard = match &taking.value {
+        Some(value) => taking.lock.campaign(value, main).await,
+        None => taking.lock.acquire(taking.shared, main).await,
+    };
     // Released in the background (lock-core sees it through; shutdown waits for it).
     drop(ticket);
     guard
@@ -173,7 +253,7 @@ enum Outcome {
 async fn supervise(
     mut group: CommandGroup,
     guard: LockGuard,
-    args: &RunArgs,
+    args: &JobArgs,
     reporter: &Reporter,
     signals: &mut Signals,
     terminal: Option<Terminal>,

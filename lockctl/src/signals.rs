@@ -76,6 +76,9 @@ fn bit(signal: i32) -> u64 {
 #[derive(Debug)]
 pub(crate) struct Signals {
     arrived: mpsc::UnboundedReceiver<Origin>,
+    /// Whether a signal that asks lockctl to end (SIGHUP, SIGINT, SIGQUIT, SIGTERM)
+    /// has come.
+    ending: bool,
     handle: signal_hook::iterator::Handle,
     inherited: Inherited,
 }
@@ -97,9 +100,15 @@ impl Signals {
         });
         Ok(Signals {
             arrived,
+            ending: false,
             handle,
             inherited,
         })
+    }
+
+    /// Whether lockctl was asked to end: `elect --again` then campaigns no more.
+    pub(crate) fn ending(&self) -> bool {
+        self.ending
     }
 
     /// Catches SIGTSTP and SIGCONT too (but one inherited as ignored), for the time
@@ -119,7 +128,10 @@ impl Signals {
     /// Cancel safe: a signal not yet returned stays queued.
     pub(crate) async fn next(&mut self) -> i32 {
         match self.arrived.recv().await {
-            Some(origin) => origin.signal,
+            Some(origin) => {
+                self.ending |= [SIGHUP, SIGINT, SIGQUIT, SIGTERM].contains(&origin.signal);
+                origin.signal
+            }
             // The thread is gone: nothing more will arrive.
             None => std::future::pending().await,
         }

@@ -39,3 +39,9 @@ async fn at_most_n_runs_at_once_on_etcd() {
     let server = TestServer::start(&specs::ETCD).await.expect("etcd server");
     common::at_most_n_runs_at_once(&server.url()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leader_runs_at_a_time_on_etcd() {
+    let server = TestServer::start(&specs::ETCD).await.expect("etcd server");
+    common::one_leader_runs_at_a_time(&server.url()).await;
+}

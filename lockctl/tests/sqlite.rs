@@ -289,3 +289,9 @@ async fn status_names_the_holder_and_a_token_breaks_only_it() {
     common::status_names_the_holder_and_a_token_breaks_only_it(&sqlite_url(dir.path()), "sqlite")
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leader_runs_at_a_time_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    common::one_leader_runs_at_a_time(&sqlite_url(dir.path())).await;
+}

@@ -57,3 +57,11 @@ async fn at_most_n_runs_at_once_on_zookeeper() {
         .expect("zookeeper server");
     common::at_most_n_runs_at_once(&url(&server)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leader_runs_at_a_time_on_zookeeper() {
+    let server = TestServer::start(&specs::ZOOKEEPER)
+        .await
+        .expect("zookeeper server");
+    common::one_leader_runs_at_a_time(&url(&server)).await;
+}

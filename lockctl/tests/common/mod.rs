@@ -1151,3 +1151,92 @@ pub async fn at_most_n_runs_at_once(url: &str) {
     assert_eq!(finish(b).await.0, 143);
     println!("lockctl PASS at_most_n_runs_at_once");
 }
+
+/// `elect`: one run of an election leads at a time, its term in LOCK_FENCING_TOKEN and
+/// its value printed by `leader`; a waiting candidate leads once the leader's command
+/// ends; with `--again`, a candidate campaigns again after each run, with a higher
+/// term each time, until it is interrupted.
+pub async fn one_leader_runs_at_a_time(url: &str) {
+    let ctl = Lockctl::new(url, "elections");
+    let (code, stdout, stderr) = ctl.output(&["leader", "office"]).await;
+    assert_eq!((code, stdout.trim()), (1, "no leader"), "{stderr}");
+    let elect = |value: &str, prefix: &str| {
+        ctl.spawn(&[
+            "elect",
+            "--value",
+            value,
+            "office",
+            "--",
+            "sh",
+            "-c",
+            &sleeper(prefix),
+        ])
+    };
+    let a = elect("alpha", "a");
+    ctl.wait_for_sleeper("a").await;
+    let a_term: u64 = ctl.read("a.token").parse().unwrap();
+    let (code, stdout, stderr) = ctl.output(&["leader", "office"]).await;
+    assert_eq!(
+        (code, stdout.trim()),
+        (0, format!("alpha (term {a_term})").as_str()),
+        "{stderr}"
+    );
+    let (code, _, stderr) = ctl
+        .output(&["elect", "--no-wait", "office", "--", "true"])
+        .await;
+    assert_eq!(code, NOT_ACQUIRED, "two leaders: {stderr}");
+    let b = elect("beta", "b");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !ctl.file("b.started").exists(),
+        "a second leader ran beside the first"
+    );
+    signal(&a, libc::SIGTERM);
+    assert_eq!(finish(a).await.0, 143);
+    ctl.wait_for_sleeper("b").await;
+    let b_term: u64 = ctl.read("b.token").parse().unwrap();
+    assert!(b_term > a_term, "terms increase: {a_term} then {b_term}");
+    let (_, stdout, _) = ctl.output(&["leader", "office"]).await;
+    assert_eq!(stdout.trim(), format!("beta (term {b_term})"));
+
+    // --again: after `b` ends, `c` leads run after run, each with a higher term.
+    let c = ctl.spawn(&[
+        "elect",
+        "--again",
+        "--value",
+        "gamma",
+        "office",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$LOCK_FENCING_TOKEN $LOCK_LEADER_VALUE\" >> \"$D/c.runs\"; \
+         [ $(wc -l < \"$D/c.runs\") -ge 3 ] && touch \"$D/c.thrice\"; sleep 0.1",
+    ]);
+    signal(&b, libc::SIGTERM);
+    assert_eq!(finish(b).await.0, 143);
+    ctl.wait_for_file("c.thrice").await;
+    signal(&c, libc::SIGTERM);
+    let (code, stderr) = finish(c).await;
+    assert!(
+        code == 0 || code == 143,
+        "--again ends on SIGTERM: {code} {stderr}"
+    );
+    let runs = ctl.read("c.runs");
+    let terms: Vec<u64> = runs
+        .lines()
+        .map(|line| {
+            let (term, value) = line.split_once(' ').expect("term and value");
+            assert_eq!(value, "gamma", "{runs}");
+            term.parse().unwrap()
+        })
+        .collect();
+    assert!(terms.len() >= 3, "{runs}");
+    assert!(terms[0] > b_term, "{runs}");
+    assert!(
+        terms.windows(2).all(|w| w[0] < w[1]),
+        "terms increase: {runs}"
+    );
+    let (code, stdout, _) = ctl.output(&["leader", "office"]).await;
+    assert_eq!((code, stdout.trim()), (1, "no leader"));
+    println!("lockctl PASS one_leader_runs_at_a_time");
+}
