@@ -50,6 +50,15 @@ struct Contender {
     lease: Arc<Lease>,
 }
 
+/// What may cut one of a waiter's requests short (see [`Job::patiently_as`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Interrupt {
+    /// The caller leaving or the deadline passing, at any moment: for reads.
+    Anytime,
+    /// Only between requests: for writes, whose outcome must be known.
+    BetweenRequests,
+}
+
 /// How waiting ended, short of a grant.
 enum Stop {
     Deadline,
@@ -383,7 +392,12 @@ impl Job {
                         kind => queries::placed(&reply, kind, key, downgrade.is_some()),
                     }
                 };
-                match self.patiently(&placing, reply, write).await {
+                // A write dropped in flight could land after the clean-up's delete:
+                // it runs to its answer (or its timeout) whatever the caller does.
+                let placed = self
+                    .patiently_as(&placing, reply, write, Interrupt::BetweenRequests)
+                    .await;
+                match placed {
                     Ok(Placed::At { revision, position }) => {
                         let contender = Contender {
                             revision,
@@ -575,13 +589,35 @@ impl Job {
     where
         Fut: std::future::Future<Output = Result<T>>,
     {
+        self.patiently_as(contender, reply, request, Interrupt::Anytime)
+            .await
+    }
+
+    /// [`patiently`](Self::patiently), with `interrupt` saying whether a caller gone or
+    /// a deadline passed may cut a request short, or only the pause between two.
+    async fn patiently_as<T, Fut>(
+        &self,
+        contender: &Contender,
+        reply: &mut Reply,
+        request: impl Fn() -> Fut,
+        interrupt: Interrupt,
+    ) -> Result<T, Stop>
+    where
+        Fut: std::future::Future<Output = Result<T>>,
+    {
         let mut pause = PATIENCE_PAUSE;
         loop {
             let deadline = async {
-                if self.try_once {
+                if self.try_once || interrupt == Interrupt::BetweenRequests {
                     std::future::pending::<()>().await;
                 } else {
                     self.deadline.sleep().await;
+                }
+            };
+            let closed = async {
+                match interrupt {
+                    Interrupt::Anytime => reply.closed().await,
+                    Interrupt::BetweenRequests => std::future::pending().await,
                 }
             };
             let err = tokio::select! {
@@ -589,7 +625,7 @@ impl Job {
                     Ok(value) => return Ok(value),
                     Err(err) => err,
                 },
-                () = reply.closed() => return Err(Stop::Abandoned),
+                () = closed => return Err(Stop::Abandoned),
                 () = deadline => return Err(Stop::Deadline),
             };
             let kept = contender.lease.kept_until();
