@@ -117,9 +117,9 @@ pub trait Election: Send + Sync + fmt::Debug {
     /// item to the next. A failed look is an `Err` item, and the stream goes on.
     fn observe(&self) -> LeaderChanges;
 
-    /// **For operators:** removes the leader and every candidate, and wakes nobody to
-    /// lead until they campaign again. The leader's [`Leadership::lost`] reports it.
-    /// Returns whether anyone led or waited.
+    /// **For operators:** removes the leader, whose [`Leadership::lost`] reports it;
+    /// the candidates keep their places, and the next one leads. Returns whether
+    /// anyone led.
     ///
     /// # Cancel safety
     /// If dropped, the removal may or may not have happened.

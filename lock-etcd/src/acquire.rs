@@ -410,7 +410,13 @@ impl Job {
                         tracing::debug!(key = %placing.key, revision, "removing a leftover key of this lease");
                         let removal = queries::delete_if(placing.key.as_bytes(), revision);
                         if let Err(err) = inner.txn("remove leftover", removal).await {
-                            return Err((Stop::Failed(err), None));
+                            // The clean-up removes it, asking again.
+                            let left = Contender {
+                                revision,
+                                fence: revision,
+                                ..placing
+                            };
+                            return Err((Stop::Failed(err), Some(left)));
                         }
                     }
                     Ok(Placed::WriteGone) => {

@@ -637,15 +637,11 @@ impl LockBackend for EtcdBackend {
 
     async fn proclaim(&self, held: &HeldLease<EtcdLease>, value: &str) -> Result<()> {
         let data = &held.data;
-        // Guarded by the key's create revision, as etcd's `Election.Proclaim`.
-        let txn = crate::queries::restamp(
-            data.key.as_bytes(),
-            data.revision,
-            value.as_bytes(),
-            data.lease().id(),
-        );
+        // First, so that an `extend` moving the key to a new lease from now on writes
+        // the new value too.
+        *lock(&data.value) = value.as_bytes().to_vec();
+        let txn = crate::queries::proclaim(data.key.as_bytes(), data.revision, value.as_bytes());
         if self.inner.txn("proclaim", txn).await?.succeeded() {
-            *lock(&data.value) = value.as_bytes().to_vec();
             Ok(())
         } else {
             Err(Error::LeaseLost {

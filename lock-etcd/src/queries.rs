@@ -367,6 +367,19 @@ pub(crate) fn restamp(key: &[u8], revision: i64, value: &[u8], lease: i64) -> Tx
         )])
 }
 
+/// An election leader's new value on its key, guarded by the key's create `revision`
+/// as etcd's `Election.Proclaim` is; the key stays on whichever lease it is on now (an
+/// `extend` may be moving it).
+pub(crate) fn proclaim(key: &[u8], revision: i64, value: &[u8]) -> Txn {
+    Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, revision)])
+        .and_then([TxnOp::put(
+            key,
+            value,
+            Some(PutOptions::new().with_ignore_lease()),
+        )])
+}
+
 /// Whether the first read (of the own key) found it with its create `revision`: the
 /// lease behind it is alive (etcd #11456).
 fn own_there(reads: &[Vec<etcd_client::KeyValue>], revision: i64) -> bool {

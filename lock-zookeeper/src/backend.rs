@@ -450,7 +450,12 @@ impl LockBackend for ZkBackend {
             let Some((_, stat)) = self.read_node(&client, &node).await? else {
                 continue;
             };
-            if u64::try_from(stat.mzxid) != Ok(fence) {
+            // A leader's token is its term, the czxid (a proclaim moves the mzxid).
+            let token = match family {
+                LockFamily::Election => stat.czxid,
+                _ => stat.mzxid,
+            };
+            if u64::try_from(token) != Ok(fence) {
                 continue;
             }
             // The version as read: the node is deleted only as the holder it was.

@@ -78,7 +78,6 @@ fn encode_segment(out: &mut String, segment: &str, at_root: bool) {
     // every marker `parse` knows, Curator's and kazoo's, by encoding `-`/`_`.
     let looks_like_contender = [
         "lock-",
-        "latch-",
         "__READ__",
         "__WRIT__",
         KAZOO_LOCK_MARKER,

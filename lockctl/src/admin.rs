@@ -72,7 +72,17 @@ pub(crate) async fn leader(
     );
     match leader {
         Some(leader) => {
-            println!("{} (term {})", leader.value, leader.term);
+            // Another client's value may hold anything: no control character reaches
+            // the terminal as is.
+            let value: String = leader
+                .value
+                .chars()
+                .map(|c| match c.is_control() {
+                    true => c.escape_default().to_string(),
+                    false => c.to_string(),
+                })
+                .collect();
+            println!("{value} (term {})", leader.term);
             Ok(0)
         }
         None => {

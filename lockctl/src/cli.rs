@@ -192,8 +192,9 @@ pub(crate) struct ElectArgs {
     /// prints it); default: this host and lockctl's pid.
     #[arg(long, value_name = "VALUE")]
     pub(crate) value: Option<String>,
-    /// After the command exits (or leadership is lost), campaign again, until
-    /// lockctl is interrupted.
+    /// After the command exits (or leadership is lost), campaign again (at most once a
+    /// second), until lockctl gets a signal or the command dies of SIGINT or SIGQUIT
+    /// (Ctrl-C or Ctrl-\ at a terminal).
     #[arg(long)]
     pub(crate) again: bool,
     #[command(flatten)]

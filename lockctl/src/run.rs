@@ -26,6 +26,9 @@ use crate::terminal::Terminal;
 /// expire on its own (a backend that went away while the command ran).
 pub(crate) const RELEASE_LIMIT: Duration = Duration::from_secs(5);
 
+/// `elect --again` campaigns at most once per this long.
+const AGAIN_PAUSE: Duration = Duration::from_secs(1);
+
 /// After SIGKILL, how long lockctl waits for the supervisor to report the group gone.
 const AFTER_SIGKILL: Duration = Duration::from_secs(10);
 
@@ -106,6 +109,7 @@ pub(crate) async fn elect(
         value: Some(value),
     };
     loop {
+        let started = Instant::now();
         let code = hold_and_run(
             &*client,
             &taking,
@@ -115,8 +119,19 @@ pub(crate) async fn elect(
             inherited,
         )
         .await?;
-        if !args.again || signals.ending() {
+        // Ctrl-C at a terminal reaches only the command, which has the foreground: its
+        // death by SIGINT or SIGQUIT ends the loop as lockctl's own would.
+        let interrupted = [libc::SIGINT, libc::SIGQUIT]
+            .into_iter()
+            .any(|signal| code == exit::for_signal(signal));
+        if !args.again || signals.ending() || interrupted {
             return Ok(code);
+        }
+        // A command that ends at once is not run in a tight loop.
+        let rest = AGAIN_PAUSE.saturating_sub(started.elapsed());
+        tokio::select! {
+            () = tokio::time::sleep(rest) => {}
+            signal = signals.next() => return Ok(exit::for_signal(signal)),
         }
     }
 }
@@ -134,8 +149,12 @@ async fn hold_and_run(
     let progress = reporter.progress("waiting for");
     let acquired = tokio::select! {
         acquired = acquire(taking, args) => acquired,
-        // Given up while waiting: dropping the acquire leaves nothing held or queued.
-        signal = signals.next() => return Ok(exit::for_signal(signal)),
+        // Given up while waiting: dropping the acquire leaves nothing held or queued,
+        // and lockctl ends (a job-control signal too: `elect --again` stops here).
+        signal = signals.next() => {
+            signals.end();
+            return Ok(exit::for_signal(signal));
+        }
     };
     drop(progress);
     let guard = match acquired {

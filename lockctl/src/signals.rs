@@ -111,6 +111,11 @@ impl Signals {
         self.ending
     }
 
+    /// Marks lockctl as ending, whatever the signal that ends it.
+    pub(crate) fn end(&mut self) {
+        self.ending = true;
+    }
+
     /// Catches SIGTSTP and SIGCONT too (but one inherited as ignored), for the time
     /// the command runs.
     pub(crate) fn catch_job_control(&self) -> std::io::Result<()> {

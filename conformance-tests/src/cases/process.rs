@@ -94,9 +94,9 @@ pub(crate) async fn killed_permit_holder_frees_its_permit(ctx: &Ctx) {
     ok("release", mine.release().await);
 }
 
-/// Another process leads an election and is killed, while this process campaigns: the
-/// follower reads the other's value meanwhile, and leads within the killed leader's
-/// lease plus slack, with a higher term.
+/// Another process leads an election and is killed: this process reads the other's
+/// value and term while it leads, cannot lead beside it, and once it is killed leads
+/// within its lease plus slack, with a higher term.
 pub(crate) async fn killed_leader_process_is_replaced(ctx: &Ctx) {
     let spec = HolderSpec {
         namespace: ctx.namespace().to_owned(),

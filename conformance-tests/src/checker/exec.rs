@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use lock_core::{
-    AcquireOptions, DistributedLock, FairLock, LockGuard, LockKind, LockProvider, MultiGuard,
-    MultiLock, ReadWriteLock, Semaphore,
+    AcquireOptions, DistributedLock, Election, FairLock, LockGuard, LockKind, LockProvider,
+    MultiGuard, MultiLock, ReadWriteLock, Semaphore,
 };
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
@@ -81,6 +81,7 @@ enum Lock {
     Fair(Arc<dyn FairLock>),
     ReadWrite(Arc<dyn ReadWriteLock>),
     Semaphore(Arc<dyn Semaphore>),
+    Election(Arc<dyn Election>),
 }
 
 impl Lock {
@@ -95,6 +96,10 @@ impl Lock {
             (Lock::ReadWrite(lock), LockKind::Read) => lock.read_with(options),
             (Lock::ReadWrite(lock), _) => lock.write_with(options),
             (Lock::Semaphore(semaphore), _) => semaphore.acquire_with(options),
+            (Lock::Election(election), _) => Box::pin(async move {
+                let leadership = election.campaign_with("checker", options).await?;
+                Ok(leadership.into_guard())
+            }),
         }
     }
 }
@@ -292,6 +297,9 @@ impl Worker {
                         (Lock::ReadWrite(lock), LockKind::Read) => builder.read(lock.clone()),
                         (Lock::ReadWrite(lock), _) => builder.write(lock.clone()),
                         (Lock::Semaphore(semaphore), _) => builder.permit(semaphore.clone()),
+                        (Lock::Election(_), _) => {
+                            unreachable!("plans put no election in a MultiLock (gen.rs)")
+                        }
                     };
                 }
                 let multi = match builder.build() {
@@ -513,6 +521,7 @@ pub(crate) async fn run(
             Family::Fair => client.fair_lock(name).map(Lock::Fair),
             Family::ReadWrite => client.rw_lock(name).map(Lock::ReadWrite),
             Family::Semaphore => client.semaphore(name, PERMITS).map(Lock::Semaphore),
+            Family::Election => client.election(name).map(Lock::Election),
         };
         locks.push(lock.map_err(|err| format!("lock handle: {err}"))?);
     }

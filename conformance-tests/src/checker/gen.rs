@@ -52,6 +52,8 @@ pub(crate) enum Family {
     ReadWrite,
     /// A semaphore of [`PERMITS`] permits.
     Semaphore,
+    /// An election: its leadership is held like an exclusive lock.
+    Election,
 }
 
 /// How long an acquire waits.
@@ -237,6 +239,9 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
     }
     if caps.semaphore {
         families.push(Family::Semaphore);
+    }
+    if caps.election {
+        families.push(Family::Election);
     }
     let clients: Vec<ClientPlan> = (0..rng.range(3, 4))
         .map(|_| ClientPlan {
@@ -445,6 +450,7 @@ fn kind_for(rng: &mut Rng, family: Family) -> LockKind {
         Family::ReadWrite if rng.chance(50) => LockKind::Read,
         Family::ReadWrite => LockKind::Write,
         Family::Semaphore => LockKind::Permit,
+        Family::Election => LockKind::Leader,
     }
 }
 
@@ -486,7 +492,12 @@ fn op(rng: &mut Rng, handles: &[HandlePlan], mine: &[usize], caps: Capabilities)
         35..=42 => {
             // Distinct locks (a lock listed twice is refused), in random order.
             let mut members: Vec<(usize, LockKind)> = Vec::new();
-            let mut pool = mine.to_vec();
+            // A MultiLock takes locks and permits, not leaderships.
+            let mut pool: Vec<usize> = mine
+                .iter()
+                .copied()
+                .filter(|&h| handles[h].family != Family::Election)
+                .collect();
             let count = rng.range(2, 3);
             while members.len() < count as usize && !pool.is_empty() {
                 let handle = pool.swap_remove(rng.below(pool.len() as u64) as usize);
@@ -497,6 +508,10 @@ fn op(rng: &mut Rng, handles: &[HandlePlan], mine: &[usize], caps: Capabilities)
                 if !same {
                     members.push((handle, kind_for(rng, handles[handle].family)));
                 }
+            }
+            if members.is_empty() {
+                // Every handle of the task is an election's: nothing to take together.
+                return Op::Sleep { ms: 0 };
             }
             Op::Multi {
                 members,

@@ -21,7 +21,7 @@ pub struct Violation {
 }
 
 /// Whether holds of kinds `a` and `b` on one name exclude each other. Exclusive, fair
-/// and read-write locks and semaphores of one name are separate locks (lock-core's
+/// and read-write locks, semaphores and elections of one name are separate locks (lock-core's
 /// `LockFamily`); permits exclude each other only beyond the count (see [`permits`]).
 fn conflict(a: LockKind, b: LockKind) -> bool {
     a.family() == b.family()
@@ -455,5 +455,7 @@ mod tests {
         assert!(!conflict(Exclusive, Fair));
         assert!(!conflict(Exclusive, Write));
         assert!(!conflict(Fair, Read));
+        assert!(conflict(Leader, Leader), "one leader at a time");
+        assert!(!conflict(Leader, Exclusive));
     }
 }

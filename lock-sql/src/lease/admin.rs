@@ -78,7 +78,7 @@ pub(crate) async fn inspect(db: &Db, key: &KeyId, family: LockFamily) -> Result<
             .map(|row| holder_info(row).map_err(|e| db.err(e)))
             .collect::<Result<Vec<_>>>()?;
         let waiters = match family {
-            LockFamily::Fair => {
+            LockFamily::Fair | LockFamily::Election => {
                 let row = waiters.await.map_err(|e| db.err(e))?;
                 let n: i64 = row.try_get(0).map_err(|e| db.err(e))?;
                 Some(usize::try_from(n).unwrap_or(0))
