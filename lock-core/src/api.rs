@@ -184,8 +184,9 @@ pub trait ReadWriteLock: Send + Sync + fmt::Debug {
     async fn inspect(&self) -> Result<LockInfo>;
 }
 
-/// The plain methods both lock traits have, for an `Arc` that passes them to its
-/// target (async ones stay in the impls, where `async_trait` sees them).
+/// The plain methods every lock trait (and semaphores and elections) has, for an `Arc`
+/// that passes them to its target (async ones stay in the impls, where `async_trait`
+/// sees them).
 macro_rules! delegate_to_target {
     () => {
         fn name(&self) -> &LockName {
@@ -201,6 +202,7 @@ macro_rules! delegate_to_target {
         }
     };
 }
+pub(crate) use delegate_to_target;
 
 /// A shared lock is the lock: `Arc<dyn DistributedLock>` from a
 /// [`LockProvider`](crate::LockProvider) goes wherever a lock does.

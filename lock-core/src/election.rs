@@ -10,6 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::Stream;
 
+use crate::api::delegate_to_target;
 use crate::backend::{Capabilities, LockBackend};
 use crate::client::ClientInner;
 use crate::error::{Error, Result};
@@ -135,17 +136,7 @@ pub trait Election: Send + Sync + fmt::Debug {
 /// A shared election is the election.
 #[async_trait]
 impl<T: Election + ?Sized> Election for Arc<T> {
-    fn name(&self) -> &LockName {
-        (**self).name()
-    }
-
-    fn lock_id(&self) -> LockId {
-        (**self).lock_id()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        (**self).capabilities()
-    }
+    delegate_to_target!();
 
     async fn campaign_with(&self, value: &str, options: AcquireOptions) -> Result<Leadership> {
         (**self).campaign_with(value, options).await

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::api::{none_on_timeout, run_under};
+use crate::api::{delegate_to_target, none_on_timeout, run_under};
 use crate::backend::{Capabilities, LockBackend};
 use crate::client::ClientInner;
 use crate::error::{Error, Result};
@@ -123,20 +123,10 @@ pub trait Semaphore: Send + Sync + fmt::Debug {
 /// A shared semaphore is the semaphore, as for locks.
 #[async_trait]
 impl<T: Semaphore + ?Sized> Semaphore for Arc<T> {
-    fn name(&self) -> &LockName {
-        (**self).name()
-    }
-
-    fn lock_id(&self) -> LockId {
-        (**self).lock_id()
-    }
+    delegate_to_target!();
 
     fn permits(&self) -> u32 {
         (**self).permits()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        (**self).capabilities()
     }
 
     async fn acquire_with(&self, options: AcquireOptions) -> Result<LockGuard> {
