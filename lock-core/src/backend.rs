@@ -96,7 +96,10 @@ pub struct AcquireRequest<'a> {
 #[derive(Debug)]
 pub struct Grant<L> {
     /// The fencing token: strictly greater than every token granted before for this
-    /// key, whatever the kind.
+    /// key, whatever the kind. For [`LockKind::Leader`] a backend may instead give the
+    /// candidacy's create stamp where other clients of the election read it as the term
+    /// (etcd, ZooKeeper): greater than every earlier leader's and every token granted
+    /// before the request, though not one granted to another kind while it waited.
     pub fence: u64,
     /// Whatever the backend needs later to renew or release this lease.
     pub data: L,
@@ -150,7 +153,8 @@ pub enum Renewal {
 ///   except in a race with its own in-flight release. Treat a repeated exclusive,
 ///   fair or write request like any other contender (wait); never grant it twice.
 /// * **Fencing.** [`Grant::fence`] strictly increases per key across all grants, even
-///   after the key's state is deleted.
+///   after the key's state is deleted (an election's term may be its candidacy's create
+///   stamp instead: see [`Grant::fence`]).
 /// * **Owner- and acquisition-only changes.** `release` and `renew` act only on the
 ///   lease whose key, kind, owner *and* fence match; otherwise they change nothing
 ///   (`release` returns [`Error::NotOwner`](crate::Error::NotOwner), `renew` reports

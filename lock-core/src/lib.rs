@@ -6,8 +6,8 @@
 //! lease.
 //! lock-core builds on it, once for all of them:
 //!
-//! * the user traits [`DistributedLock`], [`FairLock`], [`ReadWriteLock`] and
-//!   [`Semaphore`], object safe;
+//! * the user traits [`DistributedLock`], [`FairLock`], [`ReadWriteLock`],
+//!   [`Semaphore`] and [`Election`], object safe;
 //! * **owners** per acquisition, **re-entry** through the guard without round trips;
 //! * **guards** ([`LockGuard`]) with fencing tokens, `release().await`, loss reporting
 //!   and best-effort release on drop;
