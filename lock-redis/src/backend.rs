@@ -17,7 +17,7 @@ use crate::calls::{self, Call, Request};
 use crate::config::{RedisConfig, ReplicaAcks, TooFewReplicas};
 use crate::error::{self as err, BACKEND};
 use crate::holder_watch::HolderWatch;
-use crate::keys::{lease_value, Keys, RedisLease};
+use crate::keys::{lease_value, Keys, RedisLease, Stored};
 use crate::node::Node;
 use crate::scripts::{Attempt, Blocker};
 
@@ -539,7 +539,7 @@ impl LockBackend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL.with_election(false)
+        Capabilities::ALL
     }
 
     async fn settle(&self) {
@@ -547,7 +547,6 @@ impl LockBackend for RedisBackend {
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<RedisLease>>> {
-        calls::refuse_elections(req.kind.family())?;
         let request = self.request(&req);
         let waits = !req.deadline.has_passed();
         let registers = waits && request.registers();
@@ -653,14 +652,12 @@ impl LockBackend for RedisBackend {
     }
 
     async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
-        calls::refuse_elections(family)?;
         let call = calls::inspect(&self.keys(key), family, calls::Inspect::Look);
         let held: i64 = self.node.call("is_locked", &call).await?;
         Ok(held == 1)
     }
 
     async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
-        calls::refuse_elections(family)?;
         let call = calls::inspect(&self.keys(key), family, calls::Inspect::RemoveAll);
         let held: i64 = self.node.call("force_unlock", &call).await?;
         Ok(held == 1)
@@ -672,14 +669,25 @@ impl LockBackend for RedisBackend {
         family: LockFamily,
         fence: u64,
     ) -> Result<bool> {
-        calls::refuse_elections(family)?;
         let call = calls::inspect(&self.keys(key), family, calls::Inspect::RemoveToken(fence));
         let removed: i64 = self.node.call("force_unlock_holder", &call).await?;
         Ok(removed == 1)
     }
 
+    async fn proclaim(&self, lease: &HeldLease<RedisLease>, value: &str) -> Result<()> {
+        let stored = lease_value(lease.owner.as_str(), &lease.data, lease.fence);
+        let call = calls::proclaim(&self.keys(&lease.key), &stored, value);
+        let there: i64 = self.node.call("proclaim", &call).await?;
+        if there == 1 {
+            Ok(())
+        } else {
+            Err(Error::LeaseLost {
+                name: lease.key.name().to_string(),
+            })
+        }
+    }
+
     async fn inspect(&self, key: &LockKey, family: LockFamily) -> Result<LockInfo> {
-        calls::refuse_elections(family)?;
         let call = calls::holders(&self.keys(key), family);
         let reply: Vec<Vec<u8>> = self.node.call("inspect", &call).await?;
         crate::holders::lock_info(&reply)
@@ -704,8 +712,8 @@ pub(crate) async fn renew_on(
             .collect();
         let call = calls::renew(
             chunk.iter().zip(&values).map(|(lease, value)| {
-                let (key, reader) = Keys::new(&lease.key).lease_key(lease.kind);
-                (key, reader, value.as_str())
+                let (key, stored) = Keys::new(&lease.key).lease_key(lease.kind);
+                (key, stored, value.as_str())
             }),
             ttl,
         );
@@ -738,13 +746,13 @@ async fn renew_on_cluster(
     leases: &[&HeldLease<RedisLease>],
     ttl: Duration,
 ) -> Result<Vec<Renewal>> {
-    let entries: Vec<(String, bool, String)> = leases
+    let entries: Vec<(String, Stored, String)> = leases
         .iter()
         .map(|lease| {
-            let (key, reader) = Keys::in_cluster(&lease.key).lease_key(lease.kind);
+            let (key, stored) = Keys::in_cluster(&lease.key).lease_key(lease.kind);
             (
                 key,
-                reader,
+                stored,
                 lease_value(lease.owner.as_str(), &lease.data, lease.fence),
             )
         })
@@ -765,8 +773,8 @@ async fn renew_on_cluster(
         })
         .collect();
     let entry = |i: usize| {
-        let (key, reader, value) = &entries[i];
-        (key.clone(), *reader, value.as_str())
+        let (key, stored, value) = &entries[i];
+        (key.clone(), *stored, value.as_str())
     };
     // One lease on its own, routed by its key (slots may have moved).
     let renew_one = |i: usize| async move {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use lock_core::{LockFamily, LockKind};
 use redis::{Script, ScriptInvocation};
 
-use crate::keys::{Keys, RedisLease};
+use crate::keys::{Keys, RedisLease, Stored};
 use crate::pubsub::Interest;
 use crate::scripts;
 
@@ -56,7 +56,7 @@ impl Request {
     pub(crate) fn registers(&self) -> bool {
         matches!(
             self.kind,
-            LockKind::Fair | LockKind::Write | LockKind::Permit
+            LockKind::Fair | LockKind::Leader | LockKind::Write | LockKind::Permit
         )
     }
 
@@ -73,25 +73,22 @@ impl Request {
                 keys: vec![k.lock.clone(), k.fence()],
                 args: vec![self.owner.clone(), ttl, request],
             },
-            // Elections are refused before any call (see `refuse_elections`).
-            LockKind::Fair | LockKind::Leader => Call {
-                script: scripts::FAIR_ACQUIRE.get(k.sharded),
-                keys: vec![
-                    k.fair_holder(),
-                    k.fair_queue(),
-                    k.fair_timeouts(),
-                    k.fence(),
-                ],
-                args: vec![
-                    self.owner.clone(),
-                    ttl,
-                    self.waiter.clone(),
-                    millis(self.waiter_lease),
-                    wait,
-                    k.fair_channel(),
-                    request,
-                ],
-            },
+            LockKind::Fair | LockKind::Leader => {
+                let line = Line::of(k, self.kind);
+                Call {
+                    script: scripts::FAIR_ACQUIRE.get(k.sharded),
+                    keys: vec![line.holder, line.queue, line.timeouts, k.fence()],
+                    args: vec![
+                        self.owner.clone(),
+                        ttl,
+                        self.waiter.clone(),
+                        millis(self.waiter_lease),
+                        wait,
+                        line.channel,
+                        request,
+                    ],
+                }
+            }
             LockKind::Permit => Call {
                 script: scripts::SEMAPHORE_ACQUIRE.get(k.sharded),
                 keys: vec![
@@ -136,11 +133,14 @@ impl Request {
     pub(crate) fn leave(&self) -> Option<Call> {
         let k = &self.keys;
         match self.kind {
-            LockKind::Fair | LockKind::Leader => Some(Call {
-                script: scripts::FAIR_LEAVE.get(k.sharded),
-                keys: vec![k.fair_holder(), k.fair_queue(), k.fair_timeouts()],
-                args: vec![k.fair_channel(), self.waiter.clone()],
-            }),
+            LockKind::Fair | LockKind::Leader => {
+                let line = Line::of(k, self.kind);
+                Some(Call {
+                    script: scripts::FAIR_LEAVE.get(k.sharded),
+                    keys: vec![line.holder, line.queue, line.timeouts],
+                    args: vec![line.channel, self.waiter.clone()],
+                })
+            }
             LockKind::Write => Some(Call {
                 script: scripts::RW_LEAVE.get(k.sharded),
                 keys: vec![k.rw_waiting_writers()],
@@ -165,7 +165,7 @@ impl Request {
         match self.kind {
             LockKind::Exclusive => (k.exclusive_channel(), Interest::One),
             LockKind::Fair | LockKind::Leader => (
-                k.fair_channel(),
+                k.channel(self.kind),
                 Interest::Payload(self.waiter.clone().into_bytes()),
             ),
             // A reader can only be unblocked by a writer leaving (or giving up).
@@ -187,6 +187,35 @@ impl Request {
             self.kind,
             &[format!("{}:{}:", self.owner, lease.request())],
         )
+    }
+}
+
+/// The keys of a line of candidates that take a lock one at a time in order: the fair
+/// lock's, or an election's (the same scripts serve both).
+struct Line {
+    holder: String,
+    queue: String,
+    timeouts: String,
+    channel: String,
+}
+
+impl Line {
+    fn of(k: &Keys, kind: LockKind) -> Self {
+        if kind == LockKind::Leader {
+            Line {
+                holder: k.leader(),
+                queue: k.election_queue(),
+                timeouts: k.election_timeouts(),
+                channel: k.election_channel(),
+            }
+        } else {
+            Line {
+                holder: k.fair_holder(),
+                queue: k.fair_queue(),
+                timeouts: k.fair_timeouts(),
+                channel: k.fair_channel(),
+            }
+        }
     }
 }
 
@@ -238,11 +267,14 @@ fn release_call(keys: &Keys, kind: LockKind, values: &[String], receipt: Option<
             vec![keys.lock.clone()],
             vec![keys.exclusive_channel(), margin],
         ),
-        LockKind::Fair | LockKind::Leader => (
-            scripts::FAIR_RELEASE.get(keys.sharded),
-            vec![keys.fair_holder(), keys.fair_queue()],
-            vec![keys.fair_channel(), margin],
-        ),
+        LockKind::Fair | LockKind::Leader => {
+            let line = Line::of(keys, kind);
+            (
+                scripts::FAIR_RELEASE.get(keys.sharded),
+                vec![line.holder, line.queue],
+                vec![line.channel, margin],
+            )
+        }
         LockKind::Permit => (
             scripts::SEMAPHORE_RELEASE.get(keys.sharded),
             vec![keys.semaphore_holders(), keys.semaphore_queue()],
@@ -264,11 +296,11 @@ fn release_call(keys: &Keys, kind: LockKind, values: &[String], receipt: Option<
 }
 
 /// One renewal of many leases on one cluster node, whatever their slots:
-/// `(key, is_reader, value)` each. The first key routes the call; the others are
+/// `(key, how it is stored, value)` each. The first key routes the call; the others are
 /// arguments, which a script flagged `allow-cross-slot-keys` may touch when this node
 /// serves them.
 pub(crate) fn renew_on_node<'a>(
-    leases: impl IntoIterator<Item = (String, bool, &'a str)>,
+    leases: impl IntoIterator<Item = (String, Stored, &'a str)>,
     ttl: Duration,
 ) -> Call {
     let mut call = Call {
@@ -276,20 +308,20 @@ pub(crate) fn renew_on_node<'a>(
         keys: Vec::new(),
         args: vec![millis(ttl)],
     };
-    for (key, reader, value) in leases {
+    for (key, stored, value) in leases {
         if call.keys.is_empty() {
             call.keys.push(key.clone());
         }
         call.args.push(key);
-        call.args.push(if reader { "r" } else { "s" }.to_owned());
+        call.args.push(stored.code().to_owned());
         call.args.push(value.to_owned());
     }
     call
 }
 
-/// One renewal of many leases: `(key, is_reader, value)` each.
+/// One renewal of many leases: `(key, how it is stored, value)` each.
 pub(crate) fn renew<'a>(
-    leases: impl IntoIterator<Item = (String, bool, &'a str)>,
+    leases: impl IntoIterator<Item = (String, Stored, &'a str)>,
     ttl: Duration,
 ) -> Call {
     let mut call = Call {
@@ -297,16 +329,16 @@ pub(crate) fn renew<'a>(
         keys: Vec::new(),
         args: vec![millis(ttl)],
     };
-    for (key, reader, value) in leases {
+    for (key, stored, value) in leases {
         call.keys.push(key);
-        call.args.push(if reader { "r" } else { "s" }.to_owned());
+        call.args.push(stored.code().to_owned());
         call.args.push(value.to_owned());
     }
     call
 }
 
-/// Elections need a leader's value that a proclaim can change, which the Redis
-/// layout (the value rides in the lease's request id) does not have: refused.
+/// RedLock holds no elections: a leader's value would have to be proclaimed on a
+/// majority of masters and read back from one.
 pub(crate) fn refuse_elections(family: LockFamily) -> lock_core::Result<()> {
     match family {
         LockFamily::Election => Err(lock_core::Error::Unsupported {
@@ -334,8 +366,7 @@ fn family_arg(family: LockFamily) -> &'static str {
         LockFamily::Fair => "f",
         LockFamily::ReadWrite => "rw",
         LockFamily::Semaphore => "s",
-        // Refused before any call (see `refuse_elections`).
-        LockFamily::Election => "f",
+        LockFamily::Election => "l",
     }
 }
 
@@ -356,6 +387,8 @@ pub(crate) fn inspect(keys: &Keys, family: LockFamily, what: Inspect) -> Call {
             keys.rw_readers(),
             keys.semaphore_holders(),
             keys.semaphore_queue(),
+            keys.leader(),
+            keys.election_queue(),
         ],
         args: vec![
             family_arg(family).to_owned(),
@@ -364,6 +397,7 @@ pub(crate) fn inspect(keys: &Keys, family: LockFamily, what: Inspect) -> Call {
             keys.fair_channel(),
             keys.rw_channel(),
             keys.semaphore_channel(),
+            keys.election_channel(),
         ],
     }
 }
@@ -380,6 +414,8 @@ pub(crate) fn holders(keys: &Keys, family: LockFamily) -> Call {
             keys.rw_readers(),
             keys.semaphore_holders(),
             keys.semaphore_timeouts(),
+            keys.leader(),
+            keys.election_timeouts(),
         ],
         args: vec![family_arg(family).to_owned()],
     }
@@ -387,10 +423,20 @@ pub(crate) fn holders(keys: &Keys, family: LockFamily) -> Call {
 
 /// Whether the lease stored as `value` of `kind` is still there (see `held.lua`).
 pub(crate) fn held(k: &Keys, kind: LockKind, value: &str) -> Call {
-    let (key, reader) = k.lease_key(kind);
+    let (key, stored) = k.lease_key(kind);
     Call {
         script: scripts::HELD.get(k.sharded),
         keys: vec![key],
-        args: vec![if reader { "r" } else { "s" }.to_owned(), value.to_owned()],
+        args: vec![stored.code().to_owned(), value.to_owned()],
+    }
+}
+
+/// Publishes `value` as the value of the leader whose lease is stored as `lease`
+/// (see `proclaim.lua`).
+pub(crate) fn proclaim(k: &Keys, lease: &str, value: &str) -> Call {
+    Call {
+        script: scripts::PROCLAIM.get(k.sharded),
+        keys: vec![k.leader()],
+        args: vec![lease.to_owned(), value.to_owned()],
     }
 }

@@ -111,11 +111,18 @@ pub(crate) fn lock_info(reply: &[Vec<u8>]) -> Result<LockInfo> {
         n if n < 0 => None,
         n => Some(n as usize),
     };
-    let mut holders = Vec::with_capacity(rest.len() / 3);
+    let mut holders: Vec<HolderInfo> = Vec::with_capacity(rest.len() / 3);
     for entry in rest.chunks(3) {
         let kind = match entry[0].as_str() {
+            // The value the leader before it proclaimed.
+            "v" => {
+                let leader = holders.last_mut().ok_or_else(unexpected)?;
+                leader.description = Some(entry[1].clone());
+                continue;
+            }
             "e" => LockKind::Exclusive,
             "f" => LockKind::Fair,
+            "l" => LockKind::Leader,
             "w" => LockKind::Write,
             "r" => LockKind::Read,
             "p" => LockKind::Permit,
@@ -182,6 +189,22 @@ mod tests {
         assert_eq!(foreign.fencing_token, None);
         assert_eq!(foreign.expires_at, None);
         assert!(lock_info(&[]).is_err());
+        let proclaimed: Vec<Vec<u8>> = [
+            "0",
+            "l",
+            &format!("c1:4:{request}:9"),
+            "-1",
+            "v",
+            "new: {x}",
+            "-1",
+        ]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+        let leader = &lock_info(&proclaimed).unwrap().holders[0];
+        assert_eq!(leader.kind, LockKind::Leader);
+        assert_eq!(leader.description.as_deref(), Some("new: {x}"));
+        assert!(lock_info(&[b"0".to_vec(), b"v".to_vec(), b"x".to_vec(), b"-1".to_vec()]).is_err());
         assert!(lock_info(&[b"-1".to_vec(), b"x".to_vec()]).is_err());
     }
 }

@@ -113,6 +113,29 @@ impl Keys {
         self.aux("fair:channel")
     }
 
+    /// An election's leader (a string `owner:request:fence` with a PX lease, like the
+    /// fair lock's holder). The value a leader proclaimed lives beside it at
+    /// `<this key>:value` (see `proclaim.lua`); until then, its campaign value rides in
+    /// its request id (see `holders.rs`).
+    pub(crate) fn leader(&self) -> String {
+        self.aux("elect")
+    }
+
+    /// An election's FIFO queue of candidate ids.
+    pub(crate) fn election_queue(&self) -> String {
+        self.aux("elect:queue")
+    }
+
+    /// An election's candidate expiries (sorted set, server-clock ms).
+    pub(crate) fn election_timeouts(&self) -> String {
+        self.aux("elect:timeout")
+    }
+
+    /// Where an election names the candidate whose turn came.
+    pub(crate) fn election_channel(&self) -> String {
+        self.aux("elect:channel")
+    }
+
     /// The read-write lock's writer (a string `owner:request:fence` with a PX lease).
     pub(crate) fn rw_writer(&self) -> String {
         self.aux("rw:write")
@@ -159,21 +182,45 @@ impl Keys {
     pub(crate) fn channel(&self, kind: LockKind) -> String {
         match kind {
             LockKind::Exclusive => self.exclusive_channel(),
-            LockKind::Fair | LockKind::Leader => self.fair_channel(),
+            LockKind::Fair => self.fair_channel(),
+            LockKind::Leader => self.election_channel(),
             LockKind::Read | LockKind::Write => self.rw_channel(),
             LockKind::Permit => self.semaphore_channel(),
         }
     }
 
-    /// The key a lease of `kind` is stored under, and whether it is a reader entry in
-    /// a hash rather than a string.
-    pub(crate) fn lease_key(&self, kind: LockKind) -> (String, bool) {
+    /// The key a lease of `kind` is stored under, and how.
+    pub(crate) fn lease_key(&self, kind: LockKind) -> (String, Stored) {
         match kind {
-            LockKind::Exclusive => (self.lock.clone(), false),
-            LockKind::Fair | LockKind::Leader => (self.fair_holder(), false),
-            LockKind::Write => (self.rw_writer(), false),
-            LockKind::Read => (self.rw_readers(), true),
-            LockKind::Permit => (self.semaphore_holders(), true),
+            LockKind::Exclusive => (self.lock.clone(), Stored::String),
+            LockKind::Fair => (self.fair_holder(), Stored::String),
+            LockKind::Leader => (self.leader(), Stored::Leader),
+            LockKind::Write => (self.rw_writer(), Stored::String),
+            LockKind::Read => (self.rw_readers(), Stored::Entry),
+            LockKind::Permit => (self.semaphore_holders(), Stored::Entry),
+        }
+    }
+}
+
+/// How a lease is stored under its key, as the renewal and look-up scripts are told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stored {
+    /// The key is a string holding the lease's value.
+    String,
+    /// The lease is an entry of a hash of values -> expiry ms (readers, permits).
+    Entry,
+    /// A leader: a string like [`Stored::String`], whose proclaimed value at
+    /// `<key>:value` lives as long as it.
+    Leader,
+}
+
+impl Stored {
+    /// The code the scripts know it by.
+    pub(crate) fn code(self) -> &'static str {
+        match self {
+            Stored::String => "s",
+            Stored::Entry => "r",
+            Stored::Leader => "l",
         }
     }
 }

@@ -95,6 +95,16 @@
 //! [waiter lease](RedisConfig::waiter_lease); a waiter that dies holds up the queue for
 //! at most that long.
 //!
+//! # Elections
+//!
+//! An election is a line of candidates kept as the fair lock's (at
+//! `{namespace:name}:elect`, `:elect:queue`, `:elect:timeout`, woken on
+//! `:elect:channel`). The campaign value rides in the leader's lease value, as a
+//! holder's description does; a value the leader proclaims lives beside it, at
+//! `{namespace:name}:elect:value`, naming the lease it belongs to, renewed with the
+//! lease and deleted with it, so a later leader never reads as an earlier one's value.
+//! The term is the name's fencing token. RedLock holds no elections.
+//!
 //! # Read-write locks
 //!
 //! The writer is a string key with a `PX` lease; readers are entries of a hash

@@ -102,6 +102,7 @@ pub(crate) static RENEW_ON_NODE: LazyLock<Script> =
 script!(INSPECT, SEMAPHORE_COMMON, "inspect.lua");
 script!(HOLDERS, "holders.lua");
 script!(HELD, "held.lua");
+script!(PROCLAIM, "proclaim.lua");
 script!(REDLOCK_SETTLE, "redlock_settle.lua");
 
 /// What an acquire script answered.
@@ -166,6 +167,7 @@ mod tests {
         ("holders.lua", include_str!("lua/holders.lua")),
         ("inspect.lua", include_str!("lua/inspect.lua")),
         ("next_fence.lua", include_str!("lua/next_fence.lua")),
+        ("proclaim.lua", include_str!("lua/proclaim.lua")),
         ("redlock_settle.lua", include_str!("lua/redlock_settle.lua")),
         ("release_common.lua", include_str!("lua/release_common.lua")),
         ("renew.lua", include_str!("lua/renew.lua")),

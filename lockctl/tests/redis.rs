@@ -108,3 +108,11 @@ async fn a_backend_gone_at_exit_costs_seconds_not_the_lease() {
     );
     println!("PASS a_backend_gone_at_exit_costs_seconds_not_the_lease (exited {took:?} after the command)");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leader_runs_at_a_time_on_redis() {
+    let server = TestServer::start(&specs::REDIS)
+        .await
+        .expect("redis server");
+    common::one_leader_runs_at_a_time(&server.url()).await;
+}

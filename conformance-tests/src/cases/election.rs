@@ -75,6 +75,48 @@ pub(crate) async fn one_leader_at_a_time(ctx: &Ctx) {
     assert_eq!(leader_of(&election(ctx).await).await, None);
 }
 
+/// Candidates that campaign one after another lead in that order, each as soon as the
+/// one before resigns (not when its lease would have run out).
+pub(crate) async fn candidates_lead_in_the_order_they_came(ctx: &Ctx) {
+    const CANDIDATES: usize = 4;
+    let first = ok("campaign", election(ctx).await.campaign("first").await);
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..CANDIDATES {
+        let election = election(ctx).await;
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let value = format!("candidate-{i}");
+            let leadership = ok(
+                "campaign",
+                election
+                    .campaign_timeout(&value, Duration::from_secs(60))
+                    .await,
+            );
+            let read = leader_of(&election).await.map(|(value, _)| value);
+            order.lock().unwrap().push((i, read));
+            ok("resign", leadership.resign().await);
+        }));
+        // Let this candidate queue before the next one campaigns.
+        settle().await;
+    }
+    ok("resign", first.resign().await);
+    for task in tasks {
+        within("candidates", ctx.slack() * 4, task)
+            .await
+            .0
+            .expect("candidate task");
+    }
+    let expected: Vec<_> = (0..CANDIDATES)
+        .map(|i| (i, Some(format!("candidate-{i}"))))
+        .collect();
+    assert_eq!(
+        *order.lock().unwrap(),
+        expected,
+        "candidates did not lead in the order they came"
+    );
+}
+
 /// The leader's value is its campaign's until it proclaims another; nobody leads after
 /// it resigns (the timed-out candidate below withdrew); a single try fails while
 /// someone leads, and a limited wait times out.

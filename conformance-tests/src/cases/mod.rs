@@ -322,6 +322,11 @@ pub fn all_cases() -> Vec<Case> {
             Box::new(|ctx| election::one_leader_at_a_time(ctx).boxed()),
         ),
         case(
+            "election::candidates_lead_in_the_order_they_came",
+            ELECTION,
+            Box::new(|ctx| election::candidates_lead_in_the_order_they_came(ctx).boxed()),
+        ),
+        case(
             "election::value_proclaim_and_resign",
             ELECTION,
             Box::new(|ctx| election::value_proclaim_and_resign(ctx).boxed()),

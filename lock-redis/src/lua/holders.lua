@@ -1,10 +1,13 @@
 -- Lists the holders of one lock family, for `inspect`.
 -- KEYS[1] exclusive key, KEYS[2] fair holder, KEYS[3] fair waiter expiries (zset),
 -- KEYS[4] rw writer, KEYS[5] rw readers, KEYS[6] semaphore holders, KEYS[7]
--- semaphore waiter expiries (zset)
--- ARGV[1] 'e' (exclusive), 'f' (fair), 'rw' or 's' (semaphore)
+-- semaphore waiter expiries (zset), KEYS[8] election leader, KEYS[9] election
+-- candidate expiries (zset)
+-- ARGV[1] 'e' (exclusive), 'f' (fair), 'rw', 's' (semaphore) or 'l' (election)
 -- Returns {waiters or -1 when waiters leave no trace, then per holder: kind
--- ('e', 'f', 'w', 'r' or 'p' for a permit), stored value, expiry ms by the server clock or -1}.
+-- ('e', 'f', 'w', 'r', 'p' for a permit or 'l' for a leader), stored value, expiry ms
+-- by the server clock or -1}; after a leader that proclaimed a value, {'v', that
+-- value, -1}.
 -- Values are strings: `owner:request:fence` for ours, a bare token for other clients'.
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -31,6 +34,18 @@ elseif family == 'f' then
   add_string('f', KEYS[2])
   -- Waiters refresh their expiry while they wait; a lapsed one is gone.
   out[1] = tostring(redis.call('zcount', KEYS[3], '(' .. now, '+inf'))
+elseif family == 'l' then
+  add_string('l', KEYS[8])
+  -- The proclaimed value, only while it belongs to the leader's lease (proclaim.lua).
+  if #out == 4 then
+    local proclaimed = redis.pcall('hmget', KEYS[8] .. ':value', 'lease', 'value')
+    if type(proclaimed) == 'table' and proclaimed[1] == out[3] and proclaimed[2] then
+      out[#out + 1] = 'v'
+      out[#out + 1] = proclaimed[2]
+      out[#out + 1] = '-1'
+    end
+  end
+  out[1] = tostring(redis.call('zcount', KEYS[9], '(' .. now, '+inf'))
 elseif family == 's' then
   local entries = redis.pcall('hgetall', KEYS[6])
   if type(entries) == 'table' then

@@ -1,11 +1,13 @@
 -- is_locked / force_unlock / force_unlock_holder for one lock family.
 -- KEYS[1] exclusive key, KEYS[2] fair holder, KEYS[3] fair queue, KEYS[4] rw writer,
--- KEYS[5] rw readers, KEYS[6] semaphore holders, KEYS[7] semaphore queue
--- ARGV[1] 'e' (exclusive), 'f' (fair), 'rw' or 's' (semaphore); ARGV[2] '0' to look only, '1' to remove
+-- KEYS[5] rw readers, KEYS[6] semaphore holders, KEYS[7] semaphore queue, KEYS[8]
+-- election leader, KEYS[9] election queue
+-- ARGV[1] 'e' (exclusive), 'f' (fair), 'rw', 's' (semaphore) or 'l' (election); ARGV[2]
+-- '0' to look only, '1' to remove
 -- every lease of the family, or '=<fence>' to remove only the lease whose fencing token
 -- is <fence> (its stored value ends with ':<fence>');
 -- ARGV[3] exclusive channel, ARGV[4] fair channel, ARGV[5] rw channel, ARGV[6]
--- semaphore channel
+-- semaphore channel, ARGV[7] election channel
 -- Returns, for '0' and '1', 1 if any lease of the family was held, else 0; for
 -- '=<fence>', 1 if that lease was there (and is now removed), else 0.
 -- A removed lease is announced on its lock's channel as 'forced:<value>', so that its
@@ -47,18 +49,24 @@ if family == 'e' then
       redis.call('publish', ARGV[3], 'forced:' .. value)
     end
   end
-elseif family == 'f' then
-  held = redis.call('exists', KEYS[2]) == 1
-  local value = string_value(KEYS[2])
+elseif family == 'f' or family == 'l' then
+  -- A line taken in order: the fair lock's, or an election's (whose leader's
+  -- proclaimed value, at `<leader key>:value`, goes with the leader).
+  local holder, queue, channel = KEYS[2], KEYS[3], ARGV[4]
+  if family == 'l' then
+    holder, queue, channel = KEYS[8], KEYS[9], ARGV[7]
+  end
+  held = redis.call('exists', holder) == 1
+  local value = string_value(holder)
   if held and chosen(value) then
     removed_one = true
-    redis.call('del', KEYS[2])
-    local head = redis.call('lindex', KEYS[3], 0)
+    redis.call('del', holder, holder .. ':value')
+    local head = redis.call('lindex', queue, 0)
     if head then
-      redis.call('publish', ARGV[4], head)
+      redis.call('publish', channel, head)
     end
     if value then
-      redis.call('publish', ARGV[4], 'forced:' .. value)
+      redis.call('publish', channel, 'forced:' .. value)
     end
   end
 elseif family == 's' then

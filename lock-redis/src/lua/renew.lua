@@ -1,7 +1,9 @@
 -- Renews a batch of leases; a lease is renewed only if its key still holds the value
 -- of that acquisition.
 -- ARGV[1] lease in ms; then per lease i: ARGV[2i] 's' (a string key holding the
--- value) or 'r' (a reader in a hash of value -> expiry ms), ARGV[2i+1] the value.
+-- value), 'l' (a leader: such a string, whose proclaimed value at `<key>:value` is
+-- renewed with it) or 'r' (a reader in a hash of value -> expiry ms), ARGV[2i+1] the
+-- value.
 -- KEYS[i] the key of lease i.
 -- Returns one 1 (renewed) or 0 (lost) per lease, in order.
 local ttl = tonumber(ARGV[1])
@@ -11,11 +13,14 @@ for i = 1, #KEYS do
   local kind = ARGV[2 * i]
   local value = ARGV[2 * i + 1]
   local renewed = 0
-  if kind == 's' then
+  if kind == 's' or kind == 'l' then
     -- pcall: a key of another type (someone else's layout) means "not ours", not an
     -- error that would fail the whole batch.
     if redis.pcall('get', KEYS[i]) == value then
       redis.call('pexpire', KEYS[i], ttl)
+      if kind == 'l' then
+        redis.call('pexpire', KEYS[i] .. ':value', ttl)
+      end
       renewed = 1
     end
   else

@@ -2,9 +2,8 @@
 -- Renews a batch of leases on one Redis Cluster node, whatever their slots (the
 -- flag lets the script touch keys of every slot this node serves); the same rules as
 -- renew.lua. KEYS[1] routes the call to the node (the first lease's key).
--- ARGV[1] lease in ms; then per lease i: ARGV[3i-1] its key, ARGV[3i] 's' (a string
--- key holding the value) or 'r' (a reader in a hash of value -> expiry ms),
--- ARGV[3i+1] the value.
+-- ARGV[1] lease in ms; then per lease i: ARGV[3i-1] its key, ARGV[3i] 's', 'l' or 'r'
+-- (as in renew.lua), ARGV[3i+1] the value.
 -- Returns one 1 (renewed), 0 (lost) or -1 (the key could not be read here, most
 -- likely because its slot moved since the caller read the slot map: the caller renews
 -- it on its own) per lease, in order.
@@ -24,12 +23,15 @@ for i = 1, (#ARGV - 1) / 3 do
   local kind = ARGV[3 * i]
   local value = ARGV[3 * i + 1]
   local renewed = 0
-  if kind == 's' then
+  if kind == 's' or kind == 'l' then
     local held = redis.pcall('get', key)
     if type(held) == 'table' and held.err then
       renewed = failed(held)
     elseif held == value then
       redis.call('pexpire', key, ttl)
+      if kind == 'l' then
+        redis.call('pexpire', key .. ':value', ttl)
+      end
       renewed = 1
     end
   else
