@@ -313,18 +313,6 @@ impl<B: LockBackend> ElectionHandle<B> {
     pub fn key(&self) -> &LockKey {
         self.handle.key()
     }
-
-    /// The backend, if it has elections: the queries below go to it directly.
-    fn backend(&self) -> Result<&B> {
-        let backend = self.handle.backend();
-        if !backend.capabilities().election {
-            return Err(Error::Unsupported {
-                backend: backend.name(),
-                operation: "elections",
-            });
-        }
-        Ok(backend)
-    }
 }
 
 impl<B: LockBackend> Clone for ElectionHandle<B> {
@@ -368,7 +356,10 @@ impl<B: LockBackend> Election for ElectionHandle<B> {
     }
 
     async fn leader(&self) -> Result<Option<Leader>> {
-        self.backend()?.leader(self.handle.key()).await
+        self.handle
+            .backend_for(LockKind::Leader)?
+            .leader(self.handle.key())
+            .await
     }
 
     fn observe(&self) -> LeaderChanges {
@@ -396,13 +387,15 @@ impl<B: LockBackend> Election for ElectionHandle<B> {
     }
 
     async fn force_unlock(&self) -> Result<bool> {
-        self.backend()?
+        self.handle
+            .backend_for(LockKind::Leader)?
             .force_unlock(self.handle.key(), LockFamily::Election)
             .await
     }
 
     async fn inspect(&self) -> Result<LockInfo> {
-        self.backend()?
+        self.handle
+            .backend_for(LockKind::Leader)?
             .inspect(self.handle.key(), LockFamily::Election)
             .await
     }

@@ -76,6 +76,13 @@ impl<B: LockBackend> Handle<B> {
         &self.client.backend
     }
 
+    /// The backend, if it offers `kind` locks: for the queries that go to it directly
+    /// (not through `acquire`), which check what `acquire` checks.
+    pub(crate) fn backend_for(&self, kind: LockKind) -> Result<&B> {
+        self.check_supported(kind, Lease::Watchdog)?;
+        Ok(self.backend())
+    }
+
     pub(crate) fn lock_id(&self, family: LockFamily) -> LockId {
         let backend = &self.client.backend;
         LockId::new(self.key.clone(), family, backend.name(), backend.location())

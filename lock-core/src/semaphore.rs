@@ -232,19 +232,6 @@ impl<B: LockBackend> SemaphoreHandle<B> {
     pub fn key(&self) -> &LockKey {
         self.handle.key()
     }
-
-    /// The backend, if it has semaphores: the queries below go to it directly, so they
-    /// check what `acquire` checks in lock-core.
-    fn backend(&self) -> Result<&B> {
-        let backend = self.handle.backend();
-        if !backend.capabilities().semaphore {
-            return Err(Error::Unsupported {
-                backend: backend.name(),
-                operation: "semaphores",
-            });
-        }
-        Ok(backend)
-    }
 }
 
 /// A clone is the same handle: its hold count is this one's.
@@ -299,19 +286,22 @@ impl<B: LockBackend> Semaphore for SemaphoreHandle<B> {
     }
 
     async fn force_unlock(&self) -> Result<bool> {
-        self.backend()?
+        self.handle
+            .backend_for(LockKind::Permit)?
             .force_unlock(self.handle.key(), LockFamily::Semaphore)
             .await
     }
 
     async fn force_unlock_holder(&self, token: u64) -> Result<bool> {
-        self.backend()?
+        self.handle
+            .backend_for(LockKind::Permit)?
             .force_unlock_holder(self.handle.key(), LockFamily::Semaphore, token)
             .await
     }
 
     async fn inspect(&self) -> Result<LockInfo> {
-        self.backend()?
+        self.handle
+            .backend_for(LockKind::Permit)?
             .inspect(self.handle.key(), LockFamily::Semaphore)
             .await
     }

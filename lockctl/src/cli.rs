@@ -105,14 +105,15 @@ pub(crate) enum Command {
     /// Say whether NAME is held, and by whom where the backend keeps it (host and pid,
     /// since when, fencing token, lease end); exit 0 when free, 1 when held. With
     /// -N N, the semaphore NAME: how many of its permits are held; exit 1 when all are.
+    /// With --election, the election NAME: its leader and how many candidates wait.
     Status {
         /// The lock's name.
         name: String,
         #[command(flatten)]
-        semaphore: SemaphoreArg,
+        which: WhichLock,
     },
     /// Block until NAME is free, without taking it (with -N N, until a permit of the
-    /// semaphore NAME is free).
+    /// semaphore NAME is free; with --election, until nobody leads the election NAME).
     Wait {
         /// Give up after this long (exit 75, or --conflict-exit-code), e.g. 30s.
         #[arg(short, long, value_parser = parse_duration, value_name = "DURATION")]
@@ -123,15 +124,17 @@ pub(crate) enum Command {
         /// The lock's name.
         name: String,
         #[command(flatten)]
-        semaphore: SemaphoreArg,
+        which: WhichLock,
     },
     /// Take NAME away from whoever holds it (their `lockctl run` stops its command);
-    /// with -N N, every permit of the semaphore NAME (or the one --token names).
+    /// with -N N, every permit of the semaphore NAME (or the one --token names); with
+    /// --election, the leadership of the election NAME (its `lockctl elect` stops its
+    /// command, and the next candidate leads).
     ForceUnlock {
         /// The lock's name.
         name: String,
         #[command(flatten)]
-        semaphore: SemaphoreArg,
+        which: WhichLock,
         /// Do not ask for confirmation (needed when stdin is not a terminal).
         #[arg(short, long)]
         yes: bool,
@@ -142,18 +145,24 @@ pub(crate) enum Command {
     },
 }
 
-/// `-N N` of `status`, `wait` and `force-unlock`: the semaphore NAME that `run -N N`
-/// takes permits of, rather than the lock NAME.
+/// `-N N` or `--election` of `status`, `wait` and `force-unlock`: the semaphore NAME
+/// that `run -N N` takes permits of, or the election NAME that `elect` campaigns in,
+/// rather than the lock NAME.
 #[derive(Debug, Args)]
-pub(crate) struct SemaphoreArg {
+pub(crate) struct WhichLock {
     /// The semaphore NAME of N permits (as `run -N N` takes it), not the lock NAME.
     #[arg(
         short = 'N',
         long,
         value_name = "N",
-        value_parser = clap::value_parser!(u32).range(1..)
+        value_parser = clap::value_parser!(u32).range(1..),
+        conflicts_with = "election"
     )]
     pub(crate) permits: Option<u32>,
+    /// The election NAME (as `elect` campaigns in), not the lock NAME: its leader is
+    /// what holds it.
+    #[arg(long)]
+    pub(crate) election: bool,
 }
 
 /// `lockctl run`'s arguments.

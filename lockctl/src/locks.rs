@@ -8,7 +8,8 @@
 //! exclude lockctl runs takes `client.rw_lock(NAME)?.write()` (or `client.lock(NAME)`
 //! on those backends). `run -N N` takes a permit of the semaphore NAME instead, which
 //! is a lock of its own (`client.semaphore(NAME, N)`), and `elect` the leadership of
-//! the election NAME (`client.election(NAME)`).
+//! the election NAME (`client.election(NAME)`); `-N N` and `--election` point
+//! `status`, `wait` and `force-unlock` at those.
 
 use std::sync::Arc;
 
@@ -17,19 +18,7 @@ use distributed_locks::{
     ReadWriteLock, Result, Semaphore,
 };
 
-/// The election `name` on `client`'s backend.
-///
-/// # Errors
-/// An invalid name, or a backend without elections.
-pub(crate) fn election(client: &dyn LockProvider, name: &str) -> Result<Arc<dyn Election>> {
-    if !client.capabilities().election {
-        return Err(Error::Unsupported {
-            backend: client.backend_name(),
-            operation: "elections",
-        });
-    }
-    client.election(name)
-}
+use crate::cli::WhichLock;
 
 /// The lock a name means on one backend.
 #[derive(Debug)]
@@ -57,41 +46,35 @@ impl RunLock {
         })
     }
 
-    /// The semaphore `name` of `permits` if given, else the lock `name`.
+    /// The lock `which` names: the semaphore `name`, the election `name`, or else the
+    /// lock `name`.
     ///
     /// # Errors
-    /// As [`RunLock::of`] and [`RunLock::semaphore`].
-    pub(crate) fn named(
-        client: &dyn LockProvider,
-        name: &str,
-        permits: Option<u32>,
-    ) -> Result<Self> {
-        match permits {
-            Some(permits) => Self::semaphore(client, name, permits),
-            None => Self::of(client, name),
+    /// As [`RunLock::of`], [`RunLock::semaphore`] and [`RunLock::election`].
+    pub(crate) fn named(client: &dyn LockProvider, name: &str, which: &WhichLock) -> Result<Self> {
+        match (which.permits, which.election) {
+            (Some(permits), _) => Self::semaphore(client, name, permits),
+            (None, true) => Self::election(client, name),
+            (None, false) => Self::of(client, name),
         }
     }
 
-    /// The semaphore `name` of `permits` on `client`'s backend.
+    /// The semaphore `name` of `permits` on `client`'s backend (a backend without
+    /// semaphores refuses it at first use).
     ///
     /// # Errors
-    /// An invalid name or count, or a backend without semaphores.
+    /// An invalid name or count.
     pub(crate) fn semaphore(client: &dyn LockProvider, name: &str, permits: u32) -> Result<Self> {
-        if !client.capabilities().semaphore {
-            return Err(Error::Unsupported {
-                backend: client.backend_name(),
-                operation: "semaphores (-N)",
-            });
-        }
         Ok(RunLock::Semaphore(client.semaphore(name, permits)?))
     }
 
-    /// The election `name` on `client`'s backend.
+    /// The election `name` on `client`'s backend (a backend without elections refuses
+    /// it at first use).
     ///
     /// # Errors
-    /// An invalid name, or a backend without elections.
+    /// An invalid name.
     pub(crate) fn election(client: &dyn LockProvider, name: &str) -> Result<Self> {
-        Ok(RunLock::Election(election(client, name)?))
+        Ok(RunLock::Election(client.election(name)?))
     }
 
     /// What it is, for messages: "lock" or "election".

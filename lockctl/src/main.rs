@@ -129,29 +129,27 @@ async fn execute(cli: Cli, store: Store, inherited: Inherited) -> Result<u8, Fai
             let signals = signals.expect("caught above for elect");
             run::elect(client.clone(), args, reporter, signals, inherited).await
         }
-        Command::Leader { name } => {
-            admin::leader(locks::election(&*client, &name), &reporter).await
-        }
-        Command::Status { name, semaphore } => {
-            let lock = RunLock::named(&*client, &name, semaphore.permits);
+        Command::Leader { name } => admin::leader(client.election(&name), &reporter).await,
+        Command::Status { name, which } => {
+            let lock = RunLock::named(&*client, &name, &which);
             admin::status(lock, &reporter).await
         }
         Command::Wait {
             name,
             wait,
             conflict_exit_code,
-            semaphore,
+            which,
         } => {
-            let lock = RunLock::named(&*client, &name, semaphore.permits);
+            let lock = RunLock::named(&*client, &name, &which);
             admin::wait(lock, &name, wait, conflict_exit_code, &reporter).await
         }
         Command::ForceUnlock {
             name,
             yes,
             token,
-            semaphore,
+            which,
         } => {
-            let lock = RunLock::named(&*client, &name, semaphore.permits);
+            let lock = RunLock::named(&*client, &name, &which);
             admin::force_unlock(&*client, lock, &name, yes, token, &reporter).await
         }
     };

@@ -1153,9 +1153,11 @@ pub async fn at_most_n_runs_at_once(url: &str) {
 }
 
 /// `elect`: one run of an election leads at a time, its term in LOCK_FENCING_TOKEN and
-/// its value printed by `leader`; a waiting candidate leads once the leader's command
-/// ends; with `--again`, a candidate campaigns again after each run, with a higher
-/// term each time, until it is interrupted.
+/// its value printed by `leader` and `status --election`; a waiting candidate leads
+/// once the leader's command ends, or once `force-unlock --election` deposes the
+/// leader (whose command is stopped with the lost code); with `--again`, a candidate
+/// campaigns again after each run, with a higher term each time, until it is
+/// interrupted; `wait --election` waits until nobody leads.
 pub async fn one_leader_runs_at_a_time(url: &str) {
     let ctl = Lockctl::new(url, "elections");
     let (code, stdout, stderr) = ctl.output(&["leader", "office"]).await;
@@ -1163,6 +1165,10 @@ pub async fn one_leader_runs_at_a_time(url: &str) {
     let elect = |value: &str, prefix: &str| {
         ctl.spawn(&[
             "elect",
+            // A deposed leader hears of it by its next renewal where the server does
+            // not tell it sooner (SQL).
+            "--watchdog-lease",
+            "3s",
             "--value",
             value,
             "office",
@@ -1198,6 +1204,32 @@ pub async fn one_leader_runs_at_a_time(url: &str) {
     assert!(b_term > a_term, "terms increase: {a_term} then {b_term}");
     let (_, stdout, _) = ctl.output(&["leader", "office"]).await;
     assert_eq!(stdout.trim(), format!("beta (term {b_term})"));
+    let (code, stdout, stderr) = ctl.output(&["status", "--election", "office"]).await;
+    assert_eq!(code, 1, "{stdout} {stderr}");
+    assert!(
+        stdout.contains(&format!("by beta, token {b_term}")),
+        "{stdout}"
+    );
+    let (code, _, stderr) = ctl
+        .output(&["wait", "--election", "-w", "300ms", "office"])
+        .await;
+    assert_eq!(code, NOT_ACQUIRED, "{stderr}");
+    let (code, _, stderr) = ctl
+        .output(&["status", "--election", "-N", "2", "office"])
+        .await;
+    assert_eq!(code, USAGE, "{stderr}");
+    let (code, _, stderr) = ctl
+        .output(&[
+            "force-unlock",
+            "--election",
+            "--yes",
+            "--token",
+            "1",
+            "office",
+        ])
+        .await;
+    assert_eq!(code, USAGE, "{stderr}");
+    assert!(!ctl.file("b.signal").exists(), "{stderr}");
 
     // --again: after `b` ends, `c` leads run after run, each with a higher term.
     let c = ctl.spawn(&[
@@ -1212,8 +1244,15 @@ pub async fn one_leader_runs_at_a_time(url: &str) {
         "echo \"$LOCK_FENCING_TOKEN $LOCK_LEADER_VALUE\" >> \"$D/c.runs\"; \
          [ $(wc -l < \"$D/c.runs\") -ge 3 ] && touch \"$D/c.thrice\"; sleep 0.1",
     ]);
-    signal(&b, libc::SIGTERM);
-    assert_eq!(finish(b).await.0, 143);
+    let (code, stdout, stderr) = ctl
+        .output(&["force-unlock", "--election", "--yes", "office"])
+        .await;
+    assert_eq!((code, stdout.trim()), (0, "unlocked"), "{stderr}");
+    let (code, stderr) = finish(b).await;
+    assert_eq!(
+        code, LOST,
+        "the deposed leader's command is stopped: {stderr}"
+    );
     ctl.wait_for_file("c.thrice").await;
     signal(&c, libc::SIGTERM);
     let (code, stderr) = finish(c).await;
@@ -1238,5 +1277,7 @@ pub async fn one_leader_runs_at_a_time(url: &str) {
     );
     let (code, stdout, _) = ctl.output(&["leader", "office"]).await;
     assert_eq!((code, stdout.trim()), (1, "no leader"));
+    let (code, _, stderr) = ctl.output(&["wait", "--election", "office"]).await;
+    assert_eq!(code, 0, "{stderr}");
     println!("lockctl PASS one_leader_runs_at_a_time");
 }
