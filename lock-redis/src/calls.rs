@@ -436,7 +436,7 @@ pub(crate) fn held(k: &Keys, kind: LockKind, value: &str) -> Call {
 pub(crate) fn proclaim(k: &Keys, lease: &str, value: &str) -> Call {
     Call {
         script: scripts::PROCLAIM.get(k.sharded),
-        keys: vec![k.leader()],
+        keys: vec![k.leader(), k.leader_value()],
         args: vec![lease.to_owned(), value.to_owned()],
     }
 }

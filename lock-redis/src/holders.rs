@@ -116,7 +116,10 @@ pub(crate) fn lock_info(reply: &[Vec<u8>]) -> Result<LockInfo> {
         let kind = match entry[0].as_str() {
             // The value the leader before it proclaimed.
             "v" => {
-                let leader = holders.last_mut().ok_or_else(unexpected)?;
+                let leader = holders
+                    .last_mut()
+                    .filter(|holder| holder.kind == LockKind::Leader)
+                    .ok_or_else(unexpected)?;
                 leader.description = Some(entry[1].clone());
                 continue;
             }
@@ -205,6 +208,14 @@ mod tests {
         assert_eq!(leader.kind, LockKind::Leader);
         assert_eq!(leader.description.as_deref(), Some("new: {x}"));
         assert!(lock_info(&[b"0".to_vec(), b"v".to_vec(), b"x".to_vec(), b"-1".to_vec()]).is_err());
+        let after_fair: Vec<Vec<u8>> = ["0", "f", "c1:4:r:9", "-1", "v", "x", "-1"]
+            .iter()
+            .map(|s| s.as_bytes().to_vec())
+            .collect();
+        assert!(
+            lock_info(&after_fair).is_err(),
+            "a value after a fair holder"
+        );
         assert!(lock_info(&[b"-1".to_vec(), b"x".to_vec()]).is_err());
     }
 }

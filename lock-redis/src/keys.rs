@@ -121,6 +121,12 @@ impl Keys {
         self.aux("elect")
     }
 
+    /// The value an election's leader proclaimed (a hash: `lease`, the leader's lease
+    /// value it belongs to, and `value`), expiring with the leader's key.
+    pub(crate) fn leader_value(&self) -> String {
+        format!("{}:value", self.leader())
+    }
+
     /// An election's FIFO queue of candidate ids.
     pub(crate) fn election_queue(&self) -> String {
         self.aux("elect:queue")
@@ -337,7 +343,14 @@ mod tests {
             let keys = Keys::in_cluster(&key);
             assert!(seen.insert(keys.lock.clone()), "{name}: {}", keys.lock);
             let slot = crate::cluster::slot(&keys.lock);
-            for other in [keys.fence(), keys.exclusive_channel(), keys.rw_readers()] {
+            for other in [
+                keys.fence(),
+                keys.exclusive_channel(),
+                keys.rw_readers(),
+                keys.leader(),
+                keys.leader_value(),
+                keys.election_channel(),
+            ] {
                 assert_eq!(crate::cluster::slot(&other), slot, "{name}: {other}");
             }
         }

@@ -1,7 +1,7 @@
-//! Redis backend for [lock-core](lock_core): exclusive, fair and read-write locks on
-//! one Redis server, the primary Redis Sentinel names, or a Redis Cluster
-//! ([`RedisBackend`]), and RedLock over several independent masters
-//! ([`RedLockBackend`]).
+//! Redis backend for [lock-core](lock_core): exclusive, fair and read-write locks,
+//! semaphores and elections on one Redis server, the primary Redis Sentinel names, or a
+//! Redis Cluster ([`RedisBackend`]), and exclusive locks by RedLock over several
+//! independent masters ([`RedLockBackend`]).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -103,7 +103,9 @@
 //! holder's description does; a value the leader proclaims lives beside it, at
 //! `{namespace:name}:elect:value`, naming the lease it belongs to, renewed with the
 //! lease and deleted with it, so a later leader never reads as an earlier one's value.
-//! The term is the name's fencing token. RedLock holds no elections.
+//! The term is the name's fencing token. [Replica acknowledgement](RedisConfig::with_replica_acks)
+//! covers the grant, not a proclaim: a failover may bring back the value proclaimed
+//! before. RedLock holds no elections.
 //!
 //! # Read-write locks
 //!

@@ -659,12 +659,19 @@ async fn an_acquire_whose_reply_was_lost_is_granted_when_it_runs_again() {
         LockKind::Write,
         LockKind::Read,
         LockKind::Permit,
+        LockKind::Leader,
     ] {
         let name = format!("{kind:?}");
         let is_locked = || async {
             match kind {
                 LockKind::Exclusive => client.lock(&name).unwrap().is_locked().await,
                 LockKind::Fair => client.fair_lock(&name).unwrap().is_locked().await,
+                LockKind::Leader => client
+                    .election(&name)
+                    .unwrap()
+                    .leader()
+                    .await
+                    .map(|leader| leader.is_some()),
                 LockKind::Permit => client
                     .semaphore(&name, 1)
                     .unwrap()
@@ -682,7 +689,12 @@ async fn an_acquire_whose_reply_was_lost_is_granted_when_it_runs_again() {
                 LockKind::Write => client.rw_lock(&name).unwrap().try_write().await,
                 LockKind::Read => client.rw_lock(&name).unwrap().try_read().await,
                 LockKind::Permit => client.semaphore(&name, 1).unwrap().try_acquire().await,
-                LockKind::Leader => panic!("Redis has no elections"),
+                LockKind::Leader => client
+                    .election(&name)
+                    .unwrap()
+                    .try_campaign("v")
+                    .await
+                    .map(|leadership| leadership.map(|l| l.into_guard())),
             }
             .unwrap_or_else(|err| panic!("{kind:?}: {err}"))
         };
@@ -799,7 +811,7 @@ async fn stored(
                 .unwrap();
             return fields.into_iter().filter(|f| f != "#permits").collect();
         }
-        LockKind::Leader => panic!("Redis has no elections"),
+        LockKind::Leader => format!("{{{ns}:{name}}}:elect"),
     };
     let value: Option<String> = raw.get(key).await.unwrap();
     value.into_iter().collect()
@@ -827,6 +839,7 @@ async fn an_abandoned_request_never_takes_over_a_live_grant_of_its_owner() {
         LockKind::Write,
         LockKind::Read,
         LockKind::Permit,
+        LockKind::Leader,
     ];
     let mut live = Vec::new();
     for kind in kinds {

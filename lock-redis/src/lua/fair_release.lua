@@ -1,6 +1,7 @@
 -- Releases the fair lock (or an election's leadership) if it holds this acquisition's
 -- value, and wakes only the waiter first in line.
--- KEYS[1] holder (a leader's proclaimed value at `<holder>:value` goes with it), KEYS[2] queue, KEYS[3] (optional) this release's receipt
+-- KEYS[1] holder (an election leader's, `...:elect`, takes its proclaimed value at
+-- `<holder>:value` with it), KEYS[2] queue, KEYS[3] (optional) this release's receipt
 -- ARGV[1] channel, ARGV[2] how long (ms) the receipt outlives the lease,
 -- ARGV[3..] the values this acquisition may hold (one ending in `:` stands for every
 -- value it starts: the undo of one acquire call)
@@ -13,7 +14,12 @@ for i = 3, #ARGV do
       local left = math.max(redis.call('pttl', KEYS[1]), 0)
       redis.call('set', KEYS[3], value, 'PX', left + tonumber(ARGV[2]))
     end
-    redis.call('del', KEYS[1], KEYS[1] .. ':value')
+    redis.call('del', KEYS[1])
+    if string.sub(KEYS[1], -6) == ':elect' then
+      -- pcall: in a slot being migrated, a missing key is "elsewhere" (an ASK error),
+      -- which must not undo the release.
+      redis.pcall('del', KEYS[1] .. ':value')
+    end
     local head = redis.call('lindex', KEYS[2], 0)
     if head then
       redis.call('publish', ARGV[1], head)

@@ -60,7 +60,11 @@ elseif family == 'f' or family == 'l' then
   local value = string_value(holder)
   if held and chosen(value) then
     removed_one = true
-    redis.call('del', holder, holder .. ':value')
+    redis.call('del', holder)
+    if family == 'l' then
+      -- pcall: see fair_release.lua.
+      redis.pcall('del', holder .. ':value')
+    end
     local head = redis.call('lindex', queue, 0)
     if head then
       redis.call('publish', channel, head)

@@ -19,7 +19,9 @@ for i = 1, #KEYS do
     if redis.pcall('get', KEYS[i]) == value then
       redis.call('pexpire', KEYS[i], ttl)
       if kind == 'l' then
-        redis.call('pexpire', KEYS[i] .. ':value', ttl)
+        -- pcall: in a slot being migrated, a missing key is "elsewhere" (an ASK
+        -- error), which must not fail the batch.
+        redis.pcall('pexpire', KEYS[i] .. ':value', ttl)
       end
       renewed = 1
     end

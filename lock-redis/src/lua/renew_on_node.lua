@@ -30,7 +30,8 @@ for i = 1, (#ARGV - 1) / 3 do
     elseif held == value then
       redis.call('pexpire', key, ttl)
       if kind == 'l' then
-        redis.call('pexpire', key .. ':value', ttl)
+        -- pcall: see renew.lua.
+        redis.pcall('pexpire', key .. ':value', ttl)
       end
       renewed = 1
     end
