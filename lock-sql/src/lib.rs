@@ -48,6 +48,15 @@
 //! it), so every valid lock name fits any database's index, and all values are bind
 //! parameters.
 //!
+//! # Durability
+//!
+//! Grants, renewals and force-unlocks commit as the server is configured (synced to
+//! disk by default). On PostgreSQL an owner's release commits without waiting for the
+//! disk (`synchronous_commit` off for that transaction alone): a release lost in a
+//! server crash keeps the lock taken until its lease runs out, and the next grant's
+//! synced commit writes the release to the log before itself, so no grant can be lost
+//! that way and the fencing token still moves at every grant.
+//!
 //! # Time
 //!
 //! Every expiry is computed and compared by the database server's clock

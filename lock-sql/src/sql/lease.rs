@@ -103,28 +103,44 @@ impl LeaseStatements {
             "khash = ? AND kind = ? AND holder = ? AND owner = ? AND fence = ? AND expires_ms > {now}"
         );
         let force_where = format!("khash = ? AND kind >= ? AND kind <= ? AND expires_ms > {now}");
-        let with_notify = |cond: &str| {
+        // `commit`: what the deletion's commit waits for. An owner giving its own lease
+        // back need not wait for the disk: a release lost in a crash only keeps the lock
+        // taken until its lease runs out, and any later grant's synced commit writes the
+        // release before it (the log is flushed in order).
+        let with_notify = |cond: &str, commit: Commit| {
+            let asynchronously = match commit {
+                Commit::Synced => "",
+                Commit::Asynchronous => {
+                    ", set_config('synchronous_commit', 'off', true) IS NULL AS unsynced"
+                }
+            };
             match dialect {
-            // pg_notify is delivered at commit, so a woken waiter sees the row gone.
-            Dialect::Postgres => format!(
-                "WITH d AS (DELETE FROM {leases} WHERE {cond} RETURNING khash) \
-                 SELECT COUNT(*) AS n FROM d, LATERAL (SELECT pg_notify(?, d.khash) IS NULL AS sent) AS x"
-            ),
-            _ => format!("DELETE FROM {leases} WHERE {cond}"),
-        }
+                // pg_notify is delivered at commit, so a woken waiter sees the row gone.
+                // Both functions run once per deleted row, so only a commit that frees a
+                // lease is made asynchronous.
+                Dialect::Postgres => format!(
+                    "WITH d AS (DELETE FROM {leases} WHERE {cond} RETURNING khash) \
+                     SELECT COUNT(*) AS n FROM d, LATERAL (SELECT pg_notify(?, d.khash) IS NULL AS sent{asynchronously}) AS x"
+                ),
+                _ => format!("DELETE FROM {leases} WHERE {cond}"),
+            }
         };
-        let release = st(with_notify(&release_where));
-        let undo_grant = st(with_notify(&format!(
-            "khash = ? AND kind = ? AND holder = ? AND owner = ? AND expires_ms > {now}"
-        )));
-        let force_unlock = st(with_notify(&force_where));
+        let release = st(with_notify(&release_where, Commit::Asynchronous));
+        let undo_grant = st(with_notify(
+            &format!("khash = ? AND kind = ? AND holder = ? AND owner = ? AND expires_ms > {now}"),
+            Commit::Asynchronous,
+        ));
+        let force_unlock = st(with_notify(&force_where, Commit::Synced));
         let proclaim = st(format!(
             "UPDATE {leases} SET description = ? WHERE {release_where}"
         ));
         let lease_live = st(format!(
             "SELECT COUNT(*) FROM {leases} WHERE {release_where}"
         ));
-        let force_unlock_holder = st(with_notify(&format!("{force_where} AND fence = ?")));
+        let force_unlock_holder = st(with_notify(
+            &format!("{force_where} AND fence = ?"),
+            Commit::Synced,
+        ));
         let count_live = st(format!("SELECT COUNT(*) FROM {leases} WHERE {force_where}"));
         let inspect_leases = st(format!(
             "SELECT kind, owner, fence, description, acquired_ms, expires_ms FROM {leases} \
@@ -193,4 +209,12 @@ impl Statements {
 
 fn lease_matches(n: usize) -> String {
     vec!["(khash = ? AND kind = ? AND holder = ? AND owner = ? AND fence = ?)"; n].join(" OR ")
+}
+
+/// Whether a deletion's commit waits for the disk (PostgreSQL; elsewhere every commit
+/// is as the server is configured).
+#[derive(Clone, Copy)]
+enum Commit {
+    Synced,
+    Asynchronous,
 }
