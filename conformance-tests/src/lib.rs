@@ -32,6 +32,7 @@ mod cases;
 mod check;
 pub mod checker;
 pub mod cluster;
+pub mod curator;
 pub mod holder;
 pub mod log_capture;
 pub mod memory;

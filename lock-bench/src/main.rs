@@ -66,8 +66,9 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     held: usize,
     /// Also bench our semaphore with this many permits at each server that has
-    /// semaphores, and a peer's where one runs there (kazoo's `Semaphore`): the
-    /// permit cycle, and `--permit-workers` clients contending.
+    /// semaphores, and the peers' where they run there (kazoo's `Semaphore` and
+    /// Curator's `InterProcessSemaphoreV2` on ZooKeeper): the permit cycle, and
+    /// `--permit-workers` clients contending.
     #[arg(long, default_value_t = 0)]
     permits: u32,
     /// Workers in the semaphore's contended run.

@@ -1,7 +1,8 @@
 //! Semaphores (`--permits N`): the uncontended permit cycle, and a contended run of
 //! workers, each a client of its own, that take a permit in turn while counting how
-//! many hold at once (never more than N may). Ours, and a peer's where one runs on
-//! that server (kazoo's `Semaphore` on ZooKeeper).
+//! many hold at once (never more than N may). Ours, and the peers' where they run on
+//! that server (kazoo's `Semaphore` and Curator's `InterProcessSemaphoreV2` on
+//! ZooKeeper).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -1011,19 +1011,6 @@ async fn kazoo_locks_and_ours_exclude_each_other(zk: Arc<Zk>) {
     );
 }
 
-/// The jars a Curator `LeaderLatch` runs with (Debian's libcurator-recipes-java and
-/// what it depends on).
-const CURATOR_JARS: &[&str] = &[
-    "curator-recipes",
-    "curator-framework",
-    "curator-client",
-    "zookeeper",
-    "zookeeper-jute",
-    "guava",
-    "slf4j-api",
-    "slf4j-nop",
-];
-
 /// A real Curator `LeaderLatch` (`CuratorLatch.java` beside this file) on `path`
 /// with participant id `id`, driven a line at a time through its stdin.
 struct CuratorLatch {
@@ -1034,23 +1021,24 @@ struct CuratorLatch {
 
 impl CuratorLatch {
     fn start(zk: &Zk, path: &str, id: &str) -> Self {
-        let classpath: Vec<String> = CURATOR_JARS
-            .iter()
-            .map(|jar| format!("/usr/share/java/{jar}.jar"))
-            .collect();
         let source = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/zookeeper/CuratorLatch.java"
         );
         let mut child = tokio::process::Command::new("java")
-            .args(["-cp", &classpath.join(":"), source])
+            .args(["-cp", &conformance_tests::curator::classpath(), source])
             .args([zk.url.trim_start_matches("zk://"), path, id])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::inherit())
             .kill_on_drop(true)
             .spawn()
-            .expect("run java (apt-get install openjdk-17-jdk-headless libcurator-recipes-java)");
+            .unwrap_or_else(|e| {
+                panic!(
+                    "run java: {e} ({})",
+                    conformance_tests::curator::INSTALL_HINT
+                )
+            });
         let stdin = child.stdin.take().unwrap();
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
         CuratorLatch {

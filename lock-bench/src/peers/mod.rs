@@ -7,14 +7,14 @@ use crate::contender::Contender;
 mod etcd_raw;
 #[cfg(feature = "etcd")]
 mod etcd_v3lock;
-#[cfg(feature = "zookeeper")]
-mod kazoo;
 #[cfg(feature = "sql")]
 mod mariadb_get_lock;
 #[cfg(feature = "sql")]
 mod naive_table;
 #[cfg(feature = "sql")]
 mod pg_advisory;
+#[cfg(feature = "zookeeper")]
+mod piped;
 #[cfg(feature = "redis")]
 mod redis_raw;
 #[cfg(feature = "redis")]
@@ -44,7 +44,8 @@ pub fn for_url(url: &str) -> Vec<Box<dyn Contender>> {
         #[cfg(feature = "zookeeper")]
         "zk" => vec![
             Box::new(zk_raw::RawZk::new(url)),
-            Box::new(kazoo::Kazoo::new(url)),
+            Box::new(piped::Piped::kazoo(url, None)),
+            Box::new(piped::Piped::curator(url, None)),
         ],
         #[cfg(feature = "sql")]
         "postgres" | "postgresql" => vec![
@@ -67,7 +68,10 @@ pub fn semaphores(url: &str, permits: u32) -> Vec<Box<dyn Contender>> {
     let scheme = url.split("://").next().unwrap_or_default();
     match scheme {
         #[cfg(feature = "zookeeper")]
-        "zk" => vec![Box::new(kazoo::Kazoo::semaphore(url, permits))],
+        "zk" => vec![
+            Box::new(piped::Piped::kazoo(url, Some(permits))),
+            Box::new(piped::Piped::curator(url, Some(permits))),
+        ],
         _ => {
             let _ = permits;
             Vec::new()
