@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::allocated;
 use crate::contender::BenchError;
-use crate::counting_proxy::CountingProxy;
+use crate::counting_proxy::{in_front_of, CountingProxy};
 
 /// The watchdog lease of the holding client: it renews every third of it.
 const LEASE: Duration = Duration::from_secs(3);
@@ -35,15 +35,7 @@ pub struct Held {
 
 /// Holds `locks` locks of one client at `url`, counts, and gives them back.
 pub async fn measure(url: &str, locks: usize) -> Result<Held, BenchError> {
-    let server = local_server(url)?;
-    let proxy = match &server {
-        Some(server) => Some(CountingProxy::to(server.address.clone()).await?),
-        None => None,
-    };
-    let client_url = match (&server, &proxy) {
-        (Some(server), Some(proxy)) => server.url_through(proxy.port),
-        _ => url.to_owned(),
-    };
+    let (proxy, client_url) = in_front_of(url).await?;
     let options = ConnectOptions::default()
         .namespace(format!("bench-held-{}", std::process::id()))
         .watchdog_lease(LEASE);
@@ -103,83 +95,4 @@ async fn hold(
         tick,
         per_tick,
     })
-}
-
-/// The one server on this machine that a URL names, which the bench can put a proxy
-/// in front of.
-#[derive(Debug, PartialEq, Eq)]
-struct LocalServer {
-    /// `host:port`, to connect the proxy to.
-    address: String,
-    /// The URL up to the port, and after it.
-    before_port: String,
-    after_port: String,
-}
-
-impl LocalServer {
-    /// The URL with the proxy's port in place of the server's.
-    fn url_through(&self, port: u16) -> String {
-        format!("{}{port}{}", self.before_port, self.after_port)
-    }
-}
-
-/// The server `url` names, if it has one (none for `memory://` and SQLite); an error
-/// for a server the bench cannot count all the traffic of: on another machine, or one
-/// of several (Sentinel, Cluster, RedLock, several endpoints).
-fn local_server(url: &str) -> Result<Option<LocalServer>, BenchError> {
-    let (scheme, rest) = url.split_once("://").ok_or("a URL with a scheme")?;
-    if scheme == "memory" || scheme.starts_with("sqlite") {
-        return Ok(None);
-    }
-    let refuse = |why: &str| -> BenchError {
-        format!("--held counts the traffic of {url:?} only {why}").into()
-    };
-    if scheme.contains("sentinel") || scheme.contains("cluster") || scheme.contains("redlock") {
-        return Err(refuse("for a single server, not a set of them"));
-    }
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let authority = &rest[..end];
-    let host_start = authority.rfind('@').map_or(0, |at| at + 1);
-    let host_port = &authority[host_start..];
-    if host_port.contains(',') {
-        return Err(refuse("for a single server, not a set of them"));
-    }
-    let (host, port) = host_port
-        .rsplit_once(':')
-        .ok_or_else(|| refuse("with the port in the URL"))?;
-    if !matches!(host, "127.0.0.1" | "localhost") || port.parse::<u16>().is_err() {
-        return Err(refuse(
-            "for a server on this machine (127.0.0.1 or localhost)",
-        ));
-    }
-    let port_at = scheme.len() + 3 + host_start + host.len() + 1;
-    Ok(Some(LocalServer {
-        address: host_port.to_owned(),
-        before_port: url[..port_at].to_owned(),
-        after_port: url[port_at + port.len()..].to_owned(),
-    }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::local_server;
-
-    #[test]
-    fn puts_the_proxy_port_in_place_of_the_servers_only() {
-        let server = local_server("postgres://u:127.0.0.1:9@127.0.0.1:5432/db?x=localhost:1")
-            .unwrap()
-            .unwrap();
-        assert_eq!(server.address, "127.0.0.1:5432");
-        assert_eq!(
-            server.url_through(7),
-            "postgres://u:127.0.0.1:9@127.0.0.1:7/db?x=localhost:1"
-        );
-        let server = local_server("redis://localhost:6379").unwrap().unwrap();
-        assert_eq!(server.url_through(7), "redis://localhost:7");
-        assert!(local_server("sqlite:///tmp/x.db").unwrap().is_none());
-        assert!(local_server("memory://").unwrap().is_none());
-        assert!(local_server("redis://mylocalhost:6379").is_err());
-        assert!(local_server("redis+sentinel://127.0.0.1:26379/m").is_err());
-        assert!(local_server("etcd://127.0.0.1:2379,127.0.0.1:2380").is_err());
-    }
 }

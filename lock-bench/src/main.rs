@@ -10,6 +10,7 @@
 mod allocated;
 mod contender;
 mod counting_proxy;
+mod crowd;
 mod held;
 mod measured;
 mod ours;
@@ -65,6 +66,10 @@ struct Args {
     /// client's heap per held lock and its watchdog's traffic per renewal tick.
     #[arg(long, default_value_t = 0)]
     held: usize,
+    /// Also pass one lock through this many waiting handles of one client at each
+    /// server: each handoff's time and the waiting client's traffic per handoff.
+    #[arg(long, default_value_t = 0)]
+    crowd: usize,
     /// Also bench our semaphore with this many permits at each server that has
     /// semaphores, and the peers' where they run there (kazoo's `Semaphore` and
     /// Curator's `InterProcessSemaphoreV2` on ZooKeeper): the permit cycle, and
@@ -163,6 +168,7 @@ async fn bench(args: &Args, url: &str) -> Result<Target, BenchError> {
         measured: Vec::new(),
         failed: Vec::new(),
         held: None,
+        crowd: None,
         permits: Vec::new(),
     };
     contenders.retain(|contender| args.selects(&contender.name()));
@@ -207,6 +213,19 @@ async fn bench(args: &Args, url: &str) -> Result<Target, BenchError> {
             Err(_) => target
                 .failed
                 .push(("held locks".into(), format!("over {RUN_LIMIT:?}"))),
+        }
+    }
+    if args.crowd > 0 {
+        eprintln!(
+            "lock-bench: {} / a crowd of {} waiters",
+            target.backend, args.crowd
+        );
+        match tokio::time::timeout(RUN_LIMIT, crowd::measure(url, args.crowd)).await {
+            Ok(Ok(crowd)) => target.crowd = Some(crowd),
+            Ok(Err(err)) => target.failed.push(("crowd".into(), err.to_string())),
+            Err(_) => target
+                .failed
+                .push(("crowd".into(), format!("over {RUN_LIMIT:?}"))),
         }
     }
     if args.permits > 0 {

@@ -84,6 +84,8 @@ pub struct Target {
     pub failed: Vec<(String, String)>,
     /// One client of ours holding many locks (`--held`), if measured.
     pub held: Option<crate::held::Held>,
+    /// One lock passed through a crowd of waiters (`--crowd`), if measured.
+    pub crowd: Option<crate::crowd::Crowd>,
     /// Our semaphore (`--permits`), if measured.
     pub permits: Vec<crate::permits::Permits>,
 }

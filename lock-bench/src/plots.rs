@@ -198,6 +198,7 @@ mod tests {
             measured: vec![measured("ours", 10), measured("rslock", 20)],
             failed: vec![],
             held: None,
+            crowd: None,
             permits: Vec::new(),
         }];
         let dir = tempfile::tempdir().unwrap();

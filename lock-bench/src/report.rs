@@ -35,6 +35,7 @@ pub fn markdown(targets: &[Target], settings: &str) -> String {
         let _ = writeln!(out);
     }
     held_table(&mut out, targets);
+    crowd_table(&mut out, targets);
     permits_table(&mut out, targets);
     out
 }
@@ -110,6 +111,40 @@ fn held_table(out: &mut String, targets: &[Target]) {
             out,
             "| {backend} | {} | {:.1?} | {:.0} B | {:.1?} | {sent} | {received} | {per_lock} |",
             h.locks, h.acquired_in, h.heap_per_lock, h.tick
+        );
+    }
+    let _ = writeln!(out);
+}
+
+/// One lock passed through a crowd of waiters, per backend (`--crowd`).
+fn crowd_table(out: &mut String, targets: &[Target]) {
+    let rows: Vec<(&str, &crate::crowd::Crowd)> = targets
+        .iter()
+        .filter_map(|t| t.crowd.as_ref().map(|c| (t.backend.as_str(), c)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "### One lock through a crowd of waiters\n");
+    let _ = writeln!(
+        out,
+        "| backend | waiters | drained in | handoff p50 µs | handoff p99 µs | handoff max µs \
+         | sent per handoff | received per handoff |"
+    );
+    let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|--:|");
+    for (backend, c) in rows {
+        let (sent, received) = match c.per_handoff {
+            Some((sent, received)) => (format!("{sent:.0} B"), format!("{received:.0} B")),
+            None => ("—".into(), "—".into()),
+        };
+        let _ = writeln!(
+            out,
+            "| {backend} | {} | {:.1?} | {} | {} | {} | {sent} | {received} |",
+            c.waiters,
+            c.drained_in,
+            c.handoffs.percentile(50.0).as_micros(),
+            c.handoffs.percentile(99.0).as_micros(),
+            c.handoffs.max().as_micros(),
         );
     }
     let _ = writeln!(out);
@@ -213,6 +248,7 @@ mod tests {
             ],
             failed: vec![("broken".into(), "no | server".into())],
             held: None,
+            crowd: None,
             permits: Vec::new(),
         };
         let report = markdown(&[target], "settings");
@@ -240,6 +276,7 @@ mod tests {
             measured: vec![m],
             failed: vec![],
             held: None,
+            crowd: None,
             permits: Vec::new(),
         };
         assert!(markdown(&[target], "").contains("**9 of 10, 1 overlaps**"));
@@ -257,6 +294,7 @@ mod tests {
             measured: vec![ours, floor],
             failed: vec![],
             held: None,
+            crowd: None,
             permits: Vec::new(),
         };
         let report = markdown(&[target], "");

@@ -52,10 +52,11 @@
 //!
 //! Grants, renewals and force-unlocks commit as the server is configured (synced to
 //! disk by default). On PostgreSQL an owner's release commits without waiting for the
-//! disk (`synchronous_commit` off for that transaction alone): a release lost in a
-//! server crash keeps the lock taken until its lease runs out, and the next grant's
-//! synced commit writes the release to the log before itself, so no grant can be lost
-//! that way and the fencing token still moves at every grant.
+//! disk (`synchronous_commit` off for that transaction alone, whatever the server or
+//! role sets): a release lost in a server crash, or not yet on a standby that takes
+//! over, keeps the lock taken until its lease runs out, and the next grant's synced
+//! commit writes the release to the log before itself, so no grant can be lost that
+//! way and the fencing token still moves at every grant.
 //!
 //! # Time
 //!

@@ -139,8 +139,9 @@ pub(crate) enum Command {
         #[arg(short, long)]
         yes: bool,
         /// Break only the holder with this fencing token (`status` prints it): a holder
-        /// that has replaced it meanwhile is left alone.
-        #[arg(short, long, value_name = "N")]
+        /// that has replaced it meanwhile is left alone. Not for an election, whose
+        /// leader is removed whole.
+        #[arg(short, long, value_name = "N", conflicts_with = "election")]
         token: Option<u64>,
     },
 }

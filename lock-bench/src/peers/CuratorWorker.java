@@ -6,8 +6,8 @@
 //   acquire        blocks until the mutex (or a lease of the semaphore) is held
 //   release        releases it
 //   cycles N       N uncontended acquire + release cycles, timed here (microseconds)
-// Before it answers "ok ready" it runs a few hundred untimed cycles, so the JIT has
-// compiled the lock's path, as in a long-running service.
+// Before it answers "ok ready" it runs a few hundred untimed cycles, so the first
+// timed ones do not pay for class loading and the first compilations.
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import org.apache.curator.framework.CuratorFramework;
@@ -26,7 +26,9 @@ public class CuratorWorker {
     }
 
     public static void main(String[] args) throws Exception {
-        CuratorFramework client = CuratorFrameworkFactory.newClient(args[0], new RetryOneTime(100));
+        // A 10 s session: a worker killed while holding frees the lock within that.
+        CuratorFramework client =
+            CuratorFrameworkFactory.newClient(args[0], 10_000, 5_000, new RetryOneTime(100));
         client.start();
         client.blockUntilConnected();
         Lock lock;
@@ -36,7 +38,11 @@ public class CuratorWorker {
             lock = new Lock() {
                 private Lease lease;
                 public void acquire() throws Exception { lease = semaphore.acquire(); }
-                public void release() throws Exception { semaphore.returnLease(lease); lease = null; }
+                public void release() throws Exception {
+                    // close(), not returnLease(): a failed release is reported, not swallowed.
+                    lease.close();
+                    lease = null;
+                }
             };
         } else {
             InterProcessMutex mutex = new InterProcessMutex(client, args[1]);

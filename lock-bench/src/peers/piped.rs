@@ -68,6 +68,8 @@ impl Piped {
             },
             program: "java",
             args: vec![
+                // Nothing but the protocol on stdout.
+                "-XX:+DisplayVMOutputToStderr".to_owned(),
                 "-cp".to_owned(),
                 conformance_tests::curator::classpath(),
                 CURATOR_SOURCE.to_owned(),
