@@ -207,26 +207,20 @@ async fn bench(args: &Args, url: &str) -> Result<Target, BenchError> {
             "lock-bench: {} / one client holding {}",
             target.backend, args.held
         );
-        match tokio::time::timeout(RUN_LIMIT, held::measure(url, args.held)).await {
-            Ok(Ok(held)) => target.held = Some(held),
-            Ok(Err(err)) => target.failed.push(("held locks".into(), err.to_string())),
-            Err(_) => target
-                .failed
-                .push(("held locks".into(), format!("over {RUN_LIMIT:?}"))),
-        }
+        target.held = within_limit(
+            "held locks",
+            &mut target.failed,
+            held::measure(url, args.held),
+        )
+        .await;
     }
     if args.crowd > 0 {
         eprintln!(
             "lock-bench: {} / a crowd of {} waiters",
             target.backend, args.crowd
         );
-        match tokio::time::timeout(RUN_LIMIT, crowd::measure(url, args.crowd)).await {
-            Ok(Ok(crowd)) => target.crowd = Some(crowd),
-            Ok(Err(err)) => target.failed.push(("crowd".into(), err.to_string())),
-            Err(_) => target
-                .failed
-                .push(("crowd".into(), format!("over {RUN_LIMIT:?}"))),
-        }
+        target.crowd =
+            within_limit("crowd", &mut target.failed, crowd::measure(url, args.crowd)).await;
     }
     if args.permits > 0 {
         eprintln!(
@@ -246,14 +240,28 @@ async fn bench(args: &Args, url: &str) -> Result<Target, BenchError> {
                 args.cycles,
             );
             let what = format!("{} semaphore", semaphore.name());
-            match tokio::time::timeout(RUN_LIMIT, run).await {
-                Ok(Ok(measured)) => target.permits.push(measured),
-                Ok(Err(err)) => target.failed.push((what, err.to_string())),
-                Err(_) => target.failed.push((what, format!("over {RUN_LIMIT:?}"))),
+            if let Some(measured) = within_limit(&what, &mut target.failed, run).await {
+                target.permits.push(measured);
             }
         }
     }
     Ok(target)
+}
+
+/// Runs one of the extra measurements within [`RUN_LIMIT`]; a failure is noted in
+/// `failed` under `what`.
+async fn within_limit<T>(
+    what: &str,
+    failed: &mut Vec<(String, String)>,
+    run: impl std::future::Future<Output = Result<T, BenchError>>,
+) -> Option<T> {
+    let why = match tokio::time::timeout(RUN_LIMIT, run).await {
+        Ok(Ok(measured)) => return Some(measured),
+        Ok(Err(err)) => err.to_string(),
+        Err(_) => format!("over {RUN_LIMIT:?}"),
+    };
+    failed.push((what.to_owned(), why));
+    None
 }
 
 async fn measure(args: &Args, contender: &dyn Contender) -> Result<Measured, BenchError> {
