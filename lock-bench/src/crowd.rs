@@ -1,8 +1,9 @@
 //! A crowd on one lock (`--crowd N`): N handles of one client wait for a lock another
 //! client holds; then the lock passes from waiter to waiter until every one has had it.
 //! Each handoff is timed from the release call to the next grant, and the waiting
-//! client's traffic (through a [`CountingProxy`]) is divided over the handoffs: what a
-//! handoff costs while many wait.
+//! client's traffic (through a
+//! [`CountingProxy`](crate::counting_proxy::CountingProxy)) is divided over the
+//! handoffs: what a handoff costs while many wait.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
