@@ -51,10 +51,11 @@ pub async fn measure(url: &str, waiters: usize) -> Result<Crowd, BenchError> {
         let (released, handoffs) = (released.clone(), handoffs.clone());
         tasks.push(tokio::spawn(async move {
             let guard = lock.acquire().await?;
-            let now = Instant::now();
-            let since = now - *released.lock().unwrap();
-            handoffs.lock().unwrap().push(since);
-            *released.lock().unwrap() = Instant::now();
+            {
+                let mut last = released.lock().unwrap();
+                handoffs.lock().unwrap().push(last.elapsed());
+                *last = Instant::now();
+            }
             guard.release().await
         }));
     }
@@ -86,10 +87,7 @@ pub async fn measure(url: &str, waiters: usize) -> Result<Crowd, BenchError> {
     if let Some(err) = failed {
         return Err(err.into());
     }
-    let handoffs = Arc::try_unwrap(handoffs)
-        .map_err(|_| "a waiter still runs")?
-        .into_inner()
-        .unwrap();
+    let handoffs = std::mem::take(&mut *handoffs.lock().unwrap());
     Ok(Crowd {
         waiters,
         drained_in,

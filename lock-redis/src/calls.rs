@@ -78,36 +78,23 @@ impl Request {
                 Call {
                     script: scripts::FAIR_ACQUIRE.get(k.sharded),
                     keys: vec![line.holder, line.queue, line.timeouts, k.fence()],
-                    args: vec![
-                        self.owner.clone(),
-                        ttl,
-                        self.waiter.clone(),
-                        millis(self.waiter_lease),
-                        wait,
-                        line.channel,
-                        request,
-                    ],
+                    args: self.queued_args(ttl, wait, line.channel, request),
                 }
             }
-            LockKind::Permit => Call {
-                script: scripts::SEMAPHORE_ACQUIRE.get(k.sharded),
-                keys: vec![
-                    k.semaphore_holders(),
-                    k.semaphore_queue(),
-                    k.semaphore_timeouts(),
-                    k.fence(),
-                ],
-                args: vec![
-                    self.owner.clone(),
-                    ttl,
-                    self.waiter.clone(),
-                    millis(self.waiter_lease),
-                    wait,
-                    k.semaphore_channel(),
-                    request,
-                    self.permits.to_string(),
-                ],
-            },
+            LockKind::Permit => {
+                let mut args = self.queued_args(ttl, wait, k.semaphore_channel(), request);
+                args.push(self.permits.to_string());
+                Call {
+                    script: scripts::SEMAPHORE_ACQUIRE.get(k.sharded),
+                    keys: vec![
+                        k.semaphore_holders(),
+                        k.semaphore_queue(),
+                        k.semaphore_timeouts(),
+                        k.fence(),
+                    ],
+                    args,
+                }
+            }
             LockKind::Read | LockKind::Write => Call {
                 script: scripts::RW_ACQUIRE.get(k.sharded),
                 keys: vec![
@@ -127,6 +114,26 @@ impl Request {
                 ],
             },
         }
+    }
+
+    /// The arguments the queued acquire scripts (fair lock, election, semaphore) begin
+    /// with, in their order.
+    fn queued_args(
+        &self,
+        ttl: String,
+        wait: String,
+        channel: String,
+        request: String,
+    ) -> Vec<String> {
+        vec![
+            self.owner.clone(),
+            ttl,
+            self.waiter.clone(),
+            millis(self.waiter_lease),
+            wait,
+            channel,
+            request,
+        ]
     }
 
     /// The call that removes this request's queue place or waiting-writer entry.

@@ -85,31 +85,22 @@ impl RunLock {
         }
     }
 
-    /// Campaigns with `value` in an election; acquires as [`RunLock::acquire`] does
-    /// otherwise.
-    ///
-    /// # Cancel safety
-    /// As the campaign's: nothing is left behind.
-    pub(crate) async fn campaign(&self, value: &str, options: AcquireOptions) -> Result<LockGuard> {
-        match self {
-            RunLock::Election(election) => {
-                let leadership = election.campaign_with(value, options).await?;
-                Ok(leadership.into_guard())
-            }
-            other => other.acquire(false, options).await,
-        }
-    }
-
     /// Whether runs can share it (`--shared`).
     pub(crate) fn can_share(&self) -> bool {
         matches!(self, RunLock::ReadWrite(_))
     }
 
-    /// Acquires the shared (read) side if `shared`, else the exclusive one.
+    /// Acquires the shared (read) side if `shared`, else the exclusive one; in an
+    /// election, campaigns with `value` (by default, host and pid).
     ///
     /// # Cancel safety
-    /// As the lock's own acquire: nothing is left behind.
-    pub(crate) async fn acquire(&self, shared: bool, options: AcquireOptions) -> Result<LockGuard> {
+    /// As the lock's own acquire or campaign: nothing is left behind.
+    pub(crate) async fn acquire(
+        &self,
+        shared: bool,
+        value: Option<&str>,
+        options: AcquireOptions,
+    ) -> Result<LockGuard> {
         match self {
             RunLock::ReadWrite(lock) if shared => lock.read_with(options).await,
             RunLock::ReadWrite(lock) => lock.write_with(options).await,
@@ -117,7 +108,8 @@ impl RunLock {
             RunLock::Exclusive(lock) => lock.acquire_with(options).await,
             RunLock::Semaphore(semaphore) => semaphore.acquire_with(options).await,
             RunLock::Election(election) => {
-                let value = distributed_locks::default_holder_description();
+                let value =
+                    value.map_or_else(distributed_locks::default_holder_description, str::to_owned);
                 let leadership = election.campaign_with(&value, options).await?;
                 Ok(leadership.into_guard())
             }

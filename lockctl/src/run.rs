@@ -252,10 +252,10 @@ async fn acquire(taking: &Taking, args: &JobArgs) -> Result<LockGuard, Error> {
     if let Some(lease) = args.lease {
         main = main.lease(lease);
     }
-    let guard = match &taking.value {
-        Some(value) => taking.lock.campaign(value, main).await,
-        None => taking.lock.acquire(taking.shared, main).await,
-    };
+    let guard = taking
+        .lock
+        .acquire(taking.shared, taking.value.as_deref(), main)
+        .await;
     // Released in the background (lock-core sees it through; shutdown waits for it).
     drop(ticket);
     guard
