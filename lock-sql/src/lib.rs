@@ -91,6 +91,7 @@ mod tls;
 mod url;
 mod url_settings;
 mod wait;
+mod wait_line;
 
 pub use backend::{SqlBackend, SqlLease};
 pub use config::{

@@ -1,19 +1,20 @@
 //! PostgreSQL `LISTEN`: one connection per backend receives the release
-//! notifications and fans them out to the waiters of this process.
+//! notifications and wakes the next waiters of this process.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::Result;
-use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use crate::error::{convert, timed_out};
+use crate::wait_line::WaitLines;
 
 /// The listening task; stopped when dropped.
 #[derive(Debug)]
 pub(crate) struct Listener {
-    tx: broadcast::Sender<Arc<str>>,
+    /// The waiters, by the hash of the key each waits for.
+    lines: Arc<WaitLines>,
     task: JoinHandle<()>,
 }
 
@@ -37,29 +38,27 @@ impl Listener {
                 )
             })?
             .map_err(|e| convert("postgres", e))?;
-        let (tx, _) = broadcast::channel(1024);
-        let sender = tx.clone();
+        let lines = Arc::new(WaitLines::default());
+        let waiters = lines.clone();
         let task = tokio::spawn(async move {
             loop {
                 match listener.try_recv().await {
-                    Ok(Some(n)) => {
-                        let _ = sender.send(n.payload().into());
-                    }
+                    Ok(Some(n)) => waiters.announce(n.payload()),
                     Ok(None) => {
                         // The connection dropped and will be re-established by the next
                         // call; notifications in between are lost, so wake everyone.
                         tracing::debug!("LISTEN connection lost; reconnecting");
-                        let _ = sender.send("".into());
+                        waiters.wake_all();
                     }
                     Err(e) => {
                         tracing::debug!(error = %e, "LISTEN connection failed; retrying");
-                        let _ = sender.send("".into());
+                        waiters.wake_all();
                         tokio::time::sleep(Duration::from_millis(250)).await;
                     }
                 }
             }
         });
-        Ok(Listener { tx, task })
+        Ok(Listener { lines, task })
     }
 
     /// Without the `postgres` feature no PostgreSQL URL gets this far (see
@@ -72,9 +71,9 @@ impl Listener {
         ))
     }
 
-    /// A receiver of release announcements from now on.
-    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
-        self.tx.subscribe()
+    /// The waiters this listener wakes, by key hash.
+    pub(crate) fn lines(&self) -> &Arc<WaitLines> {
+        &self.lines
     }
 }
 

@@ -1,12 +1,7 @@
-//! How waiters wait between attempts: notifications on PostgreSQL, polling with
-//! exponential backoff and jitter elsewhere (woken early by releases in this process); never past the holder's expiry or the
-//! caller's deadline.
+//! How often waiters poll between attempts where nothing wakes them: exponential
+//! backoff with jitter.
 
-use std::sync::Arc;
 use std::time::Duration;
-
-use tokio::sync::broadcast;
-use tokio::time::Instant;
 
 /// Exponential backoff with jitter: each pause is a random 50-100 % of the current
 /// step, and the step doubles up to the maximum. The jitter keeps many pollers from
@@ -26,29 +21,6 @@ impl Backoff {
         let pause = self.step.mul_f64(rand::random_range(0.5..=1.0));
         self.step = (self.step * 2).min(self.max);
         pause
-    }
-}
-
-/// Sleeps until `until`, or until a release of `key` is announced on `wake` (an
-/// empty announcement means "anything may have changed": the listener reconnected).
-pub(crate) async fn until_released(
-    wake: &mut broadcast::Receiver<Arc<str>>,
-    key: &str,
-    until: Instant,
-) {
-    loop {
-        tokio::select! {
-            msg = wake.recv() => match msg {
-                Ok(k) if &*k == key || k.is_empty() => return,
-                Ok(_) => continue,
-                Err(broadcast::error::RecvError::Lagged(_)) => return,
-                Err(broadcast::error::RecvError::Closed) => {
-                    tokio::time::sleep_until(until).await;
-                    return;
-                }
-            },
-            () = tokio::time::sleep_until(until) => return,
-        }
     }
 }
 

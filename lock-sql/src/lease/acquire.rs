@@ -20,7 +20,7 @@ use crate::key::{holder_of, kind_code, KeyId};
 use crate::listen::Listener;
 use crate::local_wake;
 use crate::sql::{Arg, FastGrant};
-use crate::wait::{until_released, Backoff};
+use crate::wait::Backoff;
 use crate::SqlLease;
 
 use super::transaction::prepare;
@@ -68,14 +68,13 @@ pub(crate) async fn acquire(
         id: None,
     };
     let mut backoff = Backoff::new(timing.poll_min, timing.poll_max);
-    let wake_topic: Arc<str> = match listener {
-        Some(_) => key.hash.as_str().into(),
-        None => local_wake::topic(&db.scope, &key.hash),
+    // In line before the first look, so a release right after a look is not missed:
+    // woken by PostgreSQL's notifications, else by this process's own announcements.
+    let place = match listener {
+        Some(listener) => listener.lines().join(key.hash.as_str().into(), req.kind),
+        None => local_wake::lines().join(local_wake::topic(&db.scope, &key.hash), req.kind),
     };
     loop {
-        // Subscribe before looking, so a release right after the look is not missed:
-        // PostgreSQL's notifications, else this process's own announcements.
-        let mut wake = listener.map_or_else(local_wake::subscribe, Listener::subscribe);
         let enqueue = waits && queued_kind;
         // The lease's expiry is set by the database during this attempt.
         let attempt_sent = Instant::now();
@@ -87,6 +86,7 @@ pub(crate) async fn acquire(
             .flatten()
             .map(|at| at.max(Instant::now() + ATTEMPT_GRACE));
         let outcome = attempt(db, &ask, &mut ticket.id, enqueue, cut_at).await?;
+        place.holds_ticket(ticket.id);
         let wake_in_ms = match outcome {
             Outcome::Granted(fence) => {
                 // The grant removed the ticket in its transaction.
@@ -124,7 +124,7 @@ pub(crate) async fn acquire(
             nap = nap.min(timing.queue_ttl / 3);
         }
         let until = req.deadline.min(Instant::now() + nap);
-        until_released(&mut wake, &wake_topic, until).await;
+        place.until_woken(until).await;
     }
 }
 
