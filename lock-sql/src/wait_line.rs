@@ -4,6 +4,10 @@
 //! one per waiting handle. A woken waiter that leaves before it tries hands its wake-up
 //! on, so none is lost; one that tries and is blocked again needs no more, as whoever
 //! blocks it announces in turn (or is seen at the next poll or at its expiry).
+//!
+//! Only the first of a line (of each kind; every reader) needs to poll for what no
+//! announcement tells (a release in another process without notifications, a holder's
+//! expiry): it [`leads`](Place::leads), and when it leaves, the next is told it leads.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -42,6 +46,8 @@ struct Waiter {
     /// Set when a wake-up was handed to this waiter and not yet taken.
     pending: AtomicBool,
     notify: Notify,
+    /// Told when it became the first of its line.
+    lead: Notify,
 }
 
 impl Waiter {
@@ -55,15 +61,51 @@ impl Waiter {
     }
 }
 
+/// Where a waiter stands in its line: the oldest queue ticket first, then the first
+/// to come.
+fn rank(waiter: &Waiter) -> (i64, u64) {
+    (waiter.ticket.load(Ordering::Acquire), waiter.id)
+}
+
+/// The first waiter of `kind` in `line` (every reader is first).
+fn first_of(line: &[Arc<Waiter>], kind: LockKind) -> Option<&Arc<Waiter>> {
+    line.iter()
+        .filter(|w| w.kind == kind)
+        .min_by_key(|w| rank(w))
+}
+
 /// Wakes the first waiter of `kind` in `line` not woken already (they try anyway).
 fn wake_first(line: &[Arc<Waiter>], kind: LockKind) {
     let first = line
         .iter()
         .filter(|w| w.kind == kind && !w.is_pending())
-        .min_by_key(|w| (w.ticket.load(Ordering::Acquire), w.id));
+        .min_by_key(|w| rank(w));
     if let Some(waiter) = first {
         waiter.wake();
     }
+}
+
+/// Runs `change` on `line`, and tells the first waiter of `kind` if it is a new one.
+fn keeping_the_lead(
+    line: &mut Vec<Arc<Waiter>>,
+    kind: LockKind,
+    change: impl FnOnce(&mut Vec<Arc<Waiter>>),
+) {
+    let before = first_of(line, kind).map(|w| w.id);
+    change(line);
+    match first_of(line, kind) {
+        Some(first) if Some(first.id) != before => first.lead.notify_one(),
+        _ => {}
+    }
+}
+
+/// What ended a wait.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// An announcement, or the time: look at the lock again.
+    Look,
+    /// The waiter became the first of its line: it polls for the line from now on.
+    Lead,
 }
 
 impl WaitLines {
@@ -76,6 +118,7 @@ impl WaitLines {
             ticket: AtomicI64::new(NO_TICKET),
             pending: AtomicBool::new(false),
             notify: Notify::new(),
+            lead: Notify::new(),
         });
         self.locked()
             .entry(topic.clone())
@@ -126,23 +169,43 @@ pub(crate) struct Place {
 impl Place {
     /// Records the waiter's queue ticket, if it holds one now.
     pub(crate) fn holds_ticket(&self, ticket: Option<i64>) {
-        self.waiter
-            .ticket
-            .store(ticket.unwrap_or(NO_TICKET), Ordering::Release);
+        let ticket = ticket.unwrap_or(NO_TICKET);
+        if self.waiter.ticket.load(Ordering::Acquire) == ticket {
+            return;
+        }
+        let mut lines = self.lines.locked();
+        if let Some(line) = lines.get_mut(&self.topic) {
+            keeping_the_lead(line, self.waiter.kind, |_| {
+                self.waiter.ticket.store(ticket, Ordering::Release);
+            });
+        }
     }
 
-    /// Sleeps until `until`, or until this waiter is woken (or was, since its last
-    /// wait).
+    /// Whether this waiter is the first of its line, which polls for the line.
+    pub(crate) fn leads(&self) -> bool {
+        let lines = self.lines.locked();
+        let first = lines
+            .get(&self.topic)
+            .and_then(|line| first_of(line, self.waiter.kind));
+        self.waiter.kind == LockKind::Read || first.is_none_or(|w| w.id == self.waiter.id)
+    }
+
+    /// Sleeps until `until`, until this waiter is woken (or was, since its last wait),
+    /// or until it becomes the first of its line.
     ///
     /// # Cancel safety
     /// Cancel safe: a wake-up not taken stays for the next call, or is handed on when
     /// the place is dropped.
-    pub(crate) async fn until_woken(&self, until: Instant) {
+    pub(crate) async fn until_woken(&self, until: Instant) -> Wake {
         tokio::select! {
+            // A wake-up first: it is also what a new first would do next.
+            biased;
             () = self.waiter.notify.notified() => {
                 self.waiter.pending.store(false, Ordering::Release);
+                Wake::Look
             }
-            () = tokio::time::sleep_until(until) => {}
+            () = self.waiter.lead.notified() => Wake::Lead,
+            () = tokio::time::sleep_until(until) => Wake::Look,
         }
     }
 }
@@ -153,7 +216,8 @@ impl Drop for Place {
         let Some(line) = lines.get_mut(&self.topic) else {
             return;
         };
-        line.retain(|w| w.id != self.waiter.id);
+        let kind = self.waiter.kind;
+        keeping_the_lead(line, kind, |line| line.retain(|w| w.id != self.waiter.id));
         if self.waiter.is_pending() && self.waiter.kind != LockKind::Read {
             // Woken, but gone without trying: the next in line tries instead.
             wake_first(line, self.waiter.kind);
@@ -170,12 +234,17 @@ mod tests {
 
     use super::*;
 
-    /// Whether `place` is woken at once.
-    async fn woken(place: &Place) -> bool {
+    /// How `place`'s wait ends at once, if it does.
+    async fn wait_of(place: &Place) -> Option<Wake> {
         let soon = Instant::now() + Duration::from_millis(20);
         tokio::time::timeout(Duration::from_millis(10), place.until_woken(soon))
             .await
-            .is_ok()
+            .ok()
+    }
+
+    /// Whether `place` is woken at once.
+    async fn woken(place: &Place) -> bool {
+        wait_of(place).await == Some(Wake::Look)
     }
 
     #[tokio::test(start_paused = true)]
@@ -245,5 +314,24 @@ mod tests {
         let c = lines.join("db\nc".into(), LockKind::Permit);
         lines.wake_all();
         assert!(woken(&a).await && woken(&b).await && woken(&c).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_of_a_line_leads_and_the_next_is_told_when_it_leaves() {
+        let lines = Arc::new(WaitLines::default());
+        let topic: Arc<str> = "db\nk".into();
+        let first = lines.join(topic.clone(), LockKind::Fair);
+        let second = lines.join(topic.clone(), LockKind::Fair);
+        let reader = lines.join(topic.clone(), LockKind::Read);
+        assert!(first.leads() && !second.leads() && reader.leads());
+        // An older ticket goes ahead, and is told.
+        first.holds_ticket(Some(8));
+        second.holds_ticket(Some(7));
+        assert!(second.leads() && !first.leads());
+        assert_eq!(wait_of(&second).await, Some(Wake::Lead));
+        assert_eq!(wait_of(&first).await, None);
+        drop(second);
+        assert!(first.leads());
+        assert_eq!(wait_of(&first).await, Some(Wake::Lead));
     }
 }

@@ -1,6 +1,6 @@
-//! How a release wakes the waiters of its lock in the releaser's process, on a real
-//! backend (a SQLite file): one waiter tries again, not every one, and the wake-up is
-//! passed on, so a crowd still drains without polling.
+//! How the waiters of one lock in one process wait, on a real backend (a SQLite file):
+//! only the first of them polls; a release wakes one waiter, not every one; and the
+//! wake-up is passed on, so a crowd still drains without polling.
 //!
 //! The statements the database runs are counted through sqlx's own statement log; the
 //! subscriber is global to this binary, so it holds one test.
@@ -14,12 +14,16 @@ use lock_core::LockClient;
 use lock_sql::SqlBackend;
 use tokio::time::Instant;
 use tracing::{Event, Subscriber};
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
 
 /// How many handles wait.
 const CROWD: usize = 40;
+
+/// How long the polls of a waiting crowd are counted.
+const WATCHED: Duration = Duration::from_secs(2);
 
 /// Counts the statements sqlx logs.
 struct Statements(Arc<AtomicUsize>);
@@ -30,6 +34,35 @@ impl<S: Subscriber> Layer<S> for Statements {
             self.0.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// A crowd waits for a lock held elsewhere (polling as a waiter must, since nothing
+/// here announces that lock's releases): the polls are one waiter's, not the crowd's.
+async fn only_the_first_waiter_polls(dir: &tempfile::TempDir, statements: &AtomicUsize) {
+    let url = format!("sqlite://{}", dir.path().join("polled.db").display());
+    let holder = LockClient::new(SqlBackend::connect_url(&url).await.expect("connect"));
+    let crowd = LockClient::new(SqlBackend::connect_url(&url).await.expect("connect"));
+    let guard = holder.lock("polled").unwrap().acquire().await.unwrap();
+    let waiters: Vec<_> = (0..CROWD)
+        .map(|_| {
+            let lock = crowd.lock("polled").unwrap();
+            tokio::spawn(async move { lock.acquire().await })
+        })
+        .collect();
+    // Each looks once as it comes; then only polls run.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = statements.load(Ordering::Relaxed);
+    tokio::time::sleep(WATCHED).await;
+    let ran = statements.load(Ordering::Relaxed) - before;
+    // One waiter polling at the longest pause runs 3 statements every 250 ms.
+    assert!(
+        ran < CROWD * 3,
+        "{ran} statements ran in {WATCHED:?} while {CROWD} waited: the crowd polls"
+    );
+    for waiter in waiters {
+        waiter.abort();
+    }
+    guard.release().await.unwrap();
 }
 
 /// Waits until no statement has run for a while (every waiter sleeps), within a bound.
@@ -47,15 +80,13 @@ async fn settled(count: &AtomicUsize) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_wakes_one_waiter_and_the_crowd_still_drains_on_sqlite() {
+async fn one_waiter_polls_and_a_release_wakes_one_and_the_crowd_still_drains_on_sqlite() {
     let statements = Arc::new(AtomicUsize::new(0));
     tracing_subscriber::registry()
-        .with(
-            Statements(statements.clone())
-                .with_filter(tracing_subscriber::filter::LevelFilter::TRACE),
-        )
+        .with(Statements(statements.clone()).with_filter(LevelFilter::TRACE))
         .init();
     let dir = tempfile::tempdir().unwrap();
+    only_the_first_waiter_polls(&dir, &statements).await;
     // Polls so far apart that none falls within the test: only wake-ups move the crowd.
     let url = format!(
         "sqlite://{}?poll_min=60s&poll_max=60s",

@@ -21,6 +21,7 @@ use crate::listen::Listener;
 use crate::local_wake;
 use crate::sql::{Arg, FastGrant};
 use crate::wait::Backoff;
+use crate::wait_line::Wake;
 use crate::SqlLease;
 
 use super::transaction::prepare;
@@ -109,22 +110,32 @@ pub(crate) async fn acquire(
             let _ = tokio::time::timeout(TICKET_REMOVAL_GRACE, ticket.remove()).await;
             return Ok(None);
         }
-        let mut nap = match listener {
+        let poll = match listener {
             // Notified on release; the timeout only covers a lost notification.
             Some(_) => timing.poll_max * 4,
             // Only releases in this process are announced: keep polling for the rest.
             None => backoff.next_pause(),
         };
-        if let Some(ms) = wake_in_ms {
-            // Never sleep past the blocker's expiry (by the server's clock).
-            nap = nap.min(Duration::from_millis(ms.max(0) as u64 + 1));
+        // Never sleep past the blocker's expiry (by the server's clock).
+        let expiry = wake_in_ms.map(|ms| Duration::from_millis(ms.max(0) as u64 + 1));
+        let looked = Instant::now();
+        loop {
+            // The first in line polls for this process's waiters of the lock; the rest
+            // are woken in turn, and look once a queue ttl in case a wake-up went astray.
+            let mut nap = if place.leads() {
+                expiry.map_or(poll, |expiry| poll.min(expiry))
+            } else {
+                timing.queue_ttl.mul_f64(rand::random_range(0.5..=1.0))
+            };
+            if ticket.id.is_some() {
+                // Keep the ticket alive.
+                nap = nap.min(timing.queue_ttl / 3);
+            }
+            let until = req.deadline.min(looked + nap);
+            if place.until_woken(until).await == Wake::Look {
+                break;
+            }
         }
-        if ticket.id.is_some() {
-            // Keep the ticket alive.
-            nap = nap.min(timing.queue_ttl / 3);
-        }
-        let until = req.deadline.min(Instant::now() + nap);
-        place.until_woken(until).await;
     }
 }
 
