@@ -28,10 +28,13 @@ mod tests {
     use lock_core::LockKind;
 
     use super::*;
+    use crate::wait_line::Group;
 
     #[tokio::test]
     async fn a_waiter_hears_announcements_of_its_topic() {
-        let place = lines().join(topic("db-a tables t", "k1"), LockKind::Exclusive);
+        let backend = Arc::new(());
+        let waiting = Group::of(LockKind::Exclusive, &backend);
+        let place = lines().join(topic("db-a tables t", "k1"), waiting);
         announce(topic("db-a tables t", "k1"));
         let soon = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
         tokio::time::timeout(std::time::Duration::from_secs(10), place.until_woken(soon))

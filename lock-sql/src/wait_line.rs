@@ -20,14 +20,25 @@ use tokio::time::Instant;
 /// A waiter's place before any queue ticket of its own.
 const NO_TICKET: i64 = i64::MAX;
 
-/// The kinds of which an announcement wakes one waiter.
-const ONE_AT_A_TIME: [LockKind; 5] = [
-    LockKind::Exclusive,
-    LockKind::Fair,
-    LockKind::Write,
-    LockKind::Permit,
-    LockKind::Leader,
-];
+/// Waiters one announcement wakes one of: of one kind, in one backend (whose settings,
+/// such as how often it polls, its first waiter keeps). Readers are never grouped: an
+/// announcement wakes each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Group {
+    kind: LockKind,
+    /// Which backend of the process (its address).
+    backend: usize,
+}
+
+impl Group {
+    /// The waiters for a lock of `kind` in `backend`.
+    pub(crate) fn of<T>(kind: LockKind, backend: &Arc<T>) -> Self {
+        Group {
+            kind,
+            backend: Arc::as_ptr(backend) as *const () as usize,
+        }
+    }
+}
 
 /// Every line of one announcer (this process's announcements, or one PostgreSQL
 /// listener's notifications), by topic.
@@ -40,13 +51,14 @@ pub(crate) struct WaitLines {
 #[derive(Debug)]
 struct Waiter {
     id: u64,
-    kind: LockKind,
+    group: Group,
     /// Its queue ticket, which orders waiters of a queued kind as the database does.
     ticket: AtomicI64,
-    /// Set when a wake-up was handed to this waiter and not yet taken.
+    /// Set when a wake-up was handed to this waiter, until the look it called for is
+    /// over: one that leaves before then hands the wake-up on.
     pending: AtomicBool,
     notify: Notify,
-    /// Told when it became the first of its line.
+    /// Told when it became the first of its group.
     lead: Notify,
 }
 
@@ -59,42 +71,48 @@ impl Waiter {
     fn is_pending(&self) -> bool {
         self.pending.load(Ordering::Acquire)
     }
+
+    /// Where it stands: the oldest queue ticket first, then the first to come.
+    fn rank(&self) -> (i64, u64) {
+        (self.ticket.load(Ordering::Acquire), self.id)
+    }
 }
 
-/// Where a waiter stands in its line: the oldest queue ticket first, then the first
-/// to come.
-fn rank(waiter: &Waiter) -> (i64, u64) {
-    (waiter.ticket.load(Ordering::Acquire), waiter.id)
-}
-
-/// The first waiter of `kind` in `line` (every reader is first).
-fn first_of(line: &[Arc<Waiter>], kind: LockKind) -> Option<&Arc<Waiter>> {
+/// The first waiter of `group` in `line`.
+fn first_of(line: &[Arc<Waiter>], group: Group) -> Option<&Arc<Waiter>> {
     line.iter()
-        .filter(|w| w.kind == kind)
-        .min_by_key(|w| rank(w))
+        .filter(|w| w.group == group)
+        .min_by_key(|w| w.rank())
 }
 
-/// Wakes the first waiter of `kind` in `line` not woken already (they try anyway).
-fn wake_first(line: &[Arc<Waiter>], kind: LockKind) {
+/// Wakes the first waiter of `group` in `line` not woken already (they look anyway).
+fn wake_first(line: &[Arc<Waiter>], group: Group) {
     let first = line
         .iter()
-        .filter(|w| w.kind == kind && !w.is_pending())
-        .min_by_key(|w| rank(w));
+        .filter(|w| w.group == group && !w.is_pending())
+        .min_by_key(|w| w.rank());
     if let Some(waiter) = first {
         waiter.wake();
     }
 }
 
-/// Runs `change` on `line`, and tells the first waiter of `kind` if it is a new one.
+/// Runs `change` on `line`, and tells the first waiter of `group` if it is a new one:
+/// that it leads, or, with `look`, to look at once as well.
 fn keeping_the_lead(
     line: &mut Vec<Arc<Waiter>>,
-    kind: LockKind,
+    group: Group,
+    look: bool,
     change: impl FnOnce(&mut Vec<Arc<Waiter>>),
 ) {
-    let before = first_of(line, kind).map(|w| w.id);
+    let before = first_of(line, group).map(|w| w.id);
     change(line);
-    match first_of(line, kind) {
-        Some(first) if Some(first.id) != before => first.lead.notify_one(),
+    match first_of(line, group) {
+        Some(first) if Some(first.id) != before => {
+            first.lead.notify_one();
+            if look {
+                first.wake();
+            }
+        }
         _ => {}
     }
 }
@@ -104,17 +122,17 @@ fn keeping_the_lead(
 pub(crate) enum Wake {
     /// An announcement, or the time: look at the lock again.
     Look,
-    /// The waiter became the first of its line: it polls for the line from now on.
+    /// The waiter became the first of its group: it polls for the group from now on.
     Lead,
 }
 
 impl WaitLines {
-    /// Puts a waiter for a lock of `kind` in `topic`'s line. Join before looking at
-    /// the lock, so that a release right after the look is not missed.
-    pub(crate) fn join(self: &Arc<Self>, topic: Arc<str>, kind: LockKind) -> Place {
+    /// Puts a waiter of `group` in `topic`'s line. Join before looking at the lock, so
+    /// that a release right after the look is not missed.
+    pub(crate) fn join(self: &Arc<Self>, topic: Arc<str>, group: Group) -> Place {
         let waiter = Arc::new(Waiter {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            kind,
+            group,
             ticket: AtomicI64::new(NO_TICKET),
             pending: AtomicBool::new(false),
             notify: Notify::new(),
@@ -131,17 +149,21 @@ impl WaitLines {
         }
     }
 
-    /// Tells `topic`'s waiters that its lock may be free.
+    /// Tells `topic`'s waiters that its lock may be free: every reader, and the first
+    /// of each other group.
     pub(crate) fn announce(&self, topic: &str) {
         let lines = self.locked();
         let Some(line) = lines.get(topic) else {
             return;
         };
-        for waiter in line.iter().filter(|w| w.kind == LockKind::Read) {
-            waiter.wake();
-        }
-        for kind in ONE_AT_A_TIME {
-            wake_first(line, kind);
+        let mut groups: Vec<Group> = Vec::new();
+        for waiter in line {
+            if waiter.group.kind == LockKind::Read {
+                waiter.wake();
+            } else if !groups.contains(&waiter.group) {
+                groups.push(waiter.group);
+                wake_first(line, waiter.group);
+            }
         }
     }
 
@@ -167,43 +189,46 @@ pub(crate) struct Place {
 }
 
 impl Place {
-    /// Records the waiter's queue ticket, if it holds one now.
-    pub(crate) fn holds_ticket(&self, ticket: Option<i64>) {
+    /// Records what the waiter's look found: the queue ticket it holds now, if any. A
+    /// wake-up handed to it before the look is used up.
+    pub(crate) fn looked(&self, ticket: Option<i64>) {
+        self.waiter.pending.store(false, Ordering::Release);
         let ticket = ticket.unwrap_or(NO_TICKET);
         if self.waiter.ticket.load(Ordering::Acquire) == ticket {
             return;
         }
         let mut lines = self.lines.locked();
         if let Some(line) = lines.get_mut(&self.topic) {
-            keeping_the_lead(line, self.waiter.kind, |_| {
+            // A waiter behind a ticket that ran out may have moved ahead, and may be
+            // the one the lock is free for.
+            keeping_the_lead(line, self.waiter.group, true, |_| {
                 self.waiter.ticket.store(ticket, Ordering::Release);
             });
         }
     }
 
-    /// Whether this waiter is the first of its line, which polls for the line.
+    /// Whether this waiter is the first of its group (every reader is), which polls
+    /// for the group.
     pub(crate) fn leads(&self) -> bool {
+        let group = self.waiter.group;
         let lines = self.lines.locked();
         let first = lines
             .get(&self.topic)
-            .and_then(|line| first_of(line, self.waiter.kind));
-        self.waiter.kind == LockKind::Read || first.is_none_or(|w| w.id == self.waiter.id)
+            .and_then(|line| first_of(line, group));
+        group.kind == LockKind::Read || first.is_none_or(|w| w.id == self.waiter.id)
     }
 
     /// Sleeps until `until`, until this waiter is woken (or was, since its last wait),
-    /// or until it becomes the first of its line.
+    /// or until it becomes the first of its group.
     ///
     /// # Cancel safety
-    /// Cancel safe: a wake-up not taken stays for the next call, or is handed on when
+    /// Cancel safe: a wake-up not used stays for the next call, or is handed on when
     /// the place is dropped.
     pub(crate) async fn until_woken(&self, until: Instant) -> Wake {
         tokio::select! {
             // A wake-up first: it is also what a new first would do next.
             biased;
-            () = self.waiter.notify.notified() => {
-                self.waiter.pending.store(false, Ordering::Release);
-                Wake::Look
-            }
+            () = self.waiter.notify.notified() => Wake::Look,
             () = self.waiter.lead.notified() => Wake::Lead,
             () = tokio::time::sleep_until(until) => Wake::Look,
         }
@@ -216,11 +241,16 @@ impl Drop for Place {
         let Some(line) = lines.get_mut(&self.topic) else {
             return;
         };
-        let kind = self.waiter.kind;
-        keeping_the_lead(line, kind, |line| line.retain(|w| w.id != self.waiter.id));
-        if self.waiter.is_pending() && self.waiter.kind != LockKind::Read {
-            // Woken, but gone without trying: the next in line tries instead.
-            wake_first(line, self.waiter.kind);
+        let group = self.waiter.group;
+        // Leaving a semaphore's line may leave a permit free for the next (several can
+        // free at once); for the other kinds, one holder at a time, the next only leads.
+        let look = group.kind == LockKind::Permit;
+        keeping_the_lead(line, group, look, |line| {
+            line.retain(|w| w.id != self.waiter.id);
+        });
+        if self.waiter.is_pending() && group.kind != LockKind::Read {
+            // Woken, but gone before its look was over: the next in line looks instead.
+            wake_first(line, group);
         }
         if line.is_empty() {
             lines.remove(&self.topic);
@@ -234,6 +264,10 @@ mod tests {
 
     use super::*;
 
+    fn group(kind: LockKind) -> Group {
+        Group { kind, backend: 1 }
+    }
+
     /// How `place`'s wait ends at once, if it does.
     async fn wait_of(place: &Place) -> Option<Wake> {
         let soon = Instant::now() + Duration::from_millis(20);
@@ -242,28 +276,37 @@ mod tests {
             .ok()
     }
 
-    /// Whether `place` is woken at once.
+    /// Whether `place` is woken at once; if it is, it looks (finding no ticket).
     async fn woken(place: &Place) -> bool {
-        wait_of(place).await == Some(Wake::Look)
+        let woken = wait_of(place).await == Some(Wake::Look);
+        if woken {
+            place.looked(None);
+        }
+        woken
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_announcement_wakes_the_first_in_line_of_each_kind_and_every_reader() {
+    async fn an_announcement_wakes_the_first_of_each_group_and_every_reader() {
         let lines = Arc::new(WaitLines::default());
         let topic: Arc<str> = "db\nk".into();
-        let first = lines.join(topic.clone(), LockKind::Exclusive);
-        let second = lines.join(topic.clone(), LockKind::Exclusive);
+        let first = lines.join(topic.clone(), group(LockKind::Exclusive));
+        let second = lines.join(topic.clone(), group(LockKind::Exclusive));
+        let other_backend = Group {
+            backend: 2,
+            ..group(LockKind::Exclusive)
+        };
+        let first_elsewhere = lines.join(topic.clone(), other_backend);
         let (reader_a, reader_b) = (
-            lines.join(topic.clone(), LockKind::Read),
-            lines.join(topic.clone(), LockKind::Read),
+            lines.join(topic.clone(), group(LockKind::Read)),
+            lines.join(topic.clone(), group(LockKind::Read)),
         );
-        let elsewhere = lines.join("db\nother".into(), LockKind::Exclusive);
+        let other_lock = lines.join("db\nother".into(), group(LockKind::Exclusive));
         lines.announce(&topic);
-        assert!(woken(&first).await);
+        assert!(woken(&first).await && woken(&first_elsewhere).await);
         assert!(!woken(&second).await);
         assert!(woken(&reader_a).await && woken(&reader_b).await);
-        assert!(!woken(&elsewhere).await);
-        // The first tried and waits again: the next announcement is its turn again.
+        assert!(!woken(&other_lock).await);
+        // The first looked and waits again: the next announcement is its turn again.
         lines.announce(&topic);
         assert!(woken(&first).await);
         assert!(!woken(&second).await);
@@ -273,65 +316,83 @@ mod tests {
     async fn queued_waiters_are_woken_in_ticket_order() {
         let lines = Arc::new(WaitLines::default());
         let topic: Arc<str> = "db\nk".into();
-        let late = lines.join(topic.clone(), LockKind::Fair);
-        let early = lines.join(topic.clone(), LockKind::Fair);
-        let unqueued = lines.join(topic.clone(), LockKind::Fair);
-        late.holds_ticket(Some(9));
-        early.holds_ticket(Some(4));
+        let late = lines.join(topic.clone(), group(LockKind::Fair));
+        let early = lines.join(topic.clone(), group(LockKind::Fair));
+        let unqueued = lines.join(topic.clone(), group(LockKind::Fair));
+        late.looked(Some(9));
+        early.looked(Some(4));
+        while wait_of(&early).await.is_some() {} // told it leads, and to look
+        early.looked(Some(4));
         lines.announce(&topic);
-        assert!(woken(&early).await);
-        assert!(!woken(&late).await && !woken(&unqueued).await);
-        // A second announcement while the first woken has not tried wakes the next.
+        assert_eq!(wait_of(&early).await, Some(Wake::Look));
+        // A second announcement while the woken one looks wakes the next.
         lines.announce(&topic);
-        lines.announce(&topic);
-        assert!(woken(&early).await);
         assert!(woken(&late).await);
         assert!(!woken(&unqueued).await);
+        early.looked(Some(4));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_waiter_that_leaves_woken_hands_its_wake_up_on() {
         let lines = Arc::new(WaitLines::default());
         let topic: Arc<str> = "db\nk".into();
-        let leaving = lines.join(topic.clone(), LockKind::Exclusive);
-        let next = lines.join(topic.clone(), LockKind::Exclusive);
+        let leaving = lines.join(topic.clone(), group(LockKind::Exclusive));
+        let next = lines.join(topic.clone(), group(LockKind::Exclusive));
         lines.announce(&topic);
+        // Woken, and gone in the middle of its look.
+        assert_eq!(wait_of(&leaving).await, Some(Wake::Look));
         drop(leaving);
         assert!(woken(&next).await);
-        // One that took its wake-up leaves nothing to hand on.
-        let last = lines.join(topic.clone(), LockKind::Exclusive);
+        // One whose look was over leaves nothing to hand on.
+        let last = lines.join(topic.clone(), group(LockKind::Exclusive));
         drop(next);
+        assert_eq!(wait_of(&last).await, Some(Wake::Lead));
         assert!(!woken(&last).await);
         drop(last);
         assert!(lines.locked().is_empty(), "an empty line is forgotten");
     }
 
     #[tokio::test(start_paused = true)]
-    async fn wake_all_wakes_every_line() {
-        let lines = Arc::new(WaitLines::default());
-        let a = lines.join("db\na".into(), LockKind::Exclusive);
-        let b = lines.join("db\na".into(), LockKind::Exclusive);
-        let c = lines.join("db\nc".into(), LockKind::Permit);
-        lines.wake_all();
-        assert!(woken(&a).await && woken(&b).await && woken(&c).await);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_first_of_a_line_leads_and_the_next_is_told_when_it_leaves() {
+    async fn the_first_of_a_group_leads_and_the_next_is_told_when_it_leaves() {
         let lines = Arc::new(WaitLines::default());
         let topic: Arc<str> = "db\nk".into();
-        let first = lines.join(topic.clone(), LockKind::Fair);
-        let second = lines.join(topic.clone(), LockKind::Fair);
-        let reader = lines.join(topic.clone(), LockKind::Read);
+        let first = lines.join(topic.clone(), group(LockKind::Fair));
+        let second = lines.join(topic.clone(), group(LockKind::Fair));
+        let reader = lines.join(topic.clone(), group(LockKind::Read));
         assert!(first.leads() && !second.leads() && reader.leads());
-        // An older ticket goes ahead, and is told.
-        first.holds_ticket(Some(8));
-        second.holds_ticket(Some(7));
+        // An older ticket goes ahead: it leads, and looks at once (the lock may be
+        // free for it).
+        first.looked(Some(8));
+        second.looked(Some(7));
         assert!(second.leads() && !first.leads());
+        assert_eq!(wait_of(&second).await, Some(Wake::Look));
         assert_eq!(wait_of(&second).await, Some(Wake::Lead));
+        second.looked(Some(7));
         assert_eq!(wait_of(&first).await, None);
+        // The first leaving (granted, say) only makes the next lead.
         drop(second);
         assert!(first.leads());
         assert_eq!(wait_of(&first).await, Some(Wake::Lead));
+        assert_eq!(wait_of(&first).await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_permit_waiter_that_leaves_lets_the_next_look() {
+        let lines = Arc::new(WaitLines::default());
+        let topic: Arc<str> = "db\nk".into();
+        let granted = lines.join(topic.clone(), group(LockKind::Permit));
+        let next = lines.join(topic.clone(), group(LockKind::Permit));
+        drop(granted);
+        assert!(woken(&next).await, "more permits may be free");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wake_all_wakes_every_line() {
+        let lines = Arc::new(WaitLines::default());
+        let a = lines.join("db\na".into(), group(LockKind::Exclusive));
+        let b = lines.join("db\na".into(), group(LockKind::Exclusive));
+        let c = lines.join("db\nc".into(), group(LockKind::Permit));
+        lines.wake_all();
+        assert!(woken(&a).await && woken(&b).await && woken(&c).await);
     }
 }

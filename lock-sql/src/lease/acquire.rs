@@ -21,7 +21,7 @@ use crate::listen::Listener;
 use crate::local_wake;
 use crate::sql::{Arg, FastGrant};
 use crate::wait::Backoff;
-use crate::wait_line::Wake;
+use crate::wait_line::{Group, Wake};
 use crate::SqlLease;
 
 use super::transaction::prepare;
@@ -71,9 +71,10 @@ pub(crate) async fn acquire(
     let mut backoff = Backoff::new(timing.poll_min, timing.poll_max);
     // In line before the first look, so a release right after a look is not missed:
     // woken by PostgreSQL's notifications, else by this process's own announcements.
+    let group = Group::of(req.kind, db);
     let place = match listener {
-        Some(listener) => listener.lines().join(key.hash.as_str().into(), req.kind),
-        None => local_wake::lines().join(local_wake::topic(&db.scope, &key.hash), req.kind),
+        Some(listener) => listener.lines().join(key.hash.as_str().into(), group),
+        None => local_wake::lines().join(local_wake::topic(&db.scope, &key.hash), group),
     };
     loop {
         let enqueue = waits && queued_kind;
@@ -87,7 +88,7 @@ pub(crate) async fn acquire(
             .flatten()
             .map(|at| at.max(Instant::now() + ATTEMPT_GRACE));
         let outcome = attempt(db, &ask, &mut ticket.id, enqueue, cut_at).await?;
-        place.holds_ticket(ticket.id);
+        place.looked(ticket.id);
         let wake_in_ms = match outcome {
             Outcome::Granted(fence) => {
                 // The grant removed the ticket in its transaction.
