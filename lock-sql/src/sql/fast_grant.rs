@@ -143,7 +143,8 @@ fn postgres_grant(
     // changes meanwhile is judged by the upsert on its newest version.)
     //
     // An exclusive request also needs the key's advisory gate, held until
-    // this statement commits: the waiters a release wakes all try at once,
+    // this statement commits: the waiters a release wakes (one per client
+    // and kind, in each process) try at once,
     // and without it each one that read the lease row before the winner's
     // commit would bump the key and flush a commit of its own, one after
     // another behind the winner's row lock. Those that find the gate taken
