@@ -30,7 +30,7 @@
 //! | a held lock is | a row with owner, fence and expiry (server clock) | a row lock in an open transaction |
 //! | connections | pooled, none held between calls | one pinned connection per held lock |
 //! | holder crashes | freed when its lease runs out | freed as soon as the connection drops, or when its lease runs out if the connection stays open |
-//! | waiting | PostgreSQL `LISTEN/NOTIFY`; MySQL/SQLite polling with backoff and jitter, releases in the same process wake at once; a release wakes one waiter of each kind per client (every reader), and only that one polls | inside the database's lock queue |
+//! | waiting | PostgreSQL `LISTEN/NOTIFY`; MySQL/SQLite polling with backoff and jitter, releases in the same process wake at once; a release wakes one waiter of each kind per client (every reader), and only that one (and every reader) polls | inside the database's lock queue |
 //! | lock types | exclusive, fair, read-write | exclusive |
 //! | fixed leases | yes | yes (the server ends a transaction silent for its lease; MySQL rounds up to whole seconds) |
 //! | databases | PostgreSQL, MySQL/MariaDB, SQLite | PostgreSQL, MySQL/MariaDB |

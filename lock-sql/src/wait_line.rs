@@ -2,8 +2,9 @@
 //! free wakes one waiter of each kind only one can take (the holder of the oldest queue
 //! ticket, else the first to come) and every reader: a release costs one attempt, not
 //! one per waiting handle. A woken waiter that leaves before it tries hands its wake-up
-//! on, so none is lost; one that tries and is blocked again needs no more, as whoever
-//! blocks it announces in turn (or is seen at the next poll or at its expiry).
+//! on, so none is lost; one woken again while it looks looks once more; one that looks
+//! and is blocked needs no more, as whoever blocks it announces in turn (or is seen at
+//! the next poll or at its expiry).
 //!
 //! Only the first of a line (of each kind; every reader) needs to poll for what no
 //! announcement tells (a release in another process without notifications, a holder's
@@ -57,6 +58,10 @@ struct Waiter {
     /// Set when a wake-up was handed to this waiter, until the look it called for is
     /// over: one that leaves before then hands the wake-up on.
     pending: AtomicBool,
+    /// Wake-ups handed to it, and how many of them its current look answers: one
+    /// that came during the look calls for another.
+    wakes: AtomicU64,
+    answered: AtomicU64,
     notify: Notify,
     /// Told when it became the first of its group.
     lead: Notify,
@@ -65,6 +70,7 @@ struct Waiter {
 impl Waiter {
     fn wake(&self) {
         self.pending.store(true, Ordering::Release);
+        self.wakes.fetch_add(1, Ordering::AcqRel);
         self.notify.notify_one();
     }
 
@@ -85,13 +91,10 @@ fn first_of(line: &[Arc<Waiter>], group: Group) -> Option<&Arc<Waiter>> {
         .min_by_key(|w| w.rank())
 }
 
-/// Wakes the first waiter of `group` in `line` not woken already (they look anyway).
+/// Wakes the first waiter of `group` in `line`: one woken already and looking then
+/// looks once more, as its look may have begun before this news.
 fn wake_first(line: &[Arc<Waiter>], group: Group) {
-    let first = line
-        .iter()
-        .filter(|w| w.group == group && !w.is_pending())
-        .min_by_key(|w| w.rank());
-    if let Some(waiter) = first {
+    if let Some(waiter) = first_of(line, group) {
         waiter.wake();
     }
 }
@@ -135,6 +138,8 @@ impl WaitLines {
             group,
             ticket: AtomicI64::new(NO_TICKET),
             pending: AtomicBool::new(false),
+            wakes: AtomicU64::new(0),
+            answered: AtomicU64::new(0),
             notify: Notify::new(),
             lead: Notify::new(),
         });
@@ -189,10 +194,16 @@ pub(crate) struct Place {
 }
 
 impl Place {
-    /// Records what the waiter's look found: the queue ticket it holds now, if any. A
-    /// wake-up handed to it before the look is used up.
+    /// Records that the waiter looked and is blocked, holding queue ticket `ticket` now
+    /// if any. The wake-ups handed to it before the look are used up; one handed to it
+    /// since calls for another look.
     pub(crate) fn looked(&self, ticket: Option<i64>) {
-        self.waiter.pending.store(false, Ordering::Release);
+        let waiter = &self.waiter;
+        waiter.pending.store(false, Ordering::Release);
+        if waiter.wakes.load(Ordering::Acquire) != waiter.answered.load(Ordering::Acquire) {
+            // Its notification is still stored: the next wait ends at once.
+            waiter.pending.store(true, Ordering::Release);
+        }
         let ticket = ticket.unwrap_or(NO_TICKET);
         if self.waiter.ticket.load(Ordering::Acquire) == ticket {
             return;
@@ -225,13 +236,19 @@ impl Place {
     /// Cancel safe: a wake-up not used stays for the next call, or is handed on when
     /// the place is dropped.
     pub(crate) async fn until_woken(&self, until: Instant) -> Wake {
-        tokio::select! {
+        let wake = tokio::select! {
             // A wake-up first: it is also what a new first would do next.
             biased;
             () = self.waiter.notify.notified() => Wake::Look,
             () = self.waiter.lead.notified() => Wake::Lead,
             () = tokio::time::sleep_until(until) => Wake::Look,
+        };
+        if wake == Wake::Look {
+            // The look about to begin answers every wake-up so far.
+            let wakes = self.waiter.wakes.load(Ordering::Acquire);
+            self.waiter.answered.store(wakes, Ordering::Release);
         }
+        wake
     }
 }
 
@@ -243,7 +260,8 @@ impl Drop for Place {
         };
         let group = self.waiter.group;
         // Leaving a semaphore's line may leave a permit free for the next (several can
-        // free at once); for the other kinds, one holder at a time, the next only leads.
+        // free at once); for the other kinds, one holder at a time, the next only leads
+        // (a grant leaves without a look that moves it).
         let look = group.kind == LockKind::Permit;
         keeping_the_lead(line, group, look, |line| {
             line.retain(|w| w.id != self.waiter.id);
@@ -276,11 +294,11 @@ mod tests {
             .ok()
     }
 
-    /// Whether `place` is woken at once; if it is, it looks (finding no ticket).
+    /// Whether `place` is woken at once; if it is, it looks (and keeps its ticket).
     async fn woken(place: &Place) -> bool {
         let woken = wait_of(place).await == Some(Wake::Look);
         if woken {
-            place.looked(None);
+            place.looked(Some(place.waiter.ticket.load(Ordering::Acquire)));
         }
         woken
     }
@@ -325,11 +343,13 @@ mod tests {
         early.looked(Some(4));
         lines.announce(&topic);
         assert_eq!(wait_of(&early).await, Some(Wake::Look));
-        // A second announcement while the woken one looks wakes the next.
+        // A second announcement while the woken one looks calls for one more look (its
+        // look may have begun before it), and wakes nobody behind it.
         lines.announce(&topic);
-        assert!(woken(&late).await);
-        assert!(!woken(&unqueued).await);
         early.looked(Some(4));
+        assert!(woken(&early).await);
+        assert!(!woken(&late).await && !woken(&unqueued).await);
+        assert!(!woken(&early).await, "the second look answered both");
     }
 
     #[tokio::test(start_paused = true)]

@@ -88,7 +88,6 @@ pub(crate) async fn acquire(
             .flatten()
             .map(|at| at.max(Instant::now() + ATTEMPT_GRACE));
         let outcome = attempt(db, &ask, &mut ticket.id, enqueue, cut_at).await?;
-        place.looked(ticket.id);
         let wake_in_ms = match outcome {
             Outcome::Granted(fence) => {
                 // The grant removed the ticket in its transaction.
@@ -107,34 +106,39 @@ pub(crate) async fn acquire(
         };
         if req.deadline.has_passed() {
             // Briefly: a slow server must not stretch the wait limit; a removal not
-            // done by then goes on in the background (the ticket's drop).
+            // done by then goes on in the background (the ticket's drop). A wake-up
+            // this look was for is handed on as the place is left.
             let _ = tokio::time::timeout(TICKET_REMOVAL_GRACE, ticket.remove()).await;
             return Ok(None);
         }
+        place.looked(ticket.id);
         let poll = match listener {
             // Notified on release; the timeout only covers a lost notification.
             Some(_) => timing.poll_max * 4,
             // Only releases in this process are announced: keep polling for the rest.
             None => backoff.next_pause(),
         };
-        // Never sleep past the blocker's expiry (by the server's clock).
-        let expiry = wake_in_ms.map(|ms| Duration::from_millis(ms.max(0) as u64 + 1));
         let looked = Instant::now();
+        // Never sleep past the blocker's expiry (by the server's clock).
+        let expires_at = wake_in_ms.map(|ms| looked + Duration::from_millis(ms.max(0) as u64 + 1));
+        // Polls are counted from the look, or from when the waiter came to lead.
+        let mut since = looked;
         loop {
             // The first in line polls for this process's waiters of the lock; the rest
             // are woken in turn, and look once a queue ttl in case a wake-up went astray.
-            let mut nap = if place.leads() {
-                expiry.map_or(poll, |expiry| poll.min(expiry))
+            let mut until = if place.leads() {
+                let polled = since + poll;
+                expires_at.map_or(polled, |at| polled.min(at))
             } else {
-                timing.queue_ttl.mul_f64(rand::random_range(0.5..=1.0))
+                since + timing.queue_ttl.mul_f64(rand::random_range(0.5..=1.0))
             };
             if ticket.id.is_some() {
                 // Keep the ticket alive.
-                nap = nap.min(timing.queue_ttl / 3);
+                until = until.min(looked + timing.queue_ttl / 3);
             }
-            let until = req.deadline.min(looked + nap);
-            if place.until_woken(until).await == Wake::Look {
-                break;
+            match place.until_woken(req.deadline.min(until)).await {
+                Wake::Look => break,
+                Wake::Lead => since = Instant::now(),
             }
         }
     }
