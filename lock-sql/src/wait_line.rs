@@ -172,7 +172,9 @@ impl WaitLines {
         }
     }
 
-    /// Wakes every waiter: announcements may have been missed.
+    /// Wakes every waiter: announcements may have been missed (a notification
+    /// connection was lost).
+    #[cfg(any(feature = "postgres", test))]
     pub(crate) fn wake_all(&self) {
         for waiter in self.locked().values().flatten() {
             waiter.wake();
