@@ -87,9 +87,22 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
-    /// [`Error::Unsupported`](crate::Error::Unsupported) naming what `backend` lacks for
-    /// a `kind` lock with `lease`, checked before anything is sent.
-    pub(crate) fn require(self, backend: &'static str, kind: LockKind, lease: Lease) -> Result<()> {
+    /// Checks that a `kind` lock with `lease` can be had, as every acquire does before
+    /// anything is sent; useful to refuse early, before asking a person or starting work.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported) naming what `backend` lacks.
+    ///
+    /// # Example
+    /// ```
+    /// use lock_core::{Capabilities, Lease, LockKind};
+    ///
+    /// let mut exclusive_only = Capabilities::ALL;
+    /// exclusive_only.semaphore = false;
+    /// assert!(exclusive_only.require("redlock", LockKind::Exclusive, Lease::Watchdog).is_ok());
+    /// assert!(exclusive_only.require("redlock", LockKind::Permit, Lease::Watchdog).is_err());
+    /// ```
+    pub fn require(self, backend: &'static str, kind: LockKind, lease: Lease) -> Result<()> {
         let missing = match kind {
             LockKind::Fair if !self.fair => Some("fair locks"),
             LockKind::Read | LockKind::Write if !self.read_write => Some("read-write locks"),

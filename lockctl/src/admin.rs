@@ -5,7 +5,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use distributed_locks::{Election, Error, HolderInfo, LockKind, LockProvider, Result};
+use distributed_locks::{Election, Error, HolderInfo, Lease, LockKind, LockProvider, Result};
 use serde_json::json;
 
 use crate::events::Reporter;
@@ -209,6 +209,10 @@ pub(crate) async fn force_unlock(
     reporter: &Reporter,
 ) -> Result<u8, Failure> {
     let lock = lock?;
+    // A backend without this kind of lock refuses before anyone is asked.
+    client
+        .capabilities()
+        .require(client.backend_name(), lock.kind(), Lease::Watchdog)?;
     if !yes {
         if !std::io::stdin().is_terminal() {
             return Err(Failure::new(

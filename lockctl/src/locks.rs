@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use distributed_locks::{
-    AcquireOptions, DistributedLock, Election, Error, LockGuard, LockInfo, LockProvider,
+    AcquireOptions, DistributedLock, Election, Error, LockGuard, LockInfo, LockKind, LockProvider,
     ReadWriteLock, Result, Semaphore,
 };
 
@@ -82,6 +82,16 @@ impl RunLock {
         match self {
             RunLock::Election(_) => "election",
             _ => "lock",
+        }
+    }
+
+    /// The kind of lock it is (the write side of one runs can share).
+    pub(crate) fn kind(&self) -> LockKind {
+        match self {
+            RunLock::ReadWrite(_) => LockKind::Write,
+            RunLock::Exclusive(_) => LockKind::Exclusive,
+            RunLock::Semaphore(_) => LockKind::Permit,
+            RunLock::Election(_) => LockKind::Leader,
         }
     }
 

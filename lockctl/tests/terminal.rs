@@ -1,6 +1,7 @@
 //! lockctl on a terminal: a pseudo-terminal whose session runs `sh` (no job control)
 //! or an interactive `bash` (job control), with lockctl and its command inside.
-//! Ctrl-C and Ctrl-Z are typed on the terminal, as a user would.
+//! Ctrl-C and Ctrl-Z are typed on the terminal, as a user would; a question is asked
+//! there only when it has to be.
 
 mod common;
 
@@ -14,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{sqlite_url, Marked, Proc, MARKER_VAR, PATIENCE};
+use conformance_tests::server::{specs, TestServer};
 
 /// A session on a new pseudo-terminal: the leader runs `program`, with the terminal as
 /// its controlling terminal and its stdin, stdout and stderr.
@@ -149,6 +151,46 @@ fn groups(path: &Path) -> (i32, i32) {
 /// Writes "pgrp tpgid" of the shell running it to `$D/<file>`.
 fn record_groups(file: &str) -> String {
     format!("set -- $(cat /proc/$$/stat); echo \"$5 $8\" > \"$D/{file}\"")
+}
+
+/// `force-unlock` of a semaphore on a backend without semaphores (RedLock), typed on a
+/// terminal: refused at once (exit 64), before any question is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_of_what_the_backend_lacks_is_refused_before_the_question() {
+    let server = TestServer::start(&specs::REDIS)
+        .await
+        .expect("redis server");
+    let redlock = server.url().replacen("redis://", "redlock://", 1);
+    let mut session = Session::start(Command::new(env!("CARGO_BIN_EXE_lockctl")).args([
+        "--url",
+        &redlock,
+        "force-unlock",
+        "-N",
+        "2",
+        "jobs",
+    ]));
+    session.wait_for_output("semaphores").await;
+    let exited = tokio::time::timeout(PATIENCE, async {
+        loop {
+            if let Some(status) = session.leader.try_wait().expect("lockctl's status") {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "lockctl still runs; the terminal shows:\n{}",
+            session.shown()
+        )
+    });
+    assert_eq!(exited.code(), Some(64), "{}", session.shown());
+    assert!(
+        !session.shown().contains("[y/N]"),
+        "asked first: {}",
+        session.shown()
+    );
 }
 
 /// A script (no job control) runs lockctl on its terminal: the command gets a process
