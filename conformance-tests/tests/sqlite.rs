@@ -28,6 +28,11 @@ async fn sqlite() {
         .await
         .expect_err("connect_url with lock_strategy=for-update on SQLite");
     assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+    let err = SqlBackend::connect_url(&format!("{url}?lock_strategy=session"))
+        .await
+        .expect_err("the session strategy on SQLite");
+    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+    assert!(err.to_string().contains("advisory locks"), "{err}");
     let prefixed = SqlBackend::connect_url(&format!("{url}?lock_table_prefix=from_url"))
         .await
         .expect("connect_url with a table prefix");

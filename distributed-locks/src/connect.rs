@@ -84,7 +84,7 @@ impl ConnectOptions {
 /// | `redis+cluster://host:port,host:port`, `rediss+cluster://...` | a Redis Cluster, found through any listed node (`lock_redis::RedisBackend`) | `redis` (and `tls`) |
 /// | `redlock://host:port,host:port,...[/db]` | RedLock over independent Redis masters (`lock_redis::RedLockBackend`, exclusive locks only; user, password and `/db` apply to every master) | `redis` |
 /// | `zk://`, `zk+tls://` | a ZooKeeper ensemble (`lock_zookeeper::ZkBackend`, URL as `ZkConfig::from_url`) | `zookeeper` (and `tls`) |
-/// | `postgres://`, `postgresql://` | PostgreSQL (`lock_sql::SqlBackend`, URL as `SqlConfig::from_url`: `?lock_strategy=for-update` picks row locks) | `postgres` or `sql` |
+/// | `postgres://`, `postgresql://` | PostgreSQL (`lock_sql::SqlBackend`, URL as `SqlConfig::from_url`: `?lock_strategy=for-update` picks row locks, `session` advisory locks) | `postgres` or `sql` |
 /// | `mysql://`, `mariadb://` | MySQL or MariaDB (the same) | `mysql` or `sql` |
 /// | `sqlite://path` | an SQLite file (the same) | `sqlite` or `sql` |
 /// | `etcd://host:port[,host:port...]`, `etcd+https://...` | an etcd v3 cluster (`lock_etcd::EtcdBackend`) | `etcd` |

@@ -161,6 +161,9 @@ async fn run(args: Args) -> Result<(), BenchError> {
 async fn bench(args: &Args, url: &str) -> Result<Target, BenchError> {
     let ours = ours::Ours::new(url).await?;
     let mut contenders: Vec<Box<dyn Contender>> = vec![Box::new(ours)];
+    if let Some(session) = ours::Ours::session(url).await? {
+        contenders.push(Box::new(session));
+    }
     contenders.extend(peers::for_url(url));
     let backend = url.split("://").next().unwrap_or(url).to_owned();
     let mut target = Target {

@@ -13,6 +13,8 @@ use crate::contender::{BenchError, Contender, Role, Worker};
 
 /// Our lock at `url`, or a semaphore's permit.
 pub struct Ours {
+    /// `ours`, or `ours (session)` for the SQL session strategy.
+    label: String,
     url: String,
     namespace: String,
     /// In-memory backends live per `connect` call: their workers share one client.
@@ -31,11 +33,29 @@ impl Ours {
             None
         };
         Ok(Self {
+            label: "ours".into(),
             url: url.to_owned(),
             namespace,
             shared,
             permits: None,
         })
+    }
+
+    /// Our SQL lock at `url` with the session strategy (advisory locks), on tables of
+    /// its own; `None` for a URL of another server or that picks a strategy itself.
+    pub async fn session(url: &str) -> Result<Option<Self>, BenchError> {
+        let scheme = url.split("://").next().unwrap_or_default();
+        if !matches!(scheme, "postgres" | "postgresql" | "mysql" | "mariadb")
+            || url.contains("lock_strategy=")
+        {
+            return Ok(None);
+        }
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let url = format!("{url}{sep}lock_strategy=session&lock_table_prefix=lock_bench_session");
+        Ok(Some(Self {
+            label: "ours (session)".into(),
+            ..Self::new(&url).await?
+        }))
     }
 
     /// Our semaphore of `permits` at `url`.
@@ -57,7 +77,7 @@ async fn client(url: &str, namespace: &str) -> Result<Arc<dyn LockProvider>, Ben
 #[async_trait]
 impl Contender for Ours {
     fn name(&self) -> String {
-        "ours".into()
+        self.label.clone()
     }
 
     fn role(&self) -> Role {

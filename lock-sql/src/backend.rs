@@ -4,10 +4,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Capabilities, Error, LockFamily, LockInfo, LockKey, Result};
+use lock_core::{Capabilities, Error, LockFamily, LockInfo, LockKey, LockKind, Result};
 
 use lock_core::backend::{AcquireRequest, Grant, HeldLease, LockBackend, Renewal};
 
+use crate::advisory;
 use crate::config::{SqlConfig, Strategy};
 use crate::db::Db;
 use crate::dialect::Dialect;
@@ -20,7 +21,8 @@ use crate::pessimistic::{self, Pinned};
 /// What the backend keeps with each granted lease.
 ///
 /// Opaque: lock-core hands it back on renewal and release. With
-/// [`Strategy::ForUpdate`] it owns the connection whose transaction holds the row lock.
+/// [`Strategy::ForUpdate`] it owns the connection whose transaction holds the row lock;
+/// with [`Strategy::Session`], the connection whose session holds the advisory lock.
 pub struct SqlLease {
     pub(crate) key: KeyId,
     pub(crate) pinned: Option<Pinned>,
@@ -98,11 +100,22 @@ impl SqlBackend {
         options.validate()?;
         let mut url = crate::url::parse(&options.driver_url()?)?;
         url.driver_url = crate::tls::with_tls(&url.driver_url, url.dialect, options.tls.as_ref())?;
-        if options.strategy == Strategy::ForUpdate && url.dialect == Dialect::Sqlite {
-            return Err(Error::Unsupported {
-                backend: "sqlite",
-                operation: "the FOR UPDATE strategy (SQLite has no row locks; use Strategy::Lease)",
-            });
+        if url.dialect == Dialect::Sqlite {
+            match options.strategy {
+                Strategy::Lease => {}
+                Strategy::ForUpdate => {
+                    return Err(Error::Unsupported {
+                        backend: "sqlite",
+                        operation:
+                            "the FOR UPDATE strategy (SQLite has no row locks; use Strategy::Lease)",
+                    })
+                }
+                Strategy::Session => return Err(Error::Unsupported {
+                    backend: "sqlite",
+                    operation:
+                        "the session strategy (SQLite has no advisory locks; use Strategy::Lease)",
+                }),
+            }
         }
         let db = Arc::new(Db::connect(&options, url).await?);
         let listener = match (db.dialect, options.strategy) {
@@ -177,6 +190,13 @@ impl LockBackend for SqlBackend {
         self.inner.db.scope.clone()
     }
 
+    fn lease_validity(&self, ttl: Duration) -> Duration {
+        match (self.inner.strategy, self.inner.db.dialect) {
+            (Strategy::Session, Dialect::MySql) => ttl.min(advisory::LONGEST_MYSQL_LIMIT),
+            _ => ttl,
+        }
+    }
+
     async fn settle(&self) {
         self.inner.db.cleanups.settled().await;
     }
@@ -194,6 +214,15 @@ impl LockBackend for SqlBackend {
                 .with_read_write(false)
                 .with_semaphore(false)
                 .with_election(false),
+            // `inspect` says whether it is held, not by whom: the server knows only the
+            // connection.
+            Strategy::Session => Capabilities::ALL
+                .with_inspect(false)
+                .with_loss_notice(false)
+                .with_fair(advisory::supports(self.inner.db.dialect, LockKind::Fair))
+                .with_read_write(false)
+                .with_semaphore(false)
+                .with_election(false),
         }
     }
 
@@ -204,20 +233,31 @@ impl LockBackend for SqlBackend {
                 lease::acquire(&inner.db, inner.listener.as_ref(), inner.timing, req).await
             }
             Strategy::ForUpdate => pessimistic::acquire(&inner.db, req).await,
+            Strategy::Session => advisory::acquire(&inner.db, req).await,
         }
     }
 
     async fn release(&self, lease: &HeldLease<SqlLease>) -> Result<()> {
-        match &lease.data.pinned {
-            None => lease::release(&self.inner.db, lease).await,
-            Some(pinned) => pessimistic::release(&self.inner.db, lease, pinned).await,
+        let db = &self.inner.db;
+        match (&lease.data.pinned, self.inner.strategy) {
+            (None, _) => lease::release(db, lease).await,
+            (Some(pinned), Strategy::Session) => advisory::release(db, lease, pinned).await,
+            (Some(pinned), _) => pessimistic::release(db, lease, pinned).await,
         }
     }
 
     async fn renew(&self, leases: &[&HeldLease<SqlLease>], ttl: Duration) -> Result<Vec<Renewal>> {
+        let db = &self.inner.db;
         match self.inner.strategy {
-            Strategy::Lease => lease::renew(&self.inner.db, leases, ttl).await,
-            Strategy::ForUpdate => pessimistic::renew(&self.inner.db, leases, ttl).await,
+            Strategy::Lease => lease::renew(db, leases, ttl).await,
+            Strategy::ForUpdate => {
+                let limit = pessimistic::silence_limit(db.dialect, ttl);
+                pessimistic::renew(db, leases, limit).await
+            }
+            Strategy::Session => {
+                let limit = advisory::silence_limit(db.dialect, ttl);
+                pessimistic::renew(db, leases, limit).await
+            }
         }
     }
 
@@ -226,6 +266,7 @@ impl LockBackend for SqlBackend {
         match self.inner.strategy {
             Strategy::Lease => lease::is_locked(&self.inner.db, &key, family).await,
             Strategy::ForUpdate => pessimistic::is_locked(&self.inner.db, &key, family).await,
+            Strategy::Session => advisory::is_locked(&self.inner.db, &key, family).await,
         }
     }
 
@@ -234,6 +275,7 @@ impl LockBackend for SqlBackend {
         match self.inner.strategy {
             Strategy::Lease => lease::force_unlock(&self.inner.db, &key, family).await,
             Strategy::ForUpdate => pessimistic::force_unlock(&self.inner.db, &key, family).await,
+            Strategy::Session => advisory::force_unlock(&self.inner.db, &key, family).await,
         }
     }
 
@@ -247,9 +289,9 @@ impl LockBackend for SqlBackend {
             Strategy::Lease => {
                 lease::force_unlock_holder(&self.inner.db, &KeyId::of(key), family, fence).await
             }
-            Strategy::ForUpdate => Err(Error::Unsupported {
+            Strategy::ForUpdate | Strategy::Session => Err(Error::Unsupported {
                 backend: self.name(),
-                operation: "force-unlocking one holder with Strategy::ForUpdate",
+                operation: "force-unlocking one holder with a connection-held strategy",
             }),
         }
     }
@@ -259,7 +301,7 @@ impl LockBackend for SqlBackend {
             None => lease::proclaim(&self.inner.db, lease, value).await,
             Some(_) => Err(Error::Unsupported {
                 backend: self.name(),
-                operation: "elections with Strategy::ForUpdate",
+                operation: "elections with a connection-held strategy",
             }),
         }
     }
@@ -270,6 +312,7 @@ impl LockBackend for SqlBackend {
             Strategy::ForUpdate => {
                 holder_record::inspect(&self.inner.db, &KeyId::of(key), family).await
             }
+            Strategy::Session => advisory::inspect(&self.inner.db, &KeyId::of(key), family).await,
         }
     }
 }

@@ -36,6 +36,23 @@ pub enum Strategy {
     /// PostgreSQL and MySQL/MariaDB only: SQLite has no row locks, and connecting with
     /// this strategy to an SQLite URL fails with `Error::Unsupported`.
     ForUpdate,
+    /// **Session-level advisory locks**: PostgreSQL's `pg_advisory_lock`, MariaDB's
+    /// `GET_LOCK`, held by a connection pinned to the guard, as DistributedLock.NET's
+    /// PostgreSQL and MySQL locks are. Nothing is written to disk per grant: the
+    /// fencing token is a counter in a table the server keeps off the disk (PostgreSQL
+    /// `UNLOGGED`, MariaDB `MEMORY`), never below the server clock in microseconds, so
+    /// a server crash that empties it cannot make a token go back (unless the server
+    /// clock is set back past the last token). A try or an uncontended acquire is one
+    /// round trip; a release is one. Like [`ForUpdate`](Self::ForUpdate) it costs one
+    /// connection per held lock; a dead connection frees the lock at once and the guard
+    /// learns it at the next watchdog tick; the server ends a session silent for its
+    /// lease (PostgreSQL `idle_session_timeout`, 14 and later; MariaDB `wait_timeout`,
+    /// whole seconds); waiters wait inside the server, which wakes them on release.
+    /// Exclusive locks on both; fair locks on PostgreSQL, whose lock queue grants in
+    /// request order (MariaDB does not promise an order). No read-write locks: a
+    /// downgrade would need the writer's own connection. No `inspect` of the holder:
+    /// the server knows only the connection. PostgreSQL and MySQL/MariaDB only.
+    Session,
 }
 
 /// The settings of a [`SqlBackend`](crate::SqlBackend): the database URL, the
@@ -117,7 +134,7 @@ impl SqlConfig {
     ///
     /// | key | setting | example |
     /// |---|---|---|
-    /// | `lock_strategy` | [`with_strategy`](Self::with_strategy) | `lease`, `for-update` |
+    /// | `lock_strategy` | [`with_strategy`](Self::with_strategy) | `lease`, `for-update`, `session` |
     /// | `lock_table_prefix` | [`with_table_prefix`](Self::with_table_prefix) | `app_locks` |
     /// | `pool_max` | [`with_max_connections`](Self::with_max_connections) | `20` |
     /// | `max_held_locks` | [`with_max_held_locks`](Self::with_max_held_locks) | `100` |
@@ -204,8 +221,8 @@ impl SqlConfig {
         self
     }
 
-    /// [`Strategy::ForUpdate`] only: the most locks held at once through this backend
-    /// (default 100). Each pins a connection of a second pool of this size; an acquire
+    /// [`Strategy::ForUpdate`] and [`Strategy::Session`] only: the most locks held (or
+    /// waited for) at once through this backend (default 100). Each pins a connection of a second pool of this size; an acquire
     /// beyond it waits for a connection up to the connect timeout, then fails with
     /// `Error::Unavailable`.
     pub fn with_max_held_locks(mut self, max: u32) -> Self {
@@ -300,7 +317,7 @@ impl SqlConfig {
         self.max_connections
     }
 
-    /// The most locks held at once with [`Strategy::ForUpdate`].
+    /// The most locks held at once with [`Strategy::ForUpdate`] or [`Strategy::Session`].
     pub fn max_held_locks(&self) -> u32 {
         self.max_held_locks
     }

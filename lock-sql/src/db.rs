@@ -27,6 +27,11 @@ pub(crate) struct Db {
     pub(crate) pool: AnyPool,
     /// FOR UPDATE: the connections pinned to held locks, one each.
     pub(crate) held_pool: AnyPool,
+    /// The session strategy's keys whose names this process has registered.
+    pub(crate) registered: crate::advisory::Register,
+    /// The session strategy: what its advisory lock ids are derived from (database,
+    /// schema, table prefix), so locks of two table sets never meet.
+    pub(crate) lock_space: String,
     pub(crate) sql: Statements,
     pub(crate) dialect: Dialect,
     pub(crate) url: DbUrl,
@@ -157,14 +162,37 @@ fn check_mysql_server(version: &str) -> Result<()> {
     Ok(())
 }
 
+/// The session statements of the session strategy's pinned connections: the caller's,
+/// and on MySQL the size MariaDB gives the `MEMORY` fence table when a session opens it
+/// first after a restart (1 GiB: room for about ten million keys).
+fn held_session_sql(options: &SqlConfig, dialect: Dialect) -> Arc<Vec<String>> {
+    let mut sql = options.session_sql.clone();
+    if dialect == Dialect::MySql {
+        sql.push(FENCE_TABLE_SIZE_MYSQL.to_owned());
+    }
+    Arc::new(sql)
+}
+
+/// See [`held_session_sql`].
+pub(crate) const FENCE_TABLE_SIZE_MYSQL: &str = "SET SESSION max_heap_table_size = 1073741824";
+
+/// What serialises schema changes between clients: a transaction-level advisory lock
+/// on PostgreSQL, a named lock on MySQL.
+const SCHEMA_LOCK_POSTGRES: &str =
+    "SELECT 1 FROM (SELECT pg_advisory_xact_lock(7306853318711111)) AS l";
+const SCHEMA_LOCK_MYSQL: &str = "SELECT GET_LOCK('lock_sql_schema', 30)";
+const SCHEMA_UNLOCK_MYSQL: &str = "SELECT RELEASE_LOCK('lock_sql_schema')";
+
 /// The strategies' codes in the tables' `meta` row `strategy`.
 const STRATEGY_LEASE: i64 = 1;
 const STRATEGY_FOR_UPDATE: i64 = 2;
+const STRATEGY_SESSION: i64 = 3;
 
 fn strategy_code(strategy: Strategy) -> i64 {
     match strategy {
         Strategy::Lease => STRATEGY_LEASE,
         Strategy::ForUpdate => STRATEGY_FOR_UPDATE,
+        Strategy::Session => STRATEGY_SESSION,
     }
 }
 
@@ -179,7 +207,7 @@ impl Db {
         sqlx::any::install_default_drivers();
         let dialect = url.dialect;
         let session_sql = Arc::new(options.session_sql.clone());
-        let pool_options = |max: u32| {
+        let pool_options = |max: u32, session_sql: &Arc<Vec<String>>| {
             let setup_sql = session_sql.clone();
             AnyPoolOptions::new()
                 .max_connections(max)
@@ -191,20 +219,31 @@ impl Db {
                     Box::pin(async move { setup_connection(conn, dialect, &extra).await })
                 })
         };
-        let pool = pool_options(options.max_connections)
+        let pool = pool_options(options.max_connections, &session_sql)
             .connect_lazy(&url.driver_url)
             .map_err(|e| convert(dialect.name(), e))?;
         let held_pool = match options.strategy {
-            Strategy::ForUpdate => pool_options(options.max_held_locks)
+            Strategy::ForUpdate => pool_options(options.max_held_locks, &session_sql)
                 .connect_lazy(&url.driver_url)
                 .map_err(|e| convert(dialect.name(), e))?,
+            // No ping before each use: the lock statement is the first a pinned
+            // connection runs, and a dead one is retried on another
+            // (`advisory::acquire`).
+            Strategy::Session => {
+                pool_options(options.max_held_locks, &held_session_sql(options, dialect))
+                    .test_before_acquire(false)
+                    .connect_lazy(&url.driver_url)
+                    .map_err(|e| convert(dialect.name(), e))?
+            }
             Strategy::Lease => pool.clone(),
         };
         probe(&url, &options.session_sql, options.connect_timeout).await?;
         let scope = format!("{} tables {}", url.location(), options.table_prefix);
-        let db = Db {
+        let mut db = Db {
             pool,
             held_pool,
+            registered: Default::default(),
+            lock_space: String::new(),
             sql: Statements::new(dialect, &options.table_prefix),
             dialect,
             url,
@@ -222,6 +261,18 @@ impl Db {
             db.claim_strategy(options.strategy),
         )
         .await?;
+        if options.strategy == Strategy::Session {
+            db.timed("creating the fence table", async {
+                db.create_fences().await.map_err(|e| db.err(e))
+            })
+            .await?;
+            db.lock_space = db
+                .timed(
+                    "reading where advisory locks live",
+                    crate::advisory::lock_space(&db, &options.table_prefix),
+                )
+                .await?;
+        }
         Ok(db)
     }
 
@@ -333,6 +384,7 @@ impl Db {
         let recorded = match recorded {
             STRATEGY_LEASE => "Lease".to_owned(),
             STRATEGY_FOR_UPDATE => "ForUpdate".to_owned(),
+            STRATEGY_SESSION => "Session".to_owned(),
             other => format!("unknown ({other})"),
         };
         Err(Error::InvalidArgument {
@@ -372,6 +424,35 @@ impl Db {
             .map_err(|_| sqlx::Error::WorkerCrashed)?
     }
 
+    /// Creates the session strategy's fence table if missing, serialised between
+    /// clients as [`create_schema`](Self::create_schema) is.
+    async fn create_fences(&self) -> std::result::Result<(), sqlx::Error> {
+        let Some(create) = &self.sql.schema.create_fences else {
+            return Ok(());
+        };
+        match self.dialect {
+            Dialect::Postgres => {
+                let mut tx = self.begin().await?;
+                sqlx::raw_sql(SCHEMA_LOCK_POSTGRES)
+                    .execute(&mut *tx)
+                    .await?;
+                q(create).execute(&mut *tx).await?;
+                tx.commit().await
+            }
+            _ => {
+                let mut conn = self.pool.acquire().await?;
+                sqlx::raw_sql(SCHEMA_LOCK_MYSQL).execute(&mut *conn).await?;
+                let created = sqlx::raw_sql(AssertSqlSafe(create.clone()))
+                    .execute(&mut *conn)
+                    .await;
+                sqlx::raw_sql(SCHEMA_UNLOCK_MYSQL)
+                    .execute(&mut *conn)
+                    .await?;
+                created.map(drop)
+            }
+        }
+    }
+
     /// Creates the tables, serialised between clients so concurrent `CREATE TABLE IF
     /// NOT EXISTS` cannot trip over each other (PostgreSQL can fail on that race).
     async fn create_schema(&self) -> std::result::Result<(), sqlx::Error> {
@@ -381,11 +462,9 @@ impl Db {
                 drop(conn);
                 // A transaction object rolls back if anything below fails.
                 let mut tx = self.begin().await?;
-                sqlx::raw_sql(
-                    "SELECT 1 FROM (SELECT pg_advisory_xact_lock(7306853318711111)) AS l",
-                )
-                .execute(&mut *tx)
-                .await?;
+                sqlx::raw_sql(SCHEMA_LOCK_POSTGRES)
+                    .execute(&mut *tx)
+                    .await?;
                 for stmt in &self.sql.schema.create {
                     q(stmt).execute(&mut *tx).await?;
                 }
@@ -393,9 +472,7 @@ impl Db {
                 tx.commit().await?;
             }
             Dialect::MySql => {
-                sqlx::raw_sql("SELECT GET_LOCK('lock_sql_schema', 30)")
-                    .execute(&mut *conn)
-                    .await?;
+                sqlx::raw_sql(SCHEMA_LOCK_MYSQL).execute(&mut *conn).await?;
                 let created = async {
                     for stmt in &self.sql.schema.create {
                         sqlx::raw_sql(AssertSqlSafe(stmt.clone()))
@@ -408,7 +485,7 @@ impl Db {
                     Ok::<_, sqlx::Error>(())
                 }
                 .await;
-                sqlx::raw_sql("SELECT RELEASE_LOCK('lock_sql_schema')")
+                sqlx::raw_sql(SCHEMA_UNLOCK_MYSQL)
                     .execute(&mut *conn)
                     .await?;
                 created?;

@@ -25,15 +25,17 @@
 //!
 //! # Strategies
 //!
-//! | | [`Strategy::Lease`] (default) | [`Strategy::ForUpdate`] |
-//! |---|---|---|
-//! | a held lock is | a row with owner, fence and expiry (server clock) | a row lock in an open transaction |
-//! | connections | pooled, none held between calls | one pinned connection per held lock |
-//! | holder crashes | freed when its lease runs out | freed as soon as the connection drops, or when its lease runs out if the connection stays open |
-//! | waiting | PostgreSQL `LISTEN/NOTIFY`; MySQL/SQLite polling with backoff and jitter, releases in the same process wake at once; a release wakes one waiter of each kind per client (every reader), and only that one (and every reader) polls | inside the database's lock queue |
-//! | lock types | exclusive, fair, read-write | exclusive |
-//! | fixed leases | yes | yes (the server ends a transaction silent for its lease; MySQL rounds up to whole seconds) |
-//! | databases | PostgreSQL, MySQL/MariaDB, SQLite | PostgreSQL, MySQL/MariaDB |
+//! | | [`Strategy::Lease`] (default) | [`Strategy::ForUpdate`] | [`Strategy::Session`] |
+//! |---|---|---|---|
+//! | a held lock is | a row with owner, fence and expiry (server clock) | a row lock in an open transaction | a session-level advisory lock (`pg_advisory_lock`, `GET_LOCK`) |
+//! | writes per grant | a synced commit | a synced commit (the fence) and the holder record | none to disk: the fence counter is in an `UNLOGGED`/`MEMORY` table, floored by the server clock |
+//! | connections | pooled, none held between calls | one pinned connection per held lock | one pinned connection per held lock |
+//! | holder crashes | freed when its lease runs out | freed as soon as the connection drops, or when its lease runs out if the connection stays open | as FOR UPDATE |
+//! | waiting | PostgreSQL `LISTEN/NOTIFY`; MySQL/SQLite polling with backoff and jitter, releases in the same process wake at once; a release wakes one waiter of each kind per client (every reader), and only that one (and every reader) polls | inside the database's lock queue | inside the database's lock queue |
+//! | lock types | exclusive, fair, read-write | exclusive | exclusive; fair on PostgreSQL |
+//! | `inspect` | holders with owner, token, description, times | owner and token | whether it is held |
+//! | fixed leases | yes | yes (the server ends a transaction silent for its lease; MySQL rounds up to whole seconds) | yes (the server ends a session silent for its lease: PostgreSQL 14+ `idle_session_timeout`; MySQL `wait_timeout`, whole seconds) |
+//! | databases | PostgreSQL, MySQL/MariaDB, SQLite | PostgreSQL, MySQL/MariaDB | PostgreSQL, MySQL/MariaDB |
 //!
 //! # Tables
 //!
@@ -43,7 +45,8 @@
 //! later release can migrate), `<prefix>_keys` (one row per lock key: its fencing
 //! counter and queue-ticket counter; never deleted, so fencing tokens keep increasing
 //! when lease rows are deleted), `<prefix>_leases`, `<prefix>_queue` (fair-lock and
-//! waiting-writer tickets), `<prefix>_rows` and `<prefix>_holders` (FOR UPDATE).
+//! waiting-writer tickets), `<prefix>_rows` and `<prefix>_holders` (FOR UPDATE),
+//! `<prefix>_fences` (the session strategy's fence counters; not durable).
 //! Keys are stored as a SHA-256 of namespace and name (with both kept as text beside
 //! it), so every valid lock name fits any database's index, and all values are bind
 //! parameters.
@@ -57,6 +60,16 @@
 //! over, keeps the lock taken until its lease runs out, and the next grant's synced
 //! commit writes the release to the log before itself, so no grant can be lost that
 //! way and the fencing token still moves at every grant.
+//!
+//! [`Strategy::Session`] writes nothing to disk per grant: its lock lives in the
+//! server's memory, and its fence counter in a table the server does not log
+//! (PostgreSQL `UNLOGGED`, MariaDB `MEMORY`; a crash or, on MariaDB, any restart empties
+//! it). Each token is one past the last and never below the server clock in
+//! microseconds, so the tokens after a crash are above those before it as long as the
+//! server clock does not go back. On a PostgreSQL standby that takes over, unlogged
+//! tables are empty too: the same floor holds if the clocks of the two hosts agree to
+//! within the time the failover takes. `<prefix>_keys` holds the names the strategy
+//! has seen (written once per name), for operators and `lockctl`.
 //!
 //! # Time
 //!
@@ -73,6 +86,7 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod advisory;
 mod backend;
 mod config;
 mod db;

@@ -36,10 +36,11 @@ use crate::SqlLease;
 
 /// A pooled connection inside a lock transaction. Unless marked clean (its
 /// transaction ended normally), it is closed when dropped instead of going back to the
-/// pool, which makes the server end the transaction and free the row.
-struct PinnedConn {
+/// pool, which makes the server end the transaction and free the row (or, with the
+/// session strategy, the advisory lock).
+pub(crate) struct PinnedConn {
     conn: Option<PoolConnection<Any>>,
-    clean: bool,
+    pub(crate) clean: bool,
 }
 
 impl Drop for PinnedConn {
@@ -53,7 +54,14 @@ impl Drop for PinnedConn {
 }
 
 impl PinnedConn {
-    fn conn(&mut self) -> &mut sqlx::AnyConnection {
+    pub(crate) fn new(conn: PoolConnection<Any>) -> Self {
+        PinnedConn {
+            conn: Some(conn),
+            clean: false,
+        }
+    }
+
+    pub(crate) fn conn(&mut self) -> &mut sqlx::AnyConnection {
         self.conn.as_mut().expect("present until dropped")
     }
 }
@@ -61,12 +69,27 @@ impl PinnedConn {
 /// The connection holding one lock, kept in [`SqlLease`].
 pub(crate) struct Pinned {
     conn: Mutex<Option<PinnedConn>>,
+    /// The server's id of the connection, for traces (0 where not read).
     connection_id: i64,
+}
+
+impl Pinned {
+    pub(crate) fn new(conn: PinnedConn, connection_id: i64) -> Self {
+        Pinned {
+            conn: Mutex::new(Some(conn)),
+            connection_id,
+        }
+    }
+
+    /// The connection, for the release; `None` if the watchdog found it dead.
+    pub(crate) async fn take(&self) -> Option<PinnedConn> {
+        self.conn.lock().await.take()
+    }
 }
 
 /// Cancels the server-side wait of a connection whose lock wait was abandoned, so
 /// it does not linger in the lock queue.
-struct WaitGuard<'a> {
+pub(crate) struct WaitGuard<'a> {
     db: &'a std::sync::Arc<Db>,
     connection: &'a Connection,
     armed: bool,
@@ -74,12 +97,27 @@ struct WaitGuard<'a> {
 
 /// Which server connection a lock transaction runs on.
 #[derive(Clone, Debug)]
-struct Connection {
+pub(crate) struct Connection {
     /// PostgreSQL's backend pid, MySQL's thread id.
-    id: i64,
+    pub(crate) id: i64,
     /// PostgreSQL: when the backend started (pids are reused; the pair is not).
     /// Empty on MySQL, whose thread ids are not reused while the server runs.
-    started: String,
+    pub(crate) started: String,
+}
+
+impl<'a> WaitGuard<'a> {
+    pub(crate) fn new(db: &'a std::sync::Arc<Db>, connection: &'a Connection) -> Self {
+        WaitGuard {
+            db,
+            connection,
+            armed: true,
+        }
+    }
+
+    /// The wait ended with an answer: nothing to cancel.
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
 }
 
 impl Drop for WaitGuard<'_> {
@@ -100,7 +138,10 @@ impl Drop for WaitGuard<'_> {
 /// Cancels the lock wait of an abandoned connection (which is closed, never reused).
 /// PostgreSQL matches the backend by pid *and* start time, since the pid may belong
 /// to a new backend by the time this runs.
-async fn cancel_query(db: &Db, connection: &Connection) -> std::result::Result<(), sqlx::Error> {
+pub(crate) async fn cancel_query(
+    db: &Db,
+    connection: &Connection,
+) -> std::result::Result<(), sqlx::Error> {
     match db.dialect {
         Dialect::Postgres => q(&db.sql.row_lock.cancel_wait)
             .bind(connection.id)
@@ -116,7 +157,7 @@ async fn cancel_query(db: &Db, connection: &Connection) -> std::result::Result<(
 }
 
 /// MySQL: kills thread `id` (PostgreSQL kills by the row's `xmax` instead).
-async fn kill_connection(db: &Db, id: i64) -> std::result::Result<(), sqlx::Error> {
+pub(crate) async fn kill_connection(db: &Db, id: i64) -> std::result::Result<(), sqlx::Error> {
     let sql = format!("KILL CONNECTION {id}");
     match sqlx::raw_sql(AssertSqlSafe(sql)).execute(&db.pool).await {
         Ok(_) => Ok(()),
@@ -158,10 +199,7 @@ pub(crate) async fn acquire(
         started_at,
         data: SqlLease {
             key,
-            pinned: Some(Pinned {
-                conn: Mutex::new(Some(pinned)),
-                connection_id,
-            }),
+            pinned: Some(Pinned::new(pinned, connection_id)),
         },
     }))
 }
@@ -194,10 +232,7 @@ async fn start_transaction(
                 Err(e) => return Err(e),
             }
         }
-        let mut pinned = PinnedConn {
-            conn: Some(db.held_pool.acquire().await?),
-            clean: false,
-        };
+        let mut pinned = PinnedConn::new(db.held_pool.acquire().await?);
         let row = q(&db.sql.row_lock.connection_id)
             .fetch_one(pinned.conn())
             .await?;
@@ -367,7 +402,7 @@ async fn bump_fence(db: &Db, key: &KeyId) -> std::result::Result<i64, sqlx::Erro
 /// transaction, and `force_unlock` holds while it kills a holder by thread id: a
 /// holder is never killed after its release began, when its connection may be on its
 /// way to another lock.
-fn release_fence(connection_id: i64) -> String {
+pub(crate) fn release_fence(connection_id: i64) -> String {
     format!("lock_sql_connection_{connection_id}")
 }
 
@@ -380,7 +415,7 @@ fn release_fence(connection_id: i64) -> String {
 /// transaction (all three: a server setting of any one would otherwise decide). Never
 /// shorter than `ttl`: the client counts its lease from before a statement is sent, the
 /// server from after it ran. A lease beyond the server's largest limit gets none.
-fn silence_limit(dialect: Dialect, ttl: Duration) -> String {
+pub(crate) fn silence_limit(dialect: Dialect, ttl: Duration) -> String {
     match dialect {
         Dialect::Postgres => {
             let ms = ttl.as_nanos().div_ceil(1_000_000).max(1);
@@ -427,7 +462,7 @@ pub(crate) async fn release(
     lease: &HeldLease<SqlLease>,
     pinned: &Pinned,
 ) -> Result<()> {
-    let taken = pinned.conn.lock().await.take();
+    let taken = pinned.take().await;
     let ok = match taken {
         Some(mut conn) => {
             conn.clean = match db.dialect {
@@ -456,14 +491,13 @@ pub(crate) async fn release(
 }
 
 /// Checks each lease's connection is alive (the lock lives as long as its
-/// transaction) and moves the server's silence limit to `ttl` from now; one round trip
-/// per held lock, all at once.
+/// transaction, or with the session strategy its session) and moves the server's
+/// silence limit on by running `limit`; one round trip per held lock, all at once.
 pub(crate) async fn renew(
     db: &Db,
     leases: &[&HeldLease<SqlLease>],
-    ttl: Duration,
+    limit: String,
 ) -> Result<Vec<Renewal>> {
-    let limit = silence_limit(db.dialect, ttl);
     let limit = &limit;
     let pings = leases.iter().map(|lease| async move {
         let Some(pinned) = &lease.data.pinned else {
@@ -479,7 +513,7 @@ pub(crate) async fn renew(
             _ => {
                 tracing::debug!(
                     connection = pinned.connection_id,
-                    "lock connection is gone; the row lock went with it"
+                    "lock connection is gone; its lock went with it"
                 );
                 // Dropped dirty: closed, never reused.
                 *slot = None;
@@ -591,10 +625,7 @@ pub(crate) async fn force_unlock(db: &Db, key: &KeyId, family: LockFamily) -> Re
 /// holder still blocks the probe once the fence is held.
 async fn kill_mysql_row_holder(db: &Db, key: &KeyId, kind: i64) -> Result<bool> {
     let work = async {
-        let mut probe = PinnedConn {
-            conn: Some(db.pool.acquire().await?),
-            clean: false,
-        };
+        let mut probe = PinnedConn::new(db.pool.acquire().await?);
         let probe_id: i64 = q(&db.sql.row_lock.connection_id)
             .fetch_one(probe.conn())
             .await?
@@ -628,10 +659,7 @@ async fn kill_mysql_row_holder(db: &Db, key: &KeyId, kind: i64) -> Result<bool> 
             let holder: i64 = row.try_get(0)?;
             // Kill only while the holder cannot be releasing ([`release_fence`]), and
             // only if it still blocks the probe once that is certain.
-            let mut fenced = PinnedConn {
-                conn: Some(db.pool.acquire().await?),
-                clean: false,
-            };
+            let mut fenced = PinnedConn::new(db.pool.acquire().await?);
             let fence = release_fence(holder);
             let wait_secs = db.request_timeout.as_secs().max(1);
             let got: i64 = sqlx::query(AssertSqlSafe(format!(

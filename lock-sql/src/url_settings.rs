@@ -106,9 +106,10 @@ pub(crate) fn config_from_url(url: &str) -> Result<SqlConfig> {
         options = options.with_strategy(match strategy.as_str() {
             "lease" => Strategy::Lease,
             "for-update" => Strategy::ForUpdate,
+            "session" => Strategy::Session,
             other => {
                 return Err(Error::invalid_argument(format!(
-                    "unknown lock_strategy {other:?}: use lease or for-update"
+                    "unknown lock_strategy {other:?}: use lease, for-update or session"
                 )))
             }
         });
@@ -238,6 +239,18 @@ mod tests {
             let err = config_from_url(url).unwrap_err().to_string();
             assert!(err.contains(unknown), "{url}: {err}");
             assert!(err.contains("connect_timeout"), "{url}: {err}");
+        }
+    }
+
+    #[test]
+    fn every_strategy_by_name() {
+        for (name, strategy) in [
+            ("lease", Strategy::Lease),
+            ("for-update", Strategy::ForUpdate),
+            ("session", Strategy::Session),
+        ] {
+            let url = format!("mysql://h/db?lock_strategy={name}");
+            assert_eq!(config_from_url(&url).unwrap().strategy(), strategy);
         }
     }
 

@@ -2,9 +2,9 @@
 //!
 //! A run takes the **write side of the read-write lock** NAME, and `--shared` its
 //! read side, so shared and exclusive runs of one name exclude each other. On a
-//! backend without read-write locks (RedLock, SQL with `lock_strategy=for-update`)
-//! runs take the exclusive lock NAME instead, and `--shared` is refused. `status`,
-//! `wait` and `force-unlock` look at, or break, the same lock. A program that must
+//! backend without read-write locks (RedLock, SQL with `lock_strategy=for-update` or
+//! `session`) runs take the exclusive lock NAME instead, and `--shared` is refused.
+//! `status`, `wait` and `force-unlock` look at, or break, the same lock. A program that must
 //! exclude lockctl runs takes `client.rw_lock(NAME)?.write()` (or `client.lock(NAME)`
 //! on those backends). `run -N N` takes a permit of the semaphore NAME instead, which
 //! is a lock of its own (`client.semaphore(NAME, N)`), and `elect` the leadership of

@@ -31,6 +31,7 @@ impl Sql {
         let dialect = url.split(':').next().unwrap_or_default().to_owned();
         let label = match strategy {
             Strategy::ForUpdate => format!("{dialect}/for-update"),
+            Strategy::Session => format!("{dialect}/session"),
             _ => dialect,
         };
         Sql {
@@ -75,11 +76,12 @@ impl Backend for Sql {
 
     async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, String> {
         let backend = self.backend().await.map_err(|e| e.to_string())?;
-        // FOR UPDATE: the row locks first, then the tables. A client cut off for good
-        // cannot delete its holder records; `inspect` names no holder of a free lock
-        // and deletes those (the SQL extras check the records a release deletes).
+        // FOR UPDATE and session: the server's locks first, then the tables. A client
+        // cut off for good cannot delete its holder records; `inspect` names no holder
+        // of a free lock and deletes those (the SQL extras check the records a release
+        // deletes).
         let mut left = Vec::new();
-        if self.strategy == Strategy::ForUpdate {
+        if self.strategy != Strategy::Lease {
             left.extend(held_row_locks(&backend, namespace, true).await?);
         }
         left.extend(leftover_rows(&backend, namespace).await?);
@@ -114,6 +116,7 @@ impl Backend for Sql {
         let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_lock-holder"));
         let strategy = match self.strategy {
             Strategy::ForUpdate => "for-update",
+            Strategy::Session => "session",
             _ => "lease",
         };
         let sep = if self.url.contains('?') { '&' } else { '?' };
@@ -192,8 +195,8 @@ pub async fn leftover_rows(backend: &SqlBackend, namespace: &str) -> Result<Vec<
     Ok(left)
 }
 
-/// FOR UPDATE: the locks of `namespace` whose row lock some transaction still holds,
-/// by the server's own lock state; with `inspect`, also those `inspect` names a
+/// FOR UPDATE and session: the locks of `namespace` some connection still holds (a
+/// row lock, an advisory lock), by the server's own lock state; with `inspect`, also those `inspect` names a
 /// holder of though free (and it deletes the holder records it finds stale).
 pub async fn held_row_locks(
     backend: &SqlBackend,
@@ -218,19 +221,25 @@ pub async fn held_row_locks(
             lock_core::LockName::new(&name).map_err(|e| e.to_string())?,
         );
         // A connection dropped on an error path is closed in the background, and its
-        // row lock goes a moment later: only a lock still held after a second counts.
+        // lock goes a moment later: only a lock still held after a second counts.
         let until = tokio::time::Instant::now() + Duration::from_secs(1);
         let before = held.len();
-        while backend
-            .is_locked(&key, LockFamily::Exclusive)
-            .await
-            .map_err(|e| e.to_string())?
-        {
-            if tokio::time::Instant::now() >= until {
-                held.push(format!("{prefix}_rows: the row lock of {name:?} is held"));
-                break;
+        let mut families = vec![LockFamily::Exclusive];
+        if backend.capabilities().fair {
+            families.push(LockFamily::Fair);
+        }
+        for family in families {
+            while backend
+                .is_locked(&key, family)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                if tokio::time::Instant::now() >= until {
+                    held.push(format!("{prefix}: the {family:?} lock of {name:?} is held"));
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         if !inspect || held.len() > before {
             continue;
@@ -342,13 +351,20 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     servers::wait_until_ready(&url).await;
     let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
 
-    // One table set per strategy: the two never share tables.
+    // One table set per strategy: they never share tables.
     let update_prefix = format!("{prefix}u");
+    let session_prefix = format!("{prefix}s");
     run_suite(Sql::new(&url, Strategy::Lease, &prefix), 60).await;
     run_suite(Sql::new(&url, Strategy::ForUpdate, &update_prefix), 20).await;
+    run_suite(Sql::new(&url, Strategy::Session, &session_prefix), 20).await;
     check_with_cut_off(Sql::new(&url, Strategy::Lease, &prefix), server.freezer()).await;
     check_with_cut_off(
         Sql::new(&url, Strategy::ForUpdate, &update_prefix),
+        server.freezer(),
+    )
+    .await;
+    check_with_cut_off(
+        Sql::new(&url, Strategy::Session, &session_prefix),
         server.freezer(),
     )
     .await;
@@ -374,6 +390,10 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     extra::sigkilled_for_update_holder_frees_at_once(&for_update).await;
     if spec.name == "postgres" {
         extra::for_update_grant_never_outlives_its_connection(&for_update).await;
+    }
+    if server.can_fault() {
+        let session = Sql::new(&url, Strategy::Session, &session_prefix);
+        extra::session_tokens_never_go_back_across_a_crash(&session, &mut server).await;
     }
     // A port nobody listens on: the same URL shape, no server behind it.
     let closed = (spec.url)(free_port().expect("a free port"));

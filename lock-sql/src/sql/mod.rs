@@ -5,9 +5,10 @@
 //! bind parameter.
 //!
 //! [`schema`] holds what connect runs, [`lease`] and [`fast_grant`] the lease
-//! strategy's statements, [`row_lock`] the FOR UPDATE strategy's; the fence counter
-//! both bump lives here.
+//! strategy's statements, [`row_lock`] the FOR UPDATE strategy's, [`advisory`] the
+//! session strategy's; the fence counter the first two bump lives here.
 
+mod advisory;
 mod fast_grant;
 mod lease;
 mod row_lock;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 
 use crate::dialect::Dialect;
 
+pub(crate) use advisory::AdvisoryStatements;
 pub(crate) use fast_grant::{Arg, FastGrant};
 pub(crate) use lease::LeaseStatements;
 pub(crate) use row_lock::RowLockStatements;
@@ -34,6 +36,8 @@ pub(crate) struct Tables {
     pub(crate) queue: String,
     pub(crate) rows: String,
     pub(crate) holders: String,
+    /// The session strategy's fence counters (not durable: see [`advisory`]).
+    pub(crate) fences: String,
     /// The lease table's name as the catalogs take it: quoted for PostgreSQL's
     /// `to_regclass`, bare for MySQL's information schema and SQLite's pragma.
     pub(crate) leases_name: String,
@@ -53,6 +57,7 @@ impl Tables {
             queue: q("queue"),
             rows: q("rows"),
             holders: q("holders"),
+            fences: q("fences"),
             leases_name: match dialect {
                 Dialect::Postgres => q("leases"),
                 Dialect::MySql | Dialect::Sqlite => format!("{prefix}_leases"),
@@ -74,6 +79,7 @@ pub(crate) struct Statements {
     pub(crate) schema: SchemaStatements,
     pub(crate) lease: LeaseStatements,
     pub(crate) row_lock: RowLockStatements,
+    pub(crate) advisory: AdvisoryStatements,
     /// Creates the key's row or bumps its fence, locking it for the transaction.
     /// PostgreSQL and SQLite return the fence; MySQL reports it as the last insert id
     /// ([`Self::last_insert_id`] reads it if a server does not).
@@ -121,6 +127,7 @@ impl Statements {
             schema: SchemaStatements::new(dialect, &t),
             lease: LeaseStatements::new(dialect, &t),
             row_lock: RowLockStatements::new(dialect, &t),
+            advisory: AdvisoryStatements::new(dialect, &t),
             tables: t,
             key_bump,
             last_insert_id,

@@ -2,6 +2,7 @@
 //! strategy the tables were first used with, the lease table's `inspect` columns.
 
 use super::{s, Stmt, Tables};
+use crate::db::FENCE_TABLE_SIZE_MYSQL;
 use crate::dialect::Dialect;
 
 /// The schema version this release writes and understands.
@@ -22,6 +23,9 @@ const PERMITS_COLUMN: &str = "permits BIGINT NOT NULL DEFAULT 0";
 #[derive(Debug)]
 pub(crate) struct SchemaStatements {
     pub(crate) create: Vec<Stmt>,
+    /// The session strategy's fence table (none on SQLite), created by that strategy's
+    /// clients only, with the other tables or later.
+    pub(crate) create_fences: Option<Stmt>,
     pub(crate) read_version: Stmt,
     pub(crate) write_version: Stmt,
     /// The strategy the tables were first used with (a `?` for its code, written only
@@ -40,8 +44,9 @@ pub(crate) struct SchemaStatements {
 
 impl SchemaStatements {
     pub(crate) fn new(dialect: Dialect, t: &Tables) -> Self {
-        let (meta, keys, leases, queue, rows, holders) =
-            (&t.meta, &t.keys, &t.leases, &t.queue, &t.rows, &t.holders);
+        let (meta, keys, leases, queue, rows, holders, fences) = (
+            &t.meta, &t.keys, &t.leases, &t.queue, &t.rows, &t.holders, &t.fences,
+        );
         let st = |sql: String| s(dialect, sql);
         let (text, int, suffix) = match dialect {
             Dialect::Postgres => ("TEXT", "BIGINT", ""),
@@ -80,6 +85,20 @@ impl SchemaStatements {
                  PRIMARY KEY (khash, kind)){suffix}"
             )),
         ];
+        // The session strategy's counters, kept off the disk (see `sql::advisory`).
+        // MariaDB sizes a MEMORY table by the session's `max_heap_table_size` when it
+        // creates it: 1 GiB is room for about ten million keys.
+        let create_fences = match dialect {
+            Dialect::Postgres => Some(st(format!(
+                "CREATE UNLOGGED TABLE IF NOT EXISTS {fences} (khash VARCHAR(64) NOT NULL PRIMARY KEY, \
+                 fence BIGINT NOT NULL)"
+            ))),
+            Dialect::MySql => Some(st(format!(
+                "{FENCE_TABLE_SIZE_MYSQL}; CREATE TABLE IF NOT EXISTS {fences} \
+                 (khash CHAR(64) CHARACTER SET ascii NOT NULL PRIMARY KEY, fence BIGINT NOT NULL) ENGINE=MEMORY"
+            ))),
+            Dialect::Sqlite => None,
+        };
         let read_version = st(format!(
             "SELECT value FROM {meta} WHERE name = 'schema_version'"
         ));
@@ -124,6 +143,7 @@ impl SchemaStatements {
         let add_queue_permits = st(format!("ALTER TABLE {queue} ADD COLUMN {PERMITS_COLUMN}"));
         SchemaStatements {
             create,
+            create_fences,
             read_version,
             write_version,
             write_strategy,
