@@ -21,7 +21,8 @@ use std::time::Duration;
 use lock_core::backend::{AcquireRequest, Grant, HeldLease};
 use lock_core::{Error, HolderInfo, LockFamily, LockInfo, LockKind, Result};
 use sha2::{Digest, Sha256};
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AssertSqlSafe, Row};
 use tokio::time::Instant;
 
 use crate::db::{q, Db};
@@ -125,6 +126,44 @@ pub(crate) async fn lock_space(db: &Db, table_prefix: &str) -> Result<String> {
         });
     }
     Ok(format!("{place}/{table_prefix}"))
+}
+
+/// How many connections a client keeps aside for its next locks.
+const SPARES: usize = 8;
+/// How long a connection is kept aside unused before it goes back to the pool.
+const SPARE_IDLE: Duration = Duration::from_secs(30);
+
+/// Connections whose lock was let go cleanly, kept for the next locks of this client
+/// rather than handed back to the pool, which would ping each one (a round trip and a
+/// task per release). A connection that died meanwhile fails the next try, which runs
+/// again on another ([`try_lock`]).
+#[derive(Debug, Default)]
+pub(crate) struct Spares(Mutex<Vec<(PoolConnection<Any>, Instant)>>);
+
+impl Spares {
+    /// The most recently used spare, if one was used lately; older ones go back to the
+    /// pool (which closes them when idle).
+    fn take(&self) -> Option<PoolConnection<Any>> {
+        let mut spares = self.0.lock().ok()?;
+        spares.retain(|(_, since)| since.elapsed() < SPARE_IDLE);
+        spares.pop().map(|(conn, _)| conn)
+    }
+
+    fn put(&self, conn: PoolConnection<Any>) {
+        if let Ok(mut spares) = self.0.lock() {
+            if spares.len() < SPARES {
+                spares.push((conn, Instant::now()));
+            }
+        }
+    }
+}
+
+/// A connection for a lock: a spare, or one from the held-lock pool.
+async fn pin(db: &Db) -> Result<PoolConnection<Any>> {
+    match db.spares.take() {
+        Some(conn) => Ok(conn),
+        None => db.held_pool.acquire().await.map_err(|e| db.err(e)),
+    }
 }
 
 /// Puts the key's namespace and name in the name register, once per process.
@@ -280,9 +319,7 @@ pub(crate) async fn acquire(
         Taken::TimedOut => {
             pinned = db
                 .timed("taking a connection for the lock", async {
-                    Ok(PinnedConn::new(
-                        db.held_pool.acquire().await.map_err(|e| db.err(e))?,
-                    ))
+                    Ok(PinnedConn::new(pin(db).await?))
                 })
                 .await?;
         }
@@ -303,7 +340,7 @@ async fn try_lock(
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let mut pinned = PinnedConn::new(db.held_pool.acquire().await.map_err(|e| db.err(e))?);
+        let mut pinned = PinnedConn::new(pin(db).await?);
         let started_at = Instant::now();
         match take(db, &mut pinned, id, key, Wait::Try, ttl).await {
             Ok(taken) => return Ok((pinned, taken, started_at)),
@@ -457,7 +494,16 @@ pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>, pinned: &Pinne
         // A connection that failed to answer is closed, which frees whatever it held.
         _ => (false, false),
     };
-    conn.clean = clean;
+    // Kept aside only while the pool has room: at its limit someone may be waiting
+    // for a connection, and the pool hands this one on.
+    let room = db.held_pool.size() < db.held_pool.options().get_max_connections();
+    if clean && room {
+        if let Some(spare) = conn.into_clean() {
+            db.spares.put(spare);
+        }
+    } else {
+        conn.clean = clean;
+    }
     if released {
         Ok(())
     } else {

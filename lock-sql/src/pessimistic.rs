@@ -61,6 +61,12 @@ impl PinnedConn {
         }
     }
 
+    /// The connection, out of this wrapper, for a caller that knows its session is
+    /// clean.
+    pub(crate) fn into_clean(mut self) -> Option<PoolConnection<Any>> {
+        self.conn.take()
+    }
+
     pub(crate) fn conn(&mut self) -> &mut sqlx::AnyConnection {
         self.conn.as_mut().expect("present until dropped")
     }

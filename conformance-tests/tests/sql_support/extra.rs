@@ -1181,3 +1181,45 @@ pub async fn session_tokens_never_go_back_across_a_crash(
         sql.label
     );
 }
+
+/// Connection-held strategies with a small held-lock pool: a lock waiting for a
+/// connection gets the one a release frees, never held back for later (the session
+/// strategy keeps released connections aside for its next locks).
+pub async fn a_released_connection_goes_to_whoever_waits(sql: &Sql) {
+    let ns = ns();
+    for limit in [1, 2] {
+        let options = sql.options().with_max_held_locks(limit);
+        let client = client(sql, &ns, options).await;
+        for _ in 0..3 {
+            let warm = client.lock("warm").unwrap().acquire().await.unwrap();
+            warm.release().await.unwrap();
+        }
+        let held: Vec<_> = {
+            let mut held = Vec::new();
+            for i in 0..limit {
+                let lock = client.lock(&format!("held-{i}")).unwrap();
+                held.push(lock.acquire().await.unwrap());
+            }
+            held
+        };
+        let waiter = {
+            let lock = client.lock("waiting").unwrap();
+            tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(30)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        for guard in held {
+            guard.release().await.unwrap();
+        }
+        let got = tokio::time::timeout(Duration::from_secs(20), waiter)
+            .await
+            .expect("the waiter got a connection")
+            .expect("task")
+            .expect("acquired once a connection was free");
+        got.release().await.unwrap();
+        client.shutdown().await.expect("shutdown");
+    }
+    println!(
+        "sql-extra[{}] PASS a_released_connection_goes_to_whoever_waits",
+        sql.label
+    );
+}

@@ -391,8 +391,10 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     if spec.name == "postgres" {
         extra::for_update_grant_never_outlives_its_connection(&for_update).await;
     }
+    let session = Sql::new(&url, Strategy::Session, &session_prefix);
+    extra::a_released_connection_goes_to_whoever_waits(&session).await;
+    extra::a_released_connection_goes_to_whoever_waits(&for_update).await;
     if server.can_fault() {
-        let session = Sql::new(&url, Strategy::Session, &session_prefix);
         extra::session_tokens_never_go_back_across_a_crash(&session, &mut server).await;
     }
     // A port nobody listens on: the same URL shape, no server behind it.
