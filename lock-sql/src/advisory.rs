@@ -29,9 +29,7 @@ use crate::db::{q, Db};
 use crate::dialect::Dialect;
 use crate::error::{classify, Class};
 use crate::key::KeyId;
-use crate::pessimistic::{
-    kill_connection, release_fence, Connection, Pinned, PinnedConn, WaitGuard,
-};
+use crate::pessimistic::{kill_under_release_fence, Connection, Pinned, PinnedConn, WaitGuard};
 use crate::SqlLease;
 
 /// The most keys [`Register`] remembers before it starts over.
@@ -128,42 +126,9 @@ pub(crate) async fn lock_space(db: &Db, table_prefix: &str) -> Result<String> {
     Ok(format!("{place}/{table_prefix}"))
 }
 
-/// How many connections a client keeps aside for its next locks.
-const SPARES: usize = 8;
-/// How long a connection is kept aside unused before it goes back to the pool.
-const SPARE_IDLE: Duration = Duration::from_secs(30);
-
-/// Connections whose lock was let go cleanly, kept for the next locks of this client
-/// rather than handed back to the pool, which would ping each one (a round trip and a
-/// task per release). A connection that died meanwhile fails the next try, which runs
-/// again on another ([`try_lock`]).
-#[derive(Debug, Default)]
-pub(crate) struct Spares(Mutex<Vec<(PoolConnection<Any>, Instant)>>);
-
-impl Spares {
-    /// The most recently used spare, if one was used lately; older ones go back to the
-    /// pool (which closes them when idle).
-    fn take(&self) -> Option<PoolConnection<Any>> {
-        let mut spares = self.0.lock().ok()?;
-        spares.retain(|(_, since)| since.elapsed() < SPARE_IDLE);
-        spares.pop().map(|(conn, _)| conn)
-    }
-
-    fn put(&self, conn: PoolConnection<Any>) {
-        if let Ok(mut spares) = self.0.lock() {
-            if spares.len() < SPARES {
-                spares.push((conn, Instant::now()));
-            }
-        }
-    }
-}
-
-/// A connection for a lock: a spare, or one from the held-lock pool.
+/// A connection for a lock, from the held-lock pool.
 async fn pin(db: &Db) -> Result<PoolConnection<Any>> {
-    match db.spares.take() {
-        Some(conn) => Ok(conn),
-        None => db.held_pool.acquire().await.map_err(|e| db.err(e)),
-    }
+    db.held_pool.acquire().await.map_err(|e| db.err(e))
 }
 
 /// Puts the key's namespace and name in the name register, once per process.
@@ -329,14 +294,19 @@ pub(crate) async fn acquire(
 
 /// Pins a connection and tries the lock on it: the connection, the fence if taken, and
 /// when the try was sent. The pool does not ping a connection before handing it out,
-/// so one that died idle (a server restart, a network cut) fails here; that failure
-/// took nothing (a dead session holds no lock), and the try runs once more on another.
+/// so one that died idle (a server restart, a network cut) fails here. The try runs
+/// again on another: the failed one is closed, so once the pool's idle connections are
+/// used up it opens a new one, and a server that is down fails that with
+/// `Unavailable`. (A session that failed after it took the lock is closed too, which
+/// lets the lock go.)
 async fn try_lock(
     db: &Db,
     id: &LockId,
     key: &KeyId,
     ttl: Duration,
 ) -> Result<(PinnedConn, Taken, Instant)> {
+    // Every pooled connection may have died in the same event.
+    let most = db.held_pool.options().get_max_connections() + 1;
     let mut attempts = 0;
     loop {
         attempts += 1;
@@ -344,7 +314,7 @@ async fn try_lock(
         let started_at = Instant::now();
         match take(db, &mut pinned, id, key, Wait::Try, ttl).await {
             Ok(taken) => return Ok((pinned, taken, started_at)),
-            Err(e) if attempts == 1 && classify(&e) == Class::Unavailable => {
+            Err(e) if attempts < most && classify(&e) == Class::Unavailable => {
                 tracing::debug!(error = %e, "pooled lock connection is gone; trying another");
             }
             Err(e) => return Err(db.err(e)),
@@ -494,16 +464,7 @@ pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>, pinned: &Pinne
         // A connection that failed to answer is closed, which frees whatever it held.
         _ => (false, false),
     };
-    // Kept aside only while the pool has room: at its limit someone may be waiting
-    // for a connection, and the pool hands this one on.
-    let room = db.held_pool.size() < db.held_pool.options().get_max_connections();
-    if clean && room {
-        if let Some(spare) = conn.into_clean() {
-            db.spares.put(spare);
-        }
-    } else {
-        conn.clean = clean;
-    }
+    conn.clean = clean;
     if released {
         Ok(())
     } else {
@@ -589,32 +550,9 @@ async fn kill_holder(db: &Db, id: &LockId) -> std::result::Result<bool, sqlx::Er
         if holder_id == 0 {
             return Ok(false);
         }
-        let mut fenced = PinnedConn::new(db.pool.acquire().await?);
-        let fence = release_fence(holder_id);
-        let wait_secs = db.request_timeout.as_secs().max(1);
-        let got: i64 = sqlx::query(AssertSqlSafe(format!(
-            "SELECT CAST(COALESCE(GET_LOCK('{fence}', {wait_secs}), 0) AS SIGNED)"
-        )))
-        .fetch_one(fenced.conn())
-        .await?
-        .try_get(0)?;
-        if got != 1 {
-            // The holder is releasing (or the server is very slow): look again.
-            continue;
-        }
-        let still = q(&db.sql.advisory.holder_connection)
-            .bind(id.mysql.clone())
-            .fetch_one(fenced.conn())
-            .await?
-            .try_get::<i64, _>(0)?;
-        if still == holder_id {
-            kill_connection(db, holder_id).await?;
-        }
-        sqlx::raw_sql(AssertSqlSafe(format!("DO RELEASE_LOCK('{fence}')")))
-            .execute(fenced.conn())
-            .await?;
-        fenced.clean = true;
-        if still == holder_id {
+        // Only if it still holds the lock once it cannot be releasing.
+        let holds = q(&db.sql.advisory.holder_connection).bind(id.mysql.clone());
+        if kill_under_release_fence(db, holder_id, holds).await? == Some(true) {
             return Ok(true);
         }
     }

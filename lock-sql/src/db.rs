@@ -29,8 +29,6 @@ pub(crate) struct Db {
     pub(crate) held_pool: AnyPool,
     /// The session strategy's keys whose names this process has registered.
     pub(crate) registered: crate::advisory::Register,
-    /// The session strategy's connections kept aside between locks.
-    pub(crate) spares: crate::advisory::Spares,
     /// The session strategy: what its advisory lock ids are derived from (database,
     /// schema, table prefix), so locks of two table sets never meet.
     pub(crate) lock_space: String,
@@ -245,7 +243,6 @@ impl Db {
             pool,
             held_pool,
             registered: Default::default(),
-            spares: Default::default(),
             lock_space: String::new(),
             sql: Statements::new(dialect, &options.table_prefix),
             dialect,

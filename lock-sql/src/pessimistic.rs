@@ -61,12 +61,6 @@ impl PinnedConn {
         }
     }
 
-    /// The connection, out of this wrapper, for a caller that knows its session is
-    /// clean.
-    pub(crate) fn into_clean(mut self) -> Option<PoolConnection<Any>> {
-        self.conn.take()
-    }
-
     pub(crate) fn conn(&mut self) -> &mut sqlx::AnyConnection {
         self.conn.as_mut().expect("present until dropped")
     }
@@ -163,7 +157,7 @@ pub(crate) async fn cancel_query(
 }
 
 /// MySQL: kills thread `id` (PostgreSQL kills by the row's `xmax` instead).
-pub(crate) async fn kill_connection(db: &Db, id: i64) -> std::result::Result<(), sqlx::Error> {
+async fn kill_connection(db: &Db, id: i64) -> std::result::Result<(), sqlx::Error> {
     let sql = format!("KILL CONNECTION {id}");
     match sqlx::raw_sql(AssertSqlSafe(sql)).execute(&db.pool).await {
         Ok(_) => Ok(()),
@@ -404,11 +398,48 @@ async fn bump_fence(db: &Db, key: &KeyId) -> std::result::Result<i64, sqlx::Erro
     crate::lease::bump_key(&mut conn, db, key).await
 }
 
+/// MySQL: kills connection `holder` under its [`release_fence`], if `holds` (a statement
+/// whose first column names a connection) still names it once the fence is held.
+/// `None`: the fence was not had in time (the holder is releasing, or the server is
+/// very slow): look again. Otherwise whether it was killed.
+pub(crate) async fn kill_under_release_fence(
+    db: &Db,
+    holder: i64,
+    holds: sqlx::query::Query<'static, Any, sqlx::any::AnyArguments>,
+) -> std::result::Result<Option<bool>, sqlx::Error> {
+    let mut fenced = PinnedConn::new(db.pool.acquire().await?);
+    let fence = release_fence(holder);
+    let wait_secs = db.request_timeout.as_secs().max(1);
+    let got: i64 = sqlx::query(AssertSqlSafe(format!(
+        "SELECT CAST(COALESCE(GET_LOCK('{fence}', {wait_secs}), 0) AS SIGNED)"
+    )))
+    .fetch_one(fenced.conn())
+    .await?
+    .try_get(0)?;
+    if got != 1 {
+        return Ok(None);
+    }
+    let still = holds
+        .fetch_optional(fenced.conn())
+        .await?
+        .map(|row| row.try_get::<i64, _>(0))
+        .transpose()?
+        == Some(holder);
+    if still {
+        kill_connection(db, holder).await?;
+    }
+    sqlx::raw_sql(AssertSqlSafe(format!("DO RELEASE_LOCK('{fence}')")))
+        .execute(fenced.conn())
+        .await?;
+    fenced.clean = true;
+    Ok(Some(still))
+}
+
 /// The server-wide named lock a MySQL lock connection holds while it ends its lock
 /// transaction, and `force_unlock` holds while it kills a holder by thread id: a
 /// holder is never killed after its release began, when its connection may be on its
 /// way to another lock.
-pub(crate) fn release_fence(connection_id: i64) -> String {
+fn release_fence(connection_id: i64) -> String {
     format!("lock_sql_connection_{connection_id}")
 }
 
@@ -663,36 +694,9 @@ async fn kill_mysql_row_holder(db: &Db, key: &KeyId, kind: i64) -> Result<bool> 
                 .await?;
             let Some(row) = blocker else { continue };
             let holder: i64 = row.try_get(0)?;
-            // Kill only while the holder cannot be releasing ([`release_fence`]), and
-            // only if it still blocks the probe once that is certain.
-            let mut fenced = PinnedConn::new(db.pool.acquire().await?);
-            let fence = release_fence(holder);
-            let wait_secs = db.request_timeout.as_secs().max(1);
-            let got: i64 = sqlx::query(AssertSqlSafe(format!(
-                "SELECT CAST(COALESCE(GET_LOCK('{fence}', {wait_secs}), 0) AS SIGNED)"
-            )))
-            .fetch_one(fenced.conn())
-            .await?
-            .try_get(0)?;
-            if got != 1 {
-                // The holder is still ending its transaction (or the server is very
-                // slow): look again.
-                continue;
-            }
-            let still = q(&db.sql.row_lock.row_blocker)
-                .bind(probe_id)
-                .fetch_optional(fenced.conn())
-                .await?
-                .map(|row| row.try_get::<i64, _>(0))
-                .transpose()?;
-            if still == Some(holder) {
-                kill_connection(db, holder).await?;
-            }
-            sqlx::raw_sql(AssertSqlSafe(format!("DO RELEASE_LOCK('{fence}')")))
-                .execute(fenced.conn())
-                .await?;
-            fenced.clean = true;
-            if still == Some(holder) {
+            // Only if it still blocks the probe once it cannot be releasing.
+            let blocks = q(&db.sql.row_lock.row_blocker).bind(probe_id);
+            if kill_under_release_fence(db, holder, blocks).await? == Some(true) {
                 return Ok(true);
             }
         }

@@ -1176,6 +1176,16 @@ pub async fn session_tokens_never_go_back_across_a_crash(
         .expect("the holder learns its lock went with the server");
     assert_ne!(loss, lock_core::LeaseLoss::Released);
     next.release().await.expect("release after the crash");
+    // The first client's pooled connections all died with the server: its next lock
+    // runs on a new one, not into an error.
+    let again = before
+        .lock("after-the-crash")
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(10))
+        .await
+        .expect("a client whose connections died with the server locks again");
+    assert!(again.fencing_token() > last);
+    again.release().await.expect("release");
     println!(
         "sql-extra[{}] PASS session_tokens_never_go_back_across_a_crash",
         sql.label
