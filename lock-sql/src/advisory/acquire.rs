@@ -1,0 +1,265 @@
+//! Taking an advisory lock: one statement that tries it and draws the fence, then,
+//! if the caller waits, a wait inside the server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::backend::{AcquireRequest, Grant};
+use lock_core::{Error, Result};
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AssertSqlSafe, Row};
+use tokio::time::Instant;
+
+use super::names::{register, LockId};
+use super::{limit_ms, limit_secs, silence_limit, supports};
+use crate::db::{q, Db};
+use crate::dialect::Dialect;
+use crate::error::{classify, Class};
+use crate::key::KeyId;
+use crate::pessimistic::{Connection, Pinned, PinnedConn, WaitGuard};
+use crate::SqlLease;
+
+/// A connection for a lock, from the held-lock pool.
+async fn pin(db: &Db) -> Result<PoolConnection<Any>> {
+    db.held_pool.acquire().await.map_err(|e| db.err(e))
+}
+
+/// How long a waiting statement may wait.
+#[derive(Clone, Copy)]
+enum Wait {
+    /// Not at all.
+    Try,
+    /// Up to this long; `None` for ever.
+    For(Option<Duration>),
+}
+
+/// What the statement that takes the lock answered.
+enum Taken {
+    /// The lock, with this fence.
+    Fence(i64),
+    /// Busy: the session holds nothing it did not hold before.
+    Busy,
+    /// PostgreSQL's `lock_timeout` ended the statement: perhaps in the fence's
+    /// insert, after the lock was taken (a session-level lock outlives the failed
+    /// statement), so the connection must be closed, never reused.
+    TimedOut,
+}
+
+/// Runs the statement that takes the lock and, if taken, sets the silence limit to
+/// `limit` and draws the fence.
+async fn take(
+    db: &Db,
+    pinned: &mut PinnedConn,
+    id: &LockId,
+    key: &KeyId,
+    wait: Wait,
+    limit: Duration,
+) -> std::result::Result<Taken, sqlx::Error> {
+    let row = match db.dialect {
+        Dialect::Postgres => {
+            let stmt = match wait {
+                Wait::Try => &db.sql.advisory.try_lock,
+                Wait::For(_) => &db.sql.advisory.wait_lock,
+            };
+            let taken = q(stmt)
+                .bind(id.pg)
+                .bind(limit_ms(limit))
+                .bind(key.hash.clone())
+                .fetch_one(pinned.conn())
+                .await;
+            match taken {
+                Ok(row) => row,
+                Err(e) if classify(&e) == Class::LockNotAvailable => return Ok(Taken::TimedOut),
+                Err(e) => return Err(e),
+            }
+        }
+        _ => {
+            let wait_secs = match wait {
+                Wait::Try => 0.0,
+                Wait::For(Some(d)) => d.as_secs_f64().max(0.001),
+                Wait::For(None) => 31_536_000.0,
+            };
+            let sql =
+                db.sql
+                    .advisory
+                    .mysql_lock(&id.mysql, &key.hash, wait_secs, limit_secs(limit));
+            let rows = sqlx::raw_sql(AssertSqlSafe(sql))
+                .fetch_all(pinned.conn())
+                .await?;
+            rows.into_iter().last().ok_or(sqlx::Error::RowNotFound)?
+        }
+    };
+    let got: i64 = row.try_get(0)?;
+    Ok(if got == 1 {
+        Taken::Fence(row.try_get(1)?)
+    } else {
+        Taken::Busy
+    })
+}
+
+/// Takes the advisory lock, waiting until the request's deadline.
+pub(crate) async fn acquire(
+    db: &Arc<Db>,
+    req: AcquireRequest<'_>,
+) -> Result<Option<Grant<SqlLease>>> {
+    if !supports(db.dialect, req.kind) {
+        return Err(Error::Unsupported {
+            backend: db.name(),
+            operation: "read-write locks, semaphores and elections with the session strategy \
+                        (and fair locks on MySQL/MariaDB)",
+        });
+    }
+    let key = KeyId::of(req.key);
+    register(db, &key).await?;
+    let id = LockId::of(db, &key, req.kind.family());
+    // An uncontended lock is taken here, in one round trip.
+    let (mut pinned, tried, started_at) = db
+        .timed("trying an advisory lock", try_lock(db, &id, &key, req.ttl))
+        .await?;
+    let remaining = req.deadline.remaining();
+    match tried {
+        Taken::Fence(fence) => return Ok(Some(granted(key, pinned, fence, started_at))),
+        Taken::Busy if remaining == Some(Duration::ZERO) => {
+            // The statement left the session as it found it.
+            pinned.clean = true;
+            return Ok(None);
+        }
+        Taken::Busy => {}
+        // Closed on drop.
+        Taken::TimedOut if remaining == Some(Duration::ZERO) => return Ok(None),
+        Taken::TimedOut => {
+            pinned = db
+                .timed("taking a connection for the lock", async {
+                    Ok(PinnedConn::new(pin(db).await?))
+                })
+                .await?;
+        }
+    }
+    wait(db, pinned, &id, key, &req, remaining).await
+}
+
+/// Pins a connection and tries the lock on it: the connection, the fence if taken, and
+/// when the try was sent. The pool does not ping a connection before handing it out,
+/// so one that died idle (a server restart, a network cut) fails here. The try runs
+/// again on another: the failed one is closed, so once the pool's idle connections are
+/// used up it opens a new one, and a server that is down fails that with
+/// `Unavailable`. (A session that failed after it took the lock is closed too, which
+/// lets the lock go.)
+async fn try_lock(
+    db: &Db,
+    id: &LockId,
+    key: &KeyId,
+    ttl: Duration,
+) -> Result<(PinnedConn, Taken, Instant)> {
+    // Every pooled connection may have died in the same event.
+    let most = db.held_pool.options().get_max_connections() + 1;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let mut pinned = PinnedConn::new(pin(db).await?);
+        let started_at = Instant::now();
+        match take(db, &mut pinned, id, key, Wait::Try, ttl).await {
+            Ok(taken) => return Ok((pinned, taken, started_at)),
+            Err(e) if attempts < most && classify(&e) == Class::Unavailable => {
+                tracing::debug!(error = %e, "pooled lock connection is gone; trying another");
+            }
+            Err(e) => return Err(db.err(e)),
+        }
+    }
+}
+
+/// Waits in the server's queue for the lock, until the deadline.
+async fn wait(
+    db: &Arc<Db>,
+    mut pinned: PinnedConn,
+    id: &LockId,
+    key: KeyId,
+    req: &AcquireRequest<'_>,
+    remaining: Option<Duration>,
+) -> Result<Option<Grant<SqlLease>>> {
+    let connection = db
+        .timed("preparing a lock wait", async {
+            prepare_wait(db, &mut pinned, remaining)
+                .await
+                .map_err(|e| db.err(e))
+        })
+        .await?;
+    let mut guard = WaitGuard::new(db, &connection);
+    // The statement sets the lease's silence limit once it has the lock, so the
+    // server's lease runs from after the statement, later than its send.
+    let sent = Instant::now();
+    let waiting = take(db, &mut pinned, id, &key, Wait::For(remaining), req.ttl);
+    let outcome = match req.deadline.instant() {
+        Some(at) => match tokio::time::timeout_at(at + Duration::from_millis(20), waiting).await {
+            Ok(outcome) => outcome,
+            // The guard cancels the server-side wait; the connection is closed, which
+            // frees the lock if the server granted it meanwhile.
+            Err(_) => return Ok(None),
+        },
+        None => waiting.await,
+    };
+    guard.disarm();
+    let fence = match outcome.map_err(|e| db.err(e))? {
+        Taken::Fence(fence) => fence,
+        Taken::Busy => {
+            pinned.clean = true;
+            return Ok(None);
+        }
+        // Closed on drop.
+        Taken::TimedOut => return Ok(None),
+    };
+    // A lease counted from the send is safe, and after a short wait most of it is
+    // left; after a long one the limit is set again, and the lease counted from that.
+    if sent.elapsed() <= req.ttl / 4 {
+        return Ok(Some(granted(key, pinned, fence, sent)));
+    }
+    let started_at = Instant::now();
+    let limit = sqlx::raw_sql(AssertSqlSafe(silence_limit(db.dialect, req.ttl)));
+    db.timed("setting the lock's lease", async {
+        limit.execute(pinned.conn()).await.map_err(|e| db.err(e))
+    })
+    .await?;
+    Ok(Some(granted(key, pinned, fence, started_at)))
+}
+
+/// The connection's id, with the server's own wait limit set to `remaining` (whole
+/// milliseconds on PostgreSQL; MariaDB's `GET_LOCK` takes it with the statement).
+async fn prepare_wait(
+    db: &Db,
+    pinned: &mut PinnedConn,
+    remaining: Option<Duration>,
+) -> std::result::Result<Connection, sqlx::Error> {
+    match db.dialect {
+        Dialect::Postgres => {
+            let timeout = remaining.map_or(0, |r| r.as_millis().clamp(1, i32::MAX as u128));
+            let row = q(&db.sql.advisory.prepare_wait)
+                .bind(timeout.to_string())
+                .fetch_one(pinned.conn())
+                .await?;
+            Ok(Connection {
+                id: row.try_get(0)?,
+                started: row.try_get(1)?,
+            })
+        }
+        _ => {
+            let row = q(&db.sql.row_lock.connection_id)
+                .fetch_one(pinned.conn())
+                .await?;
+            Ok(Connection {
+                id: row.try_get(0)?,
+                started: String::new(),
+            })
+        }
+    }
+}
+
+fn granted(key: KeyId, pinned: PinnedConn, fence: i64, started_at: Instant) -> Grant<SqlLease> {
+    Grant {
+        fence: fence as u64,
+        started_at,
+        data: SqlLease {
+            key,
+            pinned: Some(Pinned::new(pinned, 0)),
+        },
+    }
+}
