@@ -25,7 +25,7 @@ use crate::url::DbUrl;
 #[derive(Debug)]
 pub(crate) struct Db {
     pub(crate) pool: AnyPool,
-    /// FOR UPDATE: the connections pinned to held locks, one each.
+    /// FOR UPDATE and session: the connections pinned to held locks, one each.
     pub(crate) held_pool: AnyPool,
     /// The session strategy's keys whose names this process has registered.
     pub(crate) registered: crate::advisory::Register,

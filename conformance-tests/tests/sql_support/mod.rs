@@ -196,8 +196,9 @@ pub async fn leftover_rows(backend: &SqlBackend, namespace: &str) -> Result<Vec<
 }
 
 /// FOR UPDATE and session: the locks of `namespace` some connection still holds (a
-/// row lock, an advisory lock), by the server's own lock state; with `inspect`, also those `inspect` names a
-/// holder of though free (and it deletes the holder records it finds stale).
+/// row lock, an advisory lock), by the server's own lock state; with `inspect`, also
+/// those `inspect` names a holder of though free (and it deletes the holder records it
+/// finds stale).
 pub async fn held_row_locks(
     backend: &SqlBackend,
     namespace: &str,
