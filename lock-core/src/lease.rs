@@ -226,12 +226,18 @@ impl LeaseState {
         })
     }
 
-    /// Marks the lease ended; the first reason wins. Returns whether this call ended it
-    /// (and then tells the metrics, the events and the log).
+    /// Marks the lease ended; the first reason wins. A loss reported once the local
+    /// expiry has passed is recorded as the expiry, which came first (nobody had
+    /// looked yet). Returns whether this call ended it (and then tells the metrics, the
+    /// events and the log).
     pub(crate) fn end(&self, reason: LeaseLoss) -> bool {
+        let mut reason = reason;
         let ended = self.status.send_if_modified(|status| {
             if status.ended.is_some() {
                 return false;
+            }
+            if reason != LeaseLoss::Released && status.expired(Instant::now()) {
+                reason = LeaseLoss::Expired;
             }
             status.ended = Some(reason.clone());
             true
@@ -344,6 +350,24 @@ mod tests {
         LossNotifier::new(&state).notify(LeaseLoss::Revoked);
         assert_eq!(fut.await.unwrap(), LeaseLoss::Revoked);
         assert!(!state.end(LeaseLoss::Released), "first reason wins");
+    }
+
+    /// A loss reported after the local expiry passed, before anyone looked (the timer
+    /// not run yet on a loaded machine): the lease had already run out, and says so.
+    #[tokio::test(start_paused = true)]
+    async fn a_loss_reported_after_the_expiry_passed_is_the_expiry() {
+        let state = LeaseState::new(Instant::now() + Duration::from_secs(1));
+        let fut = state.ended_future();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        LossNotifier::new(&state).notify(LeaseLoss::SessionLost);
+        assert_eq!(state.ended(), Some(LeaseLoss::Expired));
+        assert_eq!(fut.await, LeaseLoss::Expired);
+
+        // Before the expiry the reported loss stands.
+        let state = LeaseState::new(Instant::now() + Duration::from_secs(1));
+        LossNotifier::new(&state).notify(LeaseLoss::SessionLost);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(state.ended(), Some(LeaseLoss::SessionLost));
     }
 
     /// A lease being acquired is live however long the wait, and is counted from the
