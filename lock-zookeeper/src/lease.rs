@@ -3,12 +3,15 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::FutureExt;
 use lock_core::backend::LossNotifier;
 use lock_core::LeaseLoss;
 use tokio::sync::{watch, Notify};
-use zookeeper_client::{EventType, WatchedEvent};
+use zookeeper_client::Error as ZkError;
+use zookeeper_client::{Client, EventType, WatchedEvent};
 
 use crate::session;
 
@@ -54,22 +57,60 @@ impl LeaseFlags {
     }
 }
 
+/// How long a lock granted at once is held before its node is watched. A shorter hold
+/// costs no watch; a longer one learns of its node's deletion within this plus a round
+/// trip (setting the watch finds a node already gone).
+pub(crate) const WATCH_AFTER: Duration = Duration::from_millis(200);
+
+/// After a failed attempt to set the watch, the first pause; it doubles up to
+/// [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+const MAX_PAUSE: Duration = Duration::from_secs(2);
+
+/// What a watch event on a held node means: its session ended, or the node was deleted.
+pub(crate) fn loss_of(event: WatchedEvent) -> LeaseLoss {
+    match event.event_type {
+        EventType::Session => LeaseLoss::SessionLost,
+        _ => LeaseLoss::Revoked,
+    }
+}
+
+/// The loss of `node`, granted at once: a child watch on it from [`WATCH_AFTER`] on
+/// (an ephemeral node has no children, so it fires only on deletion or a session
+/// event, never on the data writes a fencing token may make). A node already gone
+/// when the watch is set is lost at once. While the watch cannot be set (the
+/// connection lost), it is tried again; the session's end is [`watch`]'s to report.
+pub(crate) fn deleted_later(client: Client, node: String) -> BoxFuture<'static, LeaseLoss> {
+    async move {
+        tokio::time::sleep(WATCH_AFTER).await;
+        let mut pause = FIRST_PAUSE;
+        loop {
+            match client.list_and_watch_children(&node).await {
+                Ok((_, watcher)) => return loss_of(watcher.changed().await),
+                Err(ZkError::NoNode) => return LeaseLoss::Revoked,
+                Err(error) => {
+                    tracing::debug!(%node, %error, "could not watch a held node; trying again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(MAX_PAUSE);
+                }
+            }
+        }
+    }
+    .boxed()
+}
+
 /// Watches a held node until it is released, deleted by someone else, or its session
-/// ends; reports the last two through `loss`. `deleted` is the pending child watch on
-/// the node itself: an ephemeral node has no children, so it fires only on deletion
-/// (or a session event), never on the data writes a fencing token may make.
+/// ends; reports the last two through `loss`. `deleted` resolves when the node goes
+/// or its session ends.
 pub(crate) fn watch(
     flags: Arc<LeaseFlags>,
-    deleted: BoxFuture<'static, WatchedEvent>,
+    deleted: BoxFuture<'static, LeaseLoss>,
     session_ended: watch::Receiver<bool>,
     loss: LossNotifier,
 ) {
     tokio::spawn(async move {
         let reason = tokio::select! {
-            event = deleted => match event.event_type {
-                EventType::Session => LeaseLoss::SessionLost,
-                _ => LeaseLoss::Revoked,
-            },
+            reason = deleted => reason,
             () = session::ended(session_ended) => LeaseLoss::SessionLost,
             () = flags.stop.notified() => return,
         };

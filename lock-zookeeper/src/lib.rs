@@ -68,7 +68,8 @@
 //! The session is the lease: no renewal round trip per lock. A killed holder's locks
 //! are freed when the server expires its session (the session timeout). A holder's
 //! node deleted behind its back, or its session expiring, is reported to its guards at
-//! once; a lost connection makes locks uncertain ([`ZkBackend::connection_state`]),
+//! once (a lock held for less than 0.2 s sets no watch on its node: its deletion is
+//! seen when the watch is set, 0.2 s after the grant); a lost connection makes locks uncertain ([`ZkBackend::connection_state`]),
 //! and they are reported lost before the server could have expired the session: 7/20
 //! of a session timeout T after the client declares the connection lost (which it does
 //! 2/5 to 9/20 T after the last reply from the server), so at most 4/5 T after that
@@ -77,9 +78,10 @@
 //!
 //! # Costs
 //!
-//! Uncontended acquire: two round trips (create; then the queue read and the watch on
-//! our own node, together). Release: one (delete). A contended grant: one read per
-//! wake-up, plus one write for its fencing token. No traffic per held lock while held.
+//! Uncontended acquire: two round trips (create; then the queue read). Release: one
+//! (delete). A lock held for more than 0.2 s, or a waiter, also watches its own node
+//! (one request). A contended grant: one read per wake-up, plus one write for its
+//! fencing token. No traffic per held lock while held.
 //!
 //! # Cancel safety
 //!

@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use lock_core::backend::{AcquireRequest, Grant};
-use lock_core::{Error, LockKind, Result};
+use lock_core::{Error, LeaseLoss, LockKind, Result};
 use tokio::time::Instant;
 use zookeeper_client::{
     Client, Error as ZkError, EventType, MultiWriteError, MultiWriteResult, OneshotWatcher,
@@ -342,17 +342,11 @@ async fn queue(
     pending.node = Some(node.clone());
     let name = node[dir.len() + 1..].to_owned();
 
-    // The watch on our own node goes out first, the first look at the queue right
-    // behind it: both are answered in one round trip.
-    let until = limits.next();
-    let own = bounded(until, client.list_and_watch_children(&node));
-    let first = read_children(inner, client, dir, until);
-    let (own, mut listing) = futures::join!(own, first);
-    let mut own_deleted: BoxFuture<'static, WatchedEvent> = match own {
-        Ok((_, watcher)) => watcher.changed().boxed(),
-        Err(ZkError::NoNode) => return Ok(Attempt::NodeVanished),
-        Err(err) => return Err(error::map(err)),
-    };
+    // Our own node is watched once we wait (a waiter whose node goes must know), or,
+    // granted at once, from `lease::WATCH_AFTER` on: a short hold sets no watch, and
+    // its release fires none.
+    let mut listing = read_children(inner, client, dir, limits.next()).await;
+    let mut own_deleted: Option<BoxFuture<'static, WatchedEvent>> = None;
     let mut first_check = true;
     // A permit's watch, with the turn it was set for.
     let mut armed: Option<(PermitTurn, OneshotWatcher)> = None;
@@ -381,6 +375,10 @@ async fn queue(
         };
         let Some(waiting) = waiting else {
             let fresh = first_check && (downgrade || parent.pzxid == created.czxid);
+            let own_deleted = match own_deleted {
+                Some(watched) => watched.map(lease::loss_of).boxed(),
+                None => lease::deleted_later(client.clone(), node.clone()),
+            };
             let granted = Granted {
                 dir,
                 node,
@@ -395,25 +393,29 @@ async fn queue(
             pending.remove().await;
             return Ok(Attempt::TimedOut);
         }
+        let own_deleted = match &mut own_deleted {
+            Some(watched) => watched,
+            None => {
+                let watched = bounded(limits.next(), client.list_and_watch_children(&node)).await;
+                match watched {
+                    Ok((_, watcher)) => own_deleted.insert(watcher.changed().boxed()),
+                    Err(ZkError::NoNode) => return Ok(Attempt::NodeVanished),
+                    Err(err) => return Err(error::map(err)),
+                }
+            }
+        };
         let waited = match &waiting {
-            Wait::Deletion(ahead_path) => Some(
-                wait_for_deletion(inner, session, req, ahead_path, limits, &mut own_deleted)
-                    .await?,
-            ),
+            Wait::Deletion(ahead_path) => {
+                Some(wait_for_deletion(inner, session, req, ahead_path, limits, own_deleted).await?)
+            }
             Wait::Permit(turn) => match armed.take() {
                 Some((watched, watcher)) if watched == *turn => {
                     // A look now and then: a predecessor granted by the count but
                     // stalled before its fencing write must not hold up this waiter
                     // until its session ends.
                     let recheck = inner.sessions.config().session_timeout() / 3;
-                    let woken = wait_for_event(
-                        inner,
-                        session,
-                        req,
-                        watcher,
-                        &mut own_deleted,
-                        Some(recheck),
-                    );
+                    let woken =
+                        wait_for_event(inner, session, req, watcher, own_deleted, Some(recheck));
                     Some(woken.await?)
                 }
                 // Not watching yet: set the watch below, then look.
@@ -451,7 +453,8 @@ struct Granted<'a> {
     created: &'a Stat,
     /// Nothing was granted on the lock path since the node was made (see [`fence`]).
     fresh: bool,
-    own_deleted: BoxFuture<'static, WatchedEvent>,
+    /// Resolves when our node goes (or its session ends).
+    own_deleted: BoxFuture<'static, LeaseLoss>,
 }
 
 impl Granted<'_> {
