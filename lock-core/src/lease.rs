@@ -226,17 +226,18 @@ impl LeaseState {
         })
     }
 
-    /// Marks the lease ended; the first reason wins. A loss reported once the local
-    /// expiry has passed is recorded as the expiry, which came first (nobody had
-    /// looked yet). Returns whether this call ended it (and then tells the metrics, the
-    /// events and the log).
+    /// Marks the lease ended; the first reason wins. A loss the backend reports
+    /// (`Revoked`, `SessionLost`) once the local expiry has passed is recorded as the
+    /// expiry, which came first (nobody had looked yet). Returns whether this call ended
+    /// it (and then tells the metrics, the events and the log).
     pub(crate) fn end(&self, reason: LeaseLoss) -> bool {
         let mut reason = reason;
         let ended = self.status.send_if_modified(|status| {
             if status.ended.is_some() {
                 return false;
             }
-            if reason != LeaseLoss::Released && status.expired(Instant::now()) {
+            let reported = matches!(reason, LeaseLoss::Revoked | LeaseLoss::SessionLost);
+            if reported && status.expired(Instant::now()) {
                 reason = LeaseLoss::Expired;
             }
             status.ended = Some(reason.clone());
@@ -362,6 +363,15 @@ mod tests {
         LossNotifier::new(&state).notify(LeaseLoss::SessionLost);
         assert_eq!(state.ended(), Some(LeaseLoss::Expired));
         assert_eq!(fut.await, LeaseLoss::Expired);
+
+        // The watchdog's own verdict on a lease it could not renew keeps its error.
+        let state = LeaseState::new(Instant::now() + Duration::from_secs(1));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let failed = LeaseLoss::RenewalFailed {
+            last_error: "refused".into(),
+        };
+        state.end(failed.clone());
+        assert_eq!(state.ended(), Some(failed));
 
         // Before the expiry the reported loss stands.
         let state = LeaseState::new(Instant::now() + Duration::from_secs(1));
