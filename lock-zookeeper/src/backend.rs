@@ -28,7 +28,8 @@ use crate::stats::{Counters, ZkStats};
 /// from what this backend knows of the session and its nodes. Cloning shares the session.
 ///
 /// * **Loss.** A holder's node deleted behind its back, or the session expiring, is
-///   reported to every guard at once ([`LockGuard::lost`](lock_core::LockGuard::lost)).
+///   reported to every guard at once ([`LockGuard::lost`](lock_core::LockGuard::lost));
+///   a node deleted within 0.2 s of its grant, when the watch on it is set.
 /// * **Uncertainty.** While the connection is lost the session may live on:
 ///   [`connection_state`](Self::connection_state) says [`ConnectionState::Suspended`]
 ///   and renewals fail (so guards stop being renewed locally). At most 4/5 of a session

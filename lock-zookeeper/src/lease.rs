@@ -13,6 +13,7 @@ use tokio::sync::{watch, Notify};
 use zookeeper_client::Error as ZkError;
 use zookeeper_client::{Client, EventType, WatchedEvent};
 
+use crate::error::is_connection_loss;
 use crate::session;
 
 /// The backend data of one granted lock: its node, and the session that holds it.
@@ -89,7 +90,12 @@ pub(crate) fn deleted_later(client: Client, node: String) -> BoxFuture<'static, 
                 Ok((_, watcher)) => return loss_of(watcher.changed().await),
                 Err(ZkError::NoNode) => return LeaseLoss::Revoked,
                 Err(error) => {
-                    tracing::debug!(%node, %error, "could not watch a held node; trying again");
+                    if is_connection_loss(&error) || error == ZkError::Timeout {
+                        tracing::debug!(%node, %error, "could not watch a held node; trying again");
+                    } else {
+                        // Not the connection: its deletion goes unseen meanwhile.
+                        tracing::warn!(%node, %error, "could not watch a held node; trying again");
+                    }
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(MAX_PAUSE);
                 }

@@ -306,7 +306,7 @@ async fn paused_server_reports_session_loss(zk: Arc<Zk>) {
 }
 
 /// The holder's node deleted by someone else: its guard reports `Revoked` at once (the
-/// watch on its own node), with no renewal needed.
+/// watch on its own node, set 0.2 s after the grant), with no renewal needed.
 async fn deleted_node_reports_loss(zk: Arc<Zk>) {
     let ns = namespace("deleted");
     let client = client(
