@@ -230,8 +230,7 @@ impl LeaseState {
     /// (`Revoked`, `SessionLost`) once the local expiry has passed is recorded as the
     /// expiry, which came first (nobody had looked yet). Returns whether this call ended
     /// it (and then tells the metrics, the events and the log).
-    pub(crate) fn end(&self, reason: LeaseLoss) -> bool {
-        let mut reason = reason;
+    pub(crate) fn end(&self, mut reason: LeaseLoss) -> bool {
         let ended = self.status.send_if_modified(|status| {
             if status.ended.is_some() {
                 return false;
