@@ -408,12 +408,14 @@ async fn redis_primary_and_replica_under_failover() {
 
 /// A database server stopped, killed, cut off and paused under both lock strategies, with the
 /// durability a production server has (`durable`); with `LOCK_FAULTS=full`, also a
-/// server that acknowledges commits before they are durable, killed.
+/// server that acknowledges commits before they are written anywhere (`not_durable`),
+/// killed.
 async fn database_under_faults(
     image: &'static str,
     url_of: fn(u16) -> String,
     stop: &'static str,
     durable: &[&str],
+    not_durable: &[&str],
 ) {
     if !containers_or_skip(&format!("{image} restarts")) {
         return;
@@ -428,7 +430,7 @@ async fn database_under_faults(
     ];
     let mut setups = vec![(durable, "", &all[..], &[Fault::KillServer][..])];
     if std::env::var("LOCK_FAULTS").as_deref() == Ok("full") {
-        setups.push((&[], NOT_DURABLE, &[Fault::KillServer][..], &[][..]));
+        setups.push((not_durable, NOT_DURABLE, &[Fault::KillServer][..], &[][..]));
     }
     for (args, label, all, bounded) in setups {
         let cluster = Cluster::single(image, args)
@@ -467,6 +469,7 @@ async fn postgres_restarted_under_load() {
             "-c",
             "full_page_writes=on",
         ],
+        &["-c", "synchronous_commit=off"],
     )
     .await;
 }
@@ -478,6 +481,7 @@ async fn mariadb_restarted_under_load() {
         |port| format!("mysql://root@127.0.0.1:{port}/locktest"),
         "TERM",
         &["--innodb-flush-log-at-trx-commit=1"],
+        &["--innodb-flush-log-at-trx-commit=0"],
     )
     .await;
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use conformance_tests::checker::{self, Budget};
 use conformance_tests::run_suite;
-use conformance_tests::server::{specs::ETCD, TestServer};
+use conformance_tests::server::{specs::ETCD, SharedServer, TestServer};
 
 mod etcd_support;
 use etcd_support::{ready, Etcd};
@@ -25,7 +25,8 @@ async fn etcd_conformance() {
     checker::check(etcd.clone(), Budget::seeds(checker::SERVER_SEEDS))
         .await
         .assert_ok();
-    // Again with one client behind a proxy that is cut at a random moment.
+    // Again with one client behind a proxy that is cut at a random moment, and the
+    // server frozen or restarted now and then.
     let admin = etcd.admin.clone();
     let cut_off = checker::ProxiedUrl::new(&etcd.url, move |through| {
         Arc::new(Etcd {
@@ -35,7 +36,8 @@ async fn etcd_conformance() {
         })
     })
     .expect("a loopback URL")
-    .with_freezer(server.freezer());
+    .with_server(SharedServer::new(server))
+    .restarting(checker::AfterRestart::KeepsLocks);
     checker::check_behind_proxy(
         etcd,
         Arc::new(cut_off),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 mod redis_support;
 use conformance_tests::checker::{self, Budget};
-use conformance_tests::server::{specs::REDIS, TestServer};
+use conformance_tests::server::{specs::REDIS, SharedServer, TestServer};
 use conformance_tests::{run_suite, Backend, ClientOptions};
 use lock_core::backend::LockBackend;
 use lock_core::{LockFamily, LockKey, LockProvider};
@@ -26,15 +26,19 @@ async fn redis_conformance() {
     checker::check(redis, Budget::seeds(checker::SERVER_SEEDS))
         .await
         .assert_ok();
-    // Again with one client behind a proxy that is cut at a random moment.
+    // Again with one client behind a proxy that is cut at a random moment, and the
+    // server frozen or restarted now and then.
     let url = server.url();
+    let server = SharedServer::new(server);
     let direct = url.clone();
     // Inspected directly: the proxy may be cut when the run looks for leftovers.
     let cut_off = checker::ProxiedUrl::new(&url, move |through| {
         Arc::new(Redis::new("redis", Inspect::Url(direct.clone()), through))
     })
     .expect("a loopback URL")
-    .with_freezer(server.freezer());
+    .with_server(server.clone())
+    // Started without persistence.
+    .restarting(checker::AfterRestart::ForgetsLocks);
     let redis = Arc::new(Redis::new("redis", Inspect::Url(url.clone()), url));
     checker::check_behind_proxy(
         redis,

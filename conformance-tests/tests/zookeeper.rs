@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use conformance_tests::checker::{self, Budget};
 use conformance_tests::run_suite;
-use conformance_tests::server::TestServer;
+use conformance_tests::server::{SharedServer, TestServer};
 use futures::FutureExt;
 use lock_zookeeper::ZkBackend;
 use tokio::time::Instant;
@@ -83,7 +83,8 @@ async fn zookeeper_conformance() {
     checker::check(zk.clone(), Budget::seeds(checker::SERVER_SEEDS))
         .await
         .assert_ok();
-    // Again with one client behind a proxy that is cut at a random moment.
+    // Again with one client behind a proxy that is cut at a random moment, and the
+    // server frozen or restarted now and then.
     let (url, operator) = (zk.url.clone(), zk.operator.clone());
     let cut_off = checker::ProxiedUrl::new(&url, move |through| {
         Arc::new(Zk {
@@ -94,7 +95,7 @@ async fn zookeeper_conformance() {
         })
     })
     .expect("a loopback URL")
-    .with_freezer(server.freezer());
+    .with_server(SharedServer::new(server))
+    .restarting(checker::AfterRestart::KeepsLocks);
     checker::check_behind_proxy(zk, Arc::new(cut_off), Budget::seeds(checker::CUT_OFF_SEEDS)).await;
-    drop(server);
 }

@@ -33,6 +33,12 @@ pub(crate) struct Cuttable {
     pub(crate) proxy: Arc<crate::proxy::Blackhole>,
 }
 
+/// What a run may do to the server itself: freeze it, kill and restart it.
+pub(crate) struct ServerFaults {
+    pub(crate) freezer: Option<Freezer>,
+    pub(crate) restarts: Option<super::Restarts>,
+}
+
 /// A frozen server, thawed when this goes, however the run ends (an aborted side task
 /// included): a server left frozen would fail every later test.
 struct Frozen(Option<Freezer>);
@@ -487,7 +493,7 @@ impl Worker {
 pub(crate) async fn run(
     backend: &Arc<dyn Backend>,
     cuttable: Option<Cuttable>,
-    freezer: Option<Freezer>,
+    faults: ServerFaults,
     plan: &Plan,
     namespace: &str,
 ) -> Result<Ran, String> {
@@ -598,7 +604,7 @@ pub(crate) async fn run(
             }
         }));
     }
-    if let (Some(pause), Some(freezer)) = (plan.pause, freezer) {
+    if let (Some(pause), Some(freezer)) = (plan.pause, faults.freezer) {
         let history = history.clone();
         side.push(tokio::spawn(async move {
             sleep(Duration::from_millis(pause.at_ms)).await;
@@ -618,6 +624,25 @@ pub(crate) async fn run(
             history.record(RUN, What::Resumed);
         }));
     }
+    // Awaited to its end, however long the start takes: the next run needs the server.
+    let restarting = match (plan.restart, faults.restarts) {
+        (Some(restart), Some(restarts)) => {
+            let stay_out = match restarts.after {
+                super::AfterRestart::KeepsLocks => Duration::ZERO,
+                super::AfterRestart::ForgetsLocks => {
+                    Duration::from_millis(plan.longest_lease_ms()) + backend.slack() * 2
+                }
+            };
+            let down = Duration::from_millis(restart.down_ms).max(stay_out);
+            Some(tokio::spawn(restart_server(
+                history.clone(),
+                restarts.server,
+                Duration::from_millis(restart.at_ms),
+                down,
+            )))
+        }
+        _ => None,
+    };
     let tasks: Vec<JoinHandle<()>> = plan
         .tasks
         .iter()
@@ -661,6 +686,11 @@ pub(crate) async fn run(
     for side in side {
         let _ = timeout(CALL_LIMIT, side).await;
     }
+    if let Some(restarting) = restarting {
+        if let Err(err) = restarting.await {
+            failures.push(("setup", format!("the restart's task failed: {err}")));
+        }
+    }
     prober.abort();
     history.probe_all(RUN);
     for (client, provider) in clients.iter().enumerate() {
@@ -682,11 +712,15 @@ pub(crate) async fn run(
     let deadline =
         Instant::now() + Duration::from_millis(plan.longest_lease_ms()) + backend.slack() * 2;
     let leftovers = loop {
-        let left = backend.leftovers(namespace).await?;
-        if left.is_empty() || Instant::now() >= deadline {
-            break left;
+        // A server just restarted may refuse a moment longer than its probe said.
+        let left = match backend.leftovers(namespace).await {
+            Err(_) if Instant::now() < deadline => None,
+            left => Some(left?),
+        };
+        match left {
+            Some(left) if left.is_empty() || Instant::now() >= deadline => break left,
+            _ => sleep(Duration::from_millis(100)).await,
         }
-        sleep(Duration::from_millis(100)).await;
     };
     for watcher in shared
         .watchers
@@ -701,4 +735,23 @@ pub(crate) async fn run(
         leftovers,
         failures,
     })
+}
+
+/// Kills the server `at` into the run, and starts it again `down` later.
+async fn restart_server(
+    history: Arc<History>,
+    server: crate::server::SharedServer,
+    at: Duration,
+    down: Duration,
+) {
+    sleep(at).await;
+    history.record(RUN, What::Killed);
+    if let Err(err) = server.kill().await {
+        history.record(RUN, What::Note(format!("could not kill the server: {err}")));
+    }
+    sleep(down).await;
+    match server.restart().await {
+        Ok(()) => history.record(RUN, What::Restarted),
+        Err(err) => history.record(RUN, What::Note(format!("could not restart: {err}"))),
+    }
 }

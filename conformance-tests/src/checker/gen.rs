@@ -157,6 +157,20 @@ pub(crate) struct Plan {
     pub(crate) cut: Option<CutPlan>,
     /// Freeze the server itself for a while (only with a hook that can).
     pub(crate) pause: Option<PausePlan>,
+    /// Kill the server and start it again (only with a hook that can; never in a run
+    /// that freezes it).
+    pub(crate) restart: Option<RestartPlan>,
+}
+
+/// The server killed (SIGKILL) and started again with its data: every connection
+/// drops, and nothing answers until it serves again.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RestartPlan {
+    /// When, in ms into the run.
+    pub(crate) at_ms: u64,
+    /// How long it stays down before it is started again, in ms (a server that forgets
+    /// its locks when it restarts stays down for the longest lease, whatever this says).
+    pub(crate) down_ms: u64,
 }
 
 /// The server frozen (SIGSTOP, `docker pause`): its connections stay open and nothing
@@ -215,12 +229,13 @@ impl Plan {
 }
 
 /// What the generator may use: the backend's capabilities, whether a client can be
-/// cut off, and whether the server can be frozen.
+/// cut off, and whether the server can be frozen and restarted.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Limits {
     pub(crate) caps: Capabilities,
     pub(crate) can_cut: bool,
     pub(crate) can_pause: bool,
+    pub(crate) can_restart: bool,
 }
 
 /// The plan for `seed`.
@@ -306,6 +321,11 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
         at_ms: rng.range(0, 3_000),
         for_ms: rng.range(300, 3_000),
     });
+    // After it the server's restart, in half the runs that do not freeze it.
+    let restart = (limits.can_restart && pause.is_none() && rng.chance(50)).then(|| RestartPlan {
+        at_ms: rng.range(0, 3_000),
+        down_ms: rng.pick(&[0, 200, 1_000, 2_500]),
+    });
     Plan {
         seed,
         names,
@@ -315,6 +335,7 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
         shutdown,
         cut,
         pause,
+        restart,
     }
 }
 
@@ -545,6 +566,7 @@ mod tests {
             caps: Capabilities::ALL,
             can_cut: false,
             can_pause: false,
+            can_restart: false,
         };
         let a = format!("{:?}", generate(7, limits));
         assert_eq!(a, format!("{:?}", generate(7, limits)));
@@ -557,6 +579,7 @@ mod tests {
             caps: Capabilities::ALL,
             can_cut: true,
             can_pause: false,
+            can_restart: false,
         };
         let pausing = Limits {
             can_pause: true,
@@ -570,5 +593,33 @@ mod tests {
             assert_eq!(format!("{plan:?}"), format!("{:?}", generate(seed, base)));
         }
         assert!((10..=30).contains(&paused), "{paused} of 40 seeds paused");
+    }
+
+    #[test]
+    fn a_server_restart_changes_nothing_else_of_a_seed() {
+        let base = Limits {
+            caps: Capabilities::ALL,
+            can_cut: true,
+            can_pause: true,
+            can_restart: false,
+        };
+        let restarting = Limits {
+            can_restart: true,
+            ..base
+        };
+        let mut restarted = 0;
+        for seed in 1..=80 {
+            let mut plan = generate(seed, restarting);
+            if plan.restart.is_some() {
+                restarted += 1;
+                assert!(plan.pause.is_none(), "seed {seed} freezes and restarts");
+            }
+            plan.restart = None;
+            assert_eq!(format!("{plan:?}"), format!("{:?}", generate(seed, base)));
+        }
+        assert!(
+            (8..=32).contains(&restarted),
+            "{restarted} of 80 seeds restarted"
+        );
     }
 }

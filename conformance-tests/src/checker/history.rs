@@ -72,6 +72,10 @@ pub(crate) enum What {
     Paused { ms: u64 },
     /// The server was thawed.
     Resumed,
+    /// The server was killed (SIGKILL): every connection drops.
+    Killed,
+    /// The server was started again and serves.
+    Restarted,
     /// Anything else worth seeing in an excerpt.
     Note(String),
 }
@@ -368,6 +372,8 @@ impl fmt::Display for Show<'_> {
             }
             What::Healed { client } => write!(f, "c{client}'s network back"),
             What::Paused { ms } => write!(f, "the server frozen for {ms} ms"),
+            What::Killed => write!(f, "the server killed"),
+            What::Restarted => write!(f, "the server started again, serving"),
             What::Resumed => f.write_str("the server thawed"),
             What::Note(note) => f.write_str(note),
         }

@@ -81,6 +81,31 @@ pub trait CutOff: Send + Sync {
     fn freezer(&self) -> Option<crate::server::Freezer> {
         None
     }
+
+    /// Kills and restarts the server every client talks to, if the target can; the run
+    /// then restarts it now and then.
+    fn restarts(&self) -> Option<Restarts> {
+        None
+    }
+}
+
+/// What a server keeps when it is killed and started again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterRestart {
+    /// Its locks, leases and counters (written to disk before it answered).
+    KeepsLocks,
+    /// Nothing (no persistence): it then stays down for the longest lease of the run
+    /// before it starts again, as a RedLock master that restarts empty must.
+    ForgetsLocks,
+}
+
+/// A server a run may kill and start again.
+#[derive(Clone, Debug)]
+pub struct Restarts {
+    /// The server.
+    pub server: crate::server::SharedServer,
+    /// What it keeps.
+    pub after: AfterRestart,
 }
 
 /// One failing seed.
@@ -113,6 +138,8 @@ pub struct Report {
     pub losses: usize,
     /// How many runs froze the server for a while.
     pub pauses: usize,
+    /// How many runs killed and restarted the server.
+    pub restarts: usize,
     /// How long it took (wall clock).
     pub elapsed: Duration,
     /// The failing seeds.
@@ -121,12 +148,15 @@ pub struct Report {
 
 impl Report {
     /// `N seeds, M ops (G grants, C cancelled, L leases lost), K events, F failing, in T`,
-    /// and how many runs froze the server, if any did.
+    /// and how many runs froze or restarted the server, if any did.
     pub fn summary(&self) -> String {
-        let pauses = match self.pauses {
+        let mut pauses = match self.pauses {
             0 => String::new(),
             n => format!(", {n} with the server frozen"),
         };
+        if self.restarts > 0 {
+            pauses.push_str(&format!(", {} with the server restarted", self.restarts));
+        }
         format!(
             "{} seeds{pauses}, {} ops ({} grants, {} cancelled, {} leases lost), {} events, {} failing, in {:.1?}",
             self.seeds,
@@ -258,7 +288,12 @@ impl Runner {
             (Some(hook), Some(_)) => hook.freezer(),
             _ => None,
         };
-        let ran = match exec::run(&self.backend, cuttable, freezer, plan, &namespace).await {
+        let restarts = match (&self.cut_off, plan.restart) {
+            (Some(hook), Some(_)) => hook.restarts(),
+            _ => None,
+        };
+        let faults = exec::ServerFaults { freezer, restarts };
+        let ran = match exec::run(&self.backend, cuttable, faults, plan, &namespace).await {
             Ok(ran) => ran,
             Err(err) => return (vec![setup(err)], Counts::default()),
         };
@@ -329,6 +364,11 @@ impl Runner {
             p.pause = None;
             out.push(p);
         }
+        if plan.restart.is_some() {
+            let mut p = plan.clone();
+            p.restart = None;
+            out.push(p);
+        }
         out
     }
 
@@ -368,6 +408,7 @@ struct Counts {
     cancels: usize,
     losses: usize,
     pauses: usize,
+    restarts: usize,
 }
 
 impl Counts {
@@ -387,6 +428,7 @@ impl Counts {
                 }
                 What::Lost { reason, .. } if !reason.contains("released") => counts.losses += 1,
                 What::Paused { .. } => counts.pauses += 1,
+                What::Killed => counts.restarts += 1,
                 _ => {}
             }
         }
@@ -418,7 +460,7 @@ async fn capabilities(backend: &dyn Backend) -> Capabilities {
 
 fn describe(plan: &Plan) -> Vec<String> {
     let mut lines = vec![format!(
-        "names {:?}; clients {:?}; handles {:?}; shutdown {:?}; cut {:?}",
+        "names {:?}; clients {:?}; handles {:?}; shutdown {:?}; cut {:?}; pause {:?}; restart {:?}",
         plan.names,
         plan.clients
             .iter()
@@ -429,7 +471,9 @@ fn describe(plan: &Plan) -> Vec<String> {
             .map(|h| format!("c{}:{:?}:{}", h.client, h.family, plan.names[h.name]))
             .collect::<Vec<_>>(),
         plan.shutdown,
-        plan.cut
+        plan.cut,
+        plan.pause,
+        plan.restart
     )];
     for (i, task) in plan.tasks.iter().enumerate() {
         lines.push(format!("t{i} (c{}): {:?}", task.client, task.ops));
@@ -450,6 +494,9 @@ async fn check_inner(
         can_pause: cut_off
             .as_ref()
             .is_some_and(|hook| hook.freezer().is_some()),
+        can_restart: cut_off
+            .as_ref()
+            .is_some_and(|hook| hook.restarts().is_some()),
     };
     let mut runner = Runner {
         backend,
@@ -495,6 +542,7 @@ async fn check_inner(
         report.cancels += counts.cancels;
         report.losses += counts.losses;
         report.pauses += counts.pauses;
+        report.restarts += counts.restarts;
         if matches!(which, Seeds::One(_)) {
             println!(
                 "checker[{name}] seed {seed}: {} ops, {counts:?}",

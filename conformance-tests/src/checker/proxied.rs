@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::CutOff;
+use super::{AfterRestart, CutOff, Restarts};
 use crate::backend::Backend;
 use crate::proxy::Blackhole;
-use crate::server::Freezer;
+use crate::server::{Freezer, SharedServer};
 
 /// Makes the backend of a URL.
 pub type MakeBackend = dyn Fn(String) -> Arc<dyn Backend> + Send + Sync;
@@ -18,7 +18,8 @@ pub struct ProxiedUrl {
     url: String,
     port: u16,
     make: Box<MakeBackend>,
-    freezer: Option<Freezer>,
+    server: Option<SharedServer>,
+    after_restart: Option<AfterRestart>,
 }
 
 impl ProxiedUrl {
@@ -42,13 +43,23 @@ impl ProxiedUrl {
             url: url.to_owned(),
             port,
             make: Box::new(make),
-            freezer: None,
+            server: None,
+            after_restart: None,
         })
     }
 
-    /// The same hook, which also freezes the server with `freezer` now and then.
-    pub fn with_freezer(mut self, freezer: Option<Freezer>) -> Self {
-        self.freezer = freezer;
+    /// The same hook, which also freezes `server` now and then (if it was started
+    /// here).
+    pub fn with_server(mut self, server: SharedServer) -> Self {
+        self.server = Some(server);
+        self
+    }
+
+    /// The same hook, which also kills and restarts the server of
+    /// [`with_server`](Self::with_server) now and then; `after` says what the server
+    /// keeps when it does.
+    pub fn restarting(mut self, after: AfterRestart) -> Self {
+        self.after_restart = Some(after);
         self
     }
 }
@@ -66,6 +77,16 @@ impl CutOff for ProxiedUrl {
     }
 
     fn freezer(&self) -> Option<Freezer> {
-        self.freezer.clone()
+        self.server.as_ref()?.freezer()
+    }
+
+    fn restarts(&self) -> Option<Restarts> {
+        let server = self.server.clone()?;
+        // A server given by URL has no freezer, and cannot be restarted either.
+        server.freezer()?;
+        Some(Restarts {
+            server,
+            after: self.after_restart?,
+        })
     }
 }

@@ -176,7 +176,8 @@ fn fencing(rec: &Recorded, found: &mut Vec<Violation>) {
 /// plus `slack`. While a client's replies come late, a grant may also take two delays
 /// more (the reply that found it free, and the one that completes it), and a single try
 /// is bounded by the request timeout, not by its zero limit; a timeout must still come
-/// on time. A frozen server delays every client's replies by up to its pause.
+/// on time. A frozen server delays every client's replies by up to its pause, and a
+/// killed one by as long as it is down.
 fn waits(rec: &Recorded, slack: Duration, found: &mut Vec<Violation>) {
     struct Open {
         started: Duration,
@@ -204,17 +205,23 @@ fn waits(rec: &Recorded, slack: Duration, found: &mut Vec<Violation>) {
         let by_server = frozen.and_then(late);
         by_network.max(by_server)
     };
+    // A server down between its kill and its restart answers nobody, as a frozen one:
+    // each kill counts as a pause as long as that.
+    let mut downs = down_times(rec).into_iter();
     for event in &rec.events {
         match &event.what {
-            What::Paused { ms } => {
-                let pause = Duration::from_millis(*ms);
+            What::Paused { .. } | What::Killed => {
+                let pause = match &event.what {
+                    What::Paused { ms } => Duration::from_millis(*ms),
+                    _ => downs.next().unwrap_or_default(),
+                };
                 frozen = Some((pause, Duration::MAX));
                 for call in open.values_mut() {
                     call.slowed = call.slowed.max(Some(pause));
                     call.frozen = Some(pause);
                 }
             }
-            What::Resumed => {
+            What::Resumed | What::Restarted => {
                 if let Some((pause, until)) = frozen.as_mut() {
                     *until = event.at + *pause;
                 }
@@ -292,6 +299,29 @@ fn waits(rec: &Recorded, slack: Duration, found: &mut Vec<Violation>) {
             _ => {}
         }
     }
+}
+
+/// How long the server was down after each kill, in order: until it served again, or
+/// until the history ends.
+fn down_times(rec: &Recorded) -> Vec<Duration> {
+    let end = rec.events.last().map_or(Duration::ZERO, |e| e.at);
+    let mut downs = Vec::new();
+    let mut killed = None;
+    for event in &rec.events {
+        match event.what {
+            What::Killed => killed = Some(event.at),
+            What::Restarted => {
+                if let Some(at) = killed.take() {
+                    downs.push(event.at.saturating_sub(at));
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(at) = killed {
+        downs.push(end.saturating_sub(at));
+    }
+    downs
 }
 
 /// A client's guards say not held once its `shutdown()` returned.
@@ -372,6 +402,8 @@ pub(crate) fn excerpt(
             | What::Healed { .. }
             | What::Paused { .. }
             | What::Resumed
+            | What::Killed
+            | What::Restarted
             | What::Note(_) => true,
             _ => false,
         };
@@ -426,7 +458,9 @@ pub(crate) fn leftover_excerpt(rec: &Recorded, leftovers: &[String]) -> Vec<Stri
             | What::Delayed { .. }
             | What::Healed { .. }
             | What::Paused { .. }
-            | What::Resumed => true,
+            | What::Resumed
+            | What::Killed
+            | What::Restarted => true,
             _ => false,
         })
         .map(|event| rec.line(event))

@@ -51,12 +51,14 @@ pub mod redis_cluster;
 mod redis_procs;
 #[cfg(feature = "redis")]
 pub mod sentinel;
+mod shared;
 pub mod specs;
 pub mod tls;
 pub mod tls_specs;
 
 pub use container::{ContainerSpec, ServerContainer};
 pub use probe::Probe;
+pub use shared::SharedServer;
 
 /// How to start one kind of server.
 #[derive(Clone, Copy, Debug)]

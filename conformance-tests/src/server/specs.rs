@@ -247,12 +247,14 @@ pub const POSTGRES_DURABLE: ServerSpec = ServerSpec {
     ..POSTGRES
 };
 
-/// Tests need no durability: a test server never outlives its test.
+/// Tests need no durability against a power loss (a test server never outlives its
+/// test), only against a kill of the server: every commit is written to the OS before
+/// it is acknowledged, never synced.
 fn postgres_command(port: u16, dir: &Path) -> Command {
     postgres_command_with(
         port,
         dir,
-        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=400",
+        "-c fsync=off -c synchronous_commit=on -c full_page_writes=off -c max_connections=400",
     )
 }
 
@@ -319,7 +321,7 @@ pub(super) fn mariadb_command_with(port: u16, dir: &Path, extra: &str) -> Comman
          --auth-root-authentication-method=normal --user={user} --skip-test-db >{install_log} 2>&1 || exit 1; \
          exec mariadbd --no-defaults --datadir={data} --port={port} --bind-address=127.0.0.1 \
          --socket={sock} --user={user} --skip-log-bin --skip-name-resolve \
-         --innodb-flush-log-at-trx-commit=0 --max-connections=500 {extra}"
+         --innodb-flush-log-at-trx-commit=2 --max-connections=500 {extra}"
     );
     let mut cmd = Command::new("sh");
     cmd.args(["-c", &script]);

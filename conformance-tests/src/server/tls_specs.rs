@@ -46,7 +46,7 @@ fn postgres_tls_command(port: u16, dir: &Path) -> Command {
         let _ = std::os::unix::fs::chown(&hba, Some(uid), Some(gid));
     }
     let settings = format!(
-        "-c fsync=off -c synchronous_commit=off -c max_connections=400 -c ssl=on \
+        "-c fsync=off -c synchronous_commit=on -c max_connections=400 -c ssl=on \
          -c ssl_cert_file={} -c ssl_key_file={} -c ssl_ca_file={} -c hba_file={}",
         sh_quote(&files.cert),
         sh_quote(&files.key),

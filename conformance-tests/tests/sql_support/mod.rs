@@ -296,15 +296,16 @@ pub async fn run_suite(sql: Sql, min_passed: usize) {
 
 /// The history checker again, with one client of some seeds behind a proxy that is cut
 /// at a random moment (both ways, or only the server's replies), healed or not, and
-/// the server frozen now and then when `freezer` can.
-pub async fn check_with_cut_off(sql: Sql, freezer: Option<conformance_tests::server::Freezer>) {
-    use conformance_tests::checker::{self, Budget, ProxiedUrl};
+/// `server` frozen or killed and restarted now and then (if it was started here).
+pub async fn check_with_cut_off(sql: Sql, server: &conformance_tests::server::SharedServer) {
+    use conformance_tests::checker::{self, AfterRestart, Budget, ProxiedUrl};
     let (strategy, prefix, label) = (sql.strategy, sql.prefix.clone(), sql.label.clone());
     let cut_off = ProxiedUrl::new(&sql.url, move |through| {
         Arc::new(Sql::new(&through, strategy, &prefix).labelled(label.clone()))
     })
     .expect("a loopback URL")
-    .with_freezer(freezer);
+    .with_server(server.clone())
+    .restarting(AfterRestart::KeepsLocks);
     checker::check_behind_proxy(
         Arc::new(sql),
         Arc::new(cut_off),
@@ -342,10 +343,10 @@ fn check_passed(label: &str, report: &conformance_tests::Report, min_passed: usi
 /// The suite with both strategies and every SQL fault test, against a server of
 /// `spec` (PostgreSQL or MariaDB) started for the test.
 pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
-    use conformance_tests::server::{free_port, TestServer};
+    use conformance_tests::server::{free_port, SharedServer, TestServer};
     use lock_sql::Strategy;
 
-    let mut server = TestServer::start(spec)
+    let server = TestServer::start(spec)
         .await
         .unwrap_or_else(|err| panic!("start {}: {err}", spec.name));
     let url = server.url();
@@ -358,17 +359,11 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     run_suite(Sql::new(&url, Strategy::Lease, &prefix), 60).await;
     run_suite(Sql::new(&url, Strategy::ForUpdate, &update_prefix), 20).await;
     run_suite(Sql::new(&url, Strategy::Session, &session_prefix), 20).await;
-    check_with_cut_off(Sql::new(&url, Strategy::Lease, &prefix), server.freezer()).await;
-    check_with_cut_off(
-        Sql::new(&url, Strategy::ForUpdate, &update_prefix),
-        server.freezer(),
-    )
-    .await;
-    check_with_cut_off(
-        Sql::new(&url, Strategy::Session, &session_prefix),
-        server.freezer(),
-    )
-    .await;
+    let shared = SharedServer::new(server);
+    check_with_cut_off(Sql::new(&url, Strategy::Lease, &prefix), &shared).await;
+    check_with_cut_off(Sql::new(&url, Strategy::ForUpdate, &update_prefix), &shared).await;
+    check_with_cut_off(Sql::new(&url, Strategy::Session, &session_prefix), &shared).await;
+    let mut server = shared.lock().await;
 
     let lease = Sql::new(&url, Strategy::Lease, &prefix);
     let for_update = Sql::new(&url, Strategy::ForUpdate, &update_prefix);
