@@ -560,14 +560,19 @@ fn op(rng: &mut Rng, handles: &[HandlePlan], mine: &[usize], caps: Capabilities)
 mod tests {
     use super::*;
 
+    /// Every lock type, and the faults a hook offers as `can` says: cut, pause, restart.
+    fn limits(can: [bool; 3]) -> Limits {
+        Limits {
+            caps: Capabilities::ALL,
+            can_cut: can[0],
+            can_pause: can[1],
+            can_restart: can[2],
+        }
+    }
+
     #[test]
     fn same_seed_same_plan() {
-        let limits = Limits {
-            caps: Capabilities::ALL,
-            can_cut: false,
-            can_pause: false,
-            can_restart: false,
-        };
+        let limits = limits([false; 3]);
         let a = format!("{:?}", generate(7, limits));
         assert_eq!(a, format!("{:?}", generate(7, limits)));
         assert_ne!(a, format!("{:?}", generate(8, limits)));
@@ -575,16 +580,7 @@ mod tests {
 
     #[test]
     fn a_server_pause_changes_nothing_else_of_a_seed() {
-        let base = Limits {
-            caps: Capabilities::ALL,
-            can_cut: true,
-            can_pause: false,
-            can_restart: false,
-        };
-        let pausing = Limits {
-            can_pause: true,
-            ..base
-        };
+        let (base, pausing) = (limits([true, false, false]), limits([true, true, false]));
         let mut paused = 0;
         for seed in 1..=40 {
             let mut plan = generate(seed, pausing);
@@ -597,16 +593,7 @@ mod tests {
 
     #[test]
     fn a_server_restart_changes_nothing_else_of_a_seed() {
-        let base = Limits {
-            caps: Capabilities::ALL,
-            can_cut: true,
-            can_pause: true,
-            can_restart: false,
-        };
-        let restarting = Limits {
-            can_restart: true,
-            ..base
-        };
+        let (base, restarting) = (limits([true, true, false]), limits([true; 3]));
         let mut restarted = 0;
         for seed in 1..=80 {
             let mut plan = generate(seed, restarting);
