@@ -31,7 +31,7 @@
 //! | writes per grant | a synced commit | a synced commit (the fence) and the holder record | none to disk: the fence counter is in an `UNLOGGED`/`MEMORY` table, floored by the server clock |
 //! | connections | pooled, none held between calls | one pinned connection per held lock | one pinned connection per held lock |
 //! | holder crashes | freed when its lease runs out | freed as soon as the connection drops, or when its lease runs out if the connection stays open | as FOR UPDATE |
-//! | the server restarts | held locks stay held (committed rows) | every lock frees with the server; its holder learns at its next keep-alive (a fixed lease's holder: when the lease ends), so a server back sooner may grant it to another meanwhile | as FOR UPDATE |
+//! | the server restarts | held locks stay held on a server that writes commits out before acknowledging them (see [Durability](#durability)) | every lock frees with the server; its holder learns at its next keep-alive (a fixed lease's holder: when the lease ends), so a server back sooner may grant it to another meanwhile | as FOR UPDATE |
 //! | waiting | PostgreSQL `LISTEN/NOTIFY`; MySQL/SQLite polling with backoff and jitter, releases in the same process wake at once; a release wakes one waiter of each kind per client (every reader), and only that one (and every reader) polls | inside the database's lock queue | inside the database's lock queue |
 //! | lock types | exclusive, fair, read-write | exclusive | exclusive; fair on PostgreSQL |
 //! | `inspect` | holders with owner, token, description, times | owner and token | whether it is held |

@@ -687,8 +687,10 @@ pub(crate) async fn run(
         let _ = timeout(CALL_LIMIT, side).await;
     }
     if let Some(restarting) = restarting {
-        if let Err(err) = restarting.await {
-            failures.push(("setup", format!("the restart's task failed: {err}")));
+        match restarting.await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => failures.push(("setup", err)),
+            Err(err) => failures.push(("setup", format!("the restart's task failed: {err}"))),
         }
     }
     prober.abort();
@@ -737,21 +739,33 @@ pub(crate) async fn run(
     })
 }
 
-/// Kills the server `at` into the run, and starts it again `down` later.
+/// Kills the server `at` into the run, and starts it again `down` later. A kill that
+/// failed fails the run without a restart (a restart would kill the server that still
+/// serves and start it again at once, with no stay-out), and so does a server that does
+/// not serve again: every later run would fail on it.
 async fn restart_server(
     history: Arc<History>,
     server: crate::server::SharedServer,
     at: Duration,
     down: Duration,
-) {
+) -> Result<(), String> {
     sleep(at).await;
     history.record(RUN, What::Killed);
     if let Err(err) = server.kill().await {
         history.record(RUN, What::Note(format!("could not kill the server: {err}")));
+        return Err(format!("could not kill the server: {err}"));
     }
     sleep(down).await;
     match server.restart().await {
-        Ok(()) => history.record(RUN, What::Restarted),
-        Err(err) => history.record(RUN, What::Note(format!("could not restart: {err}"))),
+        Ok(()) => {
+            history.record(RUN, What::Restarted);
+            Ok(())
+        }
+        Err(err) => {
+            history.record(RUN, What::Note(format!("could not restart: {err}")));
+            Err(format!(
+                "the server did not serve again after its restart: {err}"
+            ))
+        }
     }
 }

@@ -92,7 +92,8 @@ pub trait CutOff: Send + Sync {
 /// What a server keeps when it is killed and started again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AfterRestart {
-    /// Its locks, leases and counters (written to disk before it answered).
+    /// Its locks, leases and counters (written out before it answered: to disk, or for
+    /// the PostgreSQL and MariaDB test servers to the OS, which a kill does not lose).
     KeepsLocks,
     /// Nothing (no persistence): it then stays down for the longest lease of the run
     /// before it starts again, as a RedLock master that restarts empty must.

@@ -177,7 +177,7 @@ fn fencing(rec: &Recorded, found: &mut Vec<Violation>) {
 /// more (the reply that found it free, and the one that completes it), and a single try
 /// is bounded by the request timeout, not by its zero limit; a timeout must still come
 /// on time. A frozen server delays every client's replies by up to its pause, and a
-/// killed one by as long as it is down.
+/// killed one the calls made before its restart by as long as it was down.
 fn waits(rec: &Recorded, slack: Duration, found: &mut Vec<Violation>) {
     struct Open {
         started: Duration,
@@ -221,7 +221,14 @@ fn waits(rec: &Recorded, slack: Duration, found: &mut Vec<Violation>) {
                     call.frozen = Some(pause);
                 }
             }
-            What::Resumed | What::Restarted => {
+            // A killed server's connections were dropped, so no reply comes late after
+            // its restart; a thawed one's held-back replies may, up to a pause later.
+            What::Restarted => {
+                if let Some((_, until)) = frozen.as_mut() {
+                    *until = event.at;
+                }
+            }
+            What::Resumed => {
                 if let Some((pause, until)) = frozen.as_mut() {
                     *until = event.at + *pause;
                 }

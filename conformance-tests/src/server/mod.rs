@@ -489,14 +489,28 @@ impl ServerProcess {
         }
     }
 
-    /// Starts it again on the same port and data directory, after [`stop`](Self::stop).
+    /// Starts it again on the same port and data directory, after [`stop`](Self::stop),
+    /// trying again a second later if it exits at start (a killed server's children may
+    /// still hold its resources for a moment). A server that did not come back is left
+    /// stopped, so no PID of it is handed out.
     ///
     /// # Errors
     /// Why it could not start.
     pub async fn restart(&mut self) -> Result<(), String> {
+        let mut last_error = String::new();
+        for attempt in 0..START_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            self.stop();
+            self.spawn()?;
+            match self.wait_ready(READY_LIMIT).await {
+                Ok(()) => return Ok(()),
+                Err(err) => last_error = err,
+            }
+        }
         self.stop();
-        self.spawn()?;
-        self.wait_ready(READY_LIMIT).await
+        Err(last_error)
     }
 }
 
