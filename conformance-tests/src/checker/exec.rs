@@ -751,21 +751,19 @@ async fn restart_server(
 ) -> Result<(), String> {
     sleep(at).await;
     history.record(RUN, What::Killed);
+    let failed = |err: String| {
+        history.record(RUN, What::Note(err.clone()));
+        Err(err)
+    };
     if let Err(err) = server.kill().await {
-        history.record(RUN, What::Note(format!("could not kill the server: {err}")));
-        return Err(format!("could not kill the server: {err}"));
+        return failed(format!("could not kill the server: {err}"));
     }
     sleep(down).await;
-    match server.restart().await {
-        Ok(()) => {
-            history.record(RUN, What::Restarted);
-            Ok(())
-        }
-        Err(err) => {
-            history.record(RUN, What::Note(format!("could not restart: {err}")));
-            Err(format!(
-                "the server did not serve again after its restart: {err}"
-            ))
-        }
+    if let Err(err) = server.restart().await {
+        return failed(format!(
+            "the server did not serve again after its restart: {err}"
+        ));
     }
+    history.record(RUN, What::Restarted);
+    Ok(())
 }

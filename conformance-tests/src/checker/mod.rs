@@ -151,15 +151,15 @@ impl Report {
     /// `N seeds, M ops (G grants, C cancelled, L leases lost), K events, F failing, in T`,
     /// and how many runs froze or restarted the server, if any did.
     pub fn summary(&self) -> String {
-        let mut pauses = match self.pauses {
-            0 => String::new(),
-            n => format!(", {n} with the server frozen"),
-        };
+        let mut faults = String::new();
+        if self.pauses > 0 {
+            faults.push_str(&format!(", {} with the server frozen", self.pauses));
+        }
         if self.restarts > 0 {
-            pauses.push_str(&format!(", {} with the server restarted", self.restarts));
+            faults.push_str(&format!(", {} with the server restarted", self.restarts));
         }
         format!(
-            "{} seeds{pauses}, {} ops ({} grants, {} cancelled, {} leases lost), {} events, {} failing, in {:.1?}",
+            "{} seeds{faults}, {} ops ({} grants, {} cancelled, {} leases lost), {} events, {} failing, in {:.1?}",
             self.seeds,
             self.ops,
             self.grants,

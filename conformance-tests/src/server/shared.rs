@@ -22,11 +22,6 @@ impl SharedServer {
         self.0.lock().await
     }
 
-    /// Whether the fault hooks can act on it (it was started here).
-    pub async fn can_fault(&self) -> bool {
-        self.0.lock().await.can_fault()
-    }
-
     /// A [`Freezer`] for the server as it runs now (a restart makes a new process, so
     /// an earlier one would name a process that is gone). `None` for a server given by
     /// URL, or while a restart is under way.
