@@ -971,6 +971,58 @@ pub async fn a_release_the_server_missed_still_forgets_its_holder(sql: &Sql) {
     );
 }
 
+/// Lease strategy: a writer whose wait ends while the server cannot be reached (so
+/// its queue ticket's removal fails) still removes the ticket once the server can be
+/// reached again, long before the ticket would expire on its own: writers and permit
+/// waiters queue behind it until then.
+pub async fn a_ticket_the_server_missed_the_removal_of_goes(sql: &Sql) {
+    let ns = ns();
+    // A ticket left alone lives a minute, far longer than the test waits for it.
+    let url = format!("{}&queue_ttl=60s", with_short_timeouts(&sql.url));
+    let (cut_off, proxy) = proxied_client(sql, &url, &ns, Duration::from_secs(30)).await;
+    let holder = client(sql, &ns, sql.options()).await;
+    let checker = sql.backend().await.unwrap();
+    let reading = holder.rw_lock("queued").unwrap().read().await.unwrap();
+    let writer_lock = cut_off.rw_lock("queued").unwrap();
+    let writer = tokio::spawn(async move {
+        writer_lock
+            .write_with(AcquireOptions::wait_for(Duration::from_secs(3)))
+            .await
+            .map(drop)
+    });
+    // The writer's ticket is in the queue: cut it off while it waits.
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let rows = super::leftover_rows(&checker, &ns).await.unwrap();
+        if rows.iter().any(|row| row.contains("_queue:")) {
+            break;
+        }
+        assert!(Instant::now() < until, "the writer never queued: {rows:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.cut();
+    let gave_up = writer.await.unwrap();
+    assert!(
+        gave_up.is_err(),
+        "a writer cut off while it waited: {gave_up:?}"
+    );
+    // Its removal, tried at the end of the wait, failed; the server is back now.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    proxy.heal();
+    reading.release().await.unwrap();
+    let left = rows_left_within(&checker, &ns, Duration::from_secs(15)).await;
+    assert!(
+        left.is_empty(),
+        "left behind 15 s after the network came back: {left:?}"
+    );
+    let _ = cut_off.shutdown().await;
+    let _ = holder.shutdown().await;
+    println!(
+        "sql-extra[{}] PASS a_ticket_the_server_missed_the_removal_of_goes",
+        sql.label
+    );
+}
+
 /// FOR UPDATE: `inspect` names the holder of a row lock (its owner and token), and
 /// a holder cut off for good, whose release never reaches the server, is no holder
 /// once the server has let its connection go: `inspect` names nobody and forgets the

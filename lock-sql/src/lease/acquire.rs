@@ -67,6 +67,7 @@ pub(crate) async fn acquire(
         key: key.hash.clone(),
         kind: req.kind,
         id: None,
+        queue_ttl: timing.queue_ttl,
     };
     let mut backoff = Backoff::new(timing.poll_min, timing.poll_max);
     // In line before the first look, so a release right after a look is not missed:

@@ -22,6 +22,8 @@ pub(super) struct Ticket {
     pub(super) key: String,
     pub(super) kind: LockKind,
     pub(super) id: Option<i64>,
+    /// How long the ticket lives past its last refresh, by the server's clock.
+    pub(super) queue_ttl: Duration,
 }
 
 impl Ticket {
@@ -39,16 +41,29 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         if let Some(id) = self.id.take() {
-            let (db, key, kind) = (self.db.clone(), self.key.clone(), self.kind);
+            // Removed again and again while the server cannot be reached, until the
+            // ticket expires on its own: nothing refreshes it after this acquire, and
+            // every writer or permit waiter behind it waits for it until then.
+            let until = Instant::now() + self.queue_ttl + EXPIRY_MARGIN;
+            let undo = Undo {
+                db: self.db.clone(),
+                key: self.key.clone(),
+                kind: self.kind,
+                owner: String::new(),
+                grant: None,
+                ticket: Some(id),
+            };
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                let cleanups = db.cleanups.clone();
-                cleanups.spawn_on(&rt, async move {
-                    let _ = dequeue(&db, &key, kind, id).await;
-                });
+                let cleanups = self.db.cleanups.clone();
+                cleanups.spawn_on(&rt, undo.run(false, until));
             }
         }
     }
 }
+
+/// Past the time a lease or ticket lives by the server's clock, counted here from a
+/// moment after its statement ran: room for the two clocks' rates to differ.
+const EXPIRY_MARGIN: Duration = Duration::from_secs(1);
 
 pub(super) async fn dequeue(db: &Db, key: &str, kind: LockKind, id: i64) -> Result<()> {
     remove_ticket(db, key, kind, id).await.map(drop)
@@ -149,13 +164,12 @@ impl Drop for PendingWrite {
         // A write that may still land is undone again until it could no longer
         // matter: a lease or ticket expires by the server's clock, counted from its
         // statement, which ran before now.
-        let margin = Duration::from_secs(1);
         let lives_ms = match (undo.grant.is_some(), undo.ticket.is_some()) {
             (true, true) => self.ttl_ms.max(self.queue_ttl_ms),
             (true, false) => self.ttl_ms,
             _ => self.queue_ttl_ms,
         };
-        let until = Instant::now() + Duration::from_millis(lives_ms as u64) + margin;
+        let until = Instant::now() + Duration::from_millis(lives_ms as u64) + EXPIRY_MARGIN;
         let uncertain = self.uncertain;
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let cleanups = self.db.cleanups.clone();
