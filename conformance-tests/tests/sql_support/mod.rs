@@ -296,9 +296,7 @@ pub async fn run_suite(sql: Sql, min_passed: usize) {
 
 /// The history checker again, with one client of some seeds behind a proxy that is cut
 /// at a random moment (both ways, or only the server's replies), healed or not, and
-/// `server` frozen now and then (if it was started here). Not restarted: a waiter that
-/// gives up while the server is down leaves its queue ticket until the ticket's lease
-/// ends, longer than the run waits for leftovers.
+/// `server` frozen or killed and restarted now and then (if it was started here).
 pub async fn check_with_cut_off(sql: Sql, server: &conformance_tests::server::SharedServer) {
     use conformance_tests::checker::{self, Budget, ProxiedUrl};
     let (strategy, prefix, label) = (sql.strategy, sql.prefix.clone(), sql.label.clone());
@@ -306,13 +304,26 @@ pub async fn check_with_cut_off(sql: Sql, server: &conformance_tests::server::Sh
         Arc::new(Sql::new(&through, strategy, &prefix).labelled(label.clone()))
     })
     .expect("a loopback URL")
-    .with_server(server.clone());
+    .with_server(server.clone())
+    .restarting(after_restart(strategy));
     checker::check_behind_proxy(
         Arc::new(sql),
         Arc::new(cut_off),
         Budget::seeds(checker::CUT_OFF_SEEDS),
     )
     .await;
+}
+
+/// What a server keeps of a strategy's locks when it is killed and restarted. Lease
+/// rows are committed. A row lock or an advisory lock lives in the server's memory and
+/// goes with it, while its holder learns of that only at its next renewal (a fixed
+/// lease's holder: when the lease ends), so the server must stay down for a lease.
+fn after_restart(strategy: Strategy) -> conformance_tests::checker::AfterRestart {
+    use conformance_tests::checker::AfterRestart;
+    match strategy {
+        Strategy::ForUpdate | Strategy::Session => AfterRestart::ForgetsLocks,
+        _ => AfterRestart::KeepsLocks,
+    }
 }
 
 /// The conformance cases alone (without the history checker), at least `min_passed`
@@ -380,6 +391,7 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     extra::killed_connection(&for_update).await;
     extra::a_silent_holder_lets_go(&for_update).await;
     extra::a_release_the_server_missed_still_forgets_its_holder(&for_update).await;
+    extra::a_ticket_the_server_missed_the_removal_of_goes(&lease).await;
     extra::a_holder_cut_off_for_good_is_forgotten(&for_update).await;
     extra::inspect_never_names_an_earlier_grant(&for_update).await;
     extra::force_unlock_spares_a_reused_connection_id(&for_update).await;
