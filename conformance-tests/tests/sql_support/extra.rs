@@ -1006,8 +1006,13 @@ pub async fn a_ticket_the_server_missed_the_removal_of_goes(sql: &Sql) {
         gave_up.is_err(),
         "a writer cut off while it waited: {gave_up:?}"
     );
-    // Its removal, tried at the end of the wait, failed; the server is back now.
+    // Its removal, tried at the end of the wait, failed (else the test shows nothing).
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let queued = super::leftover_rows(&checker, &ns).await.unwrap();
+    assert!(
+        queued.iter().any(|row| row.contains("_queue:")),
+        "the ticket went before the network came back: {queued:?}"
+    );
     proxy.heal();
     reading.release().await.unwrap();
     let left = rows_left_within(&checker, &ns, Duration::from_secs(15)).await;
