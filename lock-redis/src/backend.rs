@@ -47,6 +47,9 @@ pub(crate) const RENEW_CHUNK: usize = 1000;
 pub struct RedisBackend {
     node: Node,
     next_waiter: Arc<AtomicU64>,
+    /// This backend's random id: its waiters' ids start with it, and an exclusive
+    /// lock's releases reach them on a channel of the lock named after it.
+    inbox: Arc<str>,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -69,6 +72,7 @@ impl RedisBackend {
         Ok(RedisBackend {
             node: Node::new(config)?,
             next_waiter: Arc::new(AtomicU64::new(1)),
+            inbox: format!("{:016x}", rand::random::<u64>()).into(),
         })
     }
 
@@ -141,7 +145,8 @@ impl RedisBackend {
             permits: req.permits,
             owner: req.owner.as_str().to_owned(),
             ttl: req.ttl,
-            waiter: format!("{}:w{n}", req.owner),
+            waiter: format!("{}/{n}", self.inbox),
+            inbox: self.inbox.to_string(),
             waiter_lease: self.node.config().waiter_lease(),
         }
     }

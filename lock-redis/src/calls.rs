@@ -45,19 +45,20 @@ pub(crate) struct Request {
     pub(crate) permits: u32,
     pub(crate) owner: String,
     pub(crate) ttl: Duration,
-    /// Identifies this request in a fair queue or among waiting writers.
+    /// Identifies this request in a fair queue or among waiting writers: the
+    /// backend's inbox, `/`, then a number.
     pub(crate) waiter: String,
+    /// The id of the backend making the request (see [`Keys::exclusive_inbox`]).
+    pub(crate) inbox: String,
     pub(crate) waiter_lease: Duration,
 }
 
 impl Request {
-    /// Whether a blocked request of this kind registers itself (queue place or
-    /// waiting-writer entry) that must be removed when it stops waiting.
+    /// Whether a blocked request of this kind registers itself (queue place, or the
+    /// waiting entry of an exclusive lock or a writer) that must be removed when it
+    /// stops waiting. A reader only waits for writers to leave.
     pub(crate) fn registers(&self) -> bool {
-        matches!(
-            self.kind,
-            LockKind::Fair | LockKind::Leader | LockKind::Write | LockKind::Permit
-        )
+        self.kind != LockKind::Read
     }
 
     /// One acquire call, identified by `lease` (a new one per call: see
@@ -70,8 +71,15 @@ impl Request {
         match self.kind {
             LockKind::Exclusive => Call {
                 script: scripts::EXCLUSIVE_ACQUIRE.get(k.sharded),
-                keys: vec![k.lock.clone(), k.fence()],
-                args: vec![self.owner.clone(), ttl, request],
+                keys: vec![k.lock.clone(), k.fence(), k.exclusive_waiters()],
+                args: vec![
+                    self.owner.clone(),
+                    ttl,
+                    request,
+                    self.waiter.clone(),
+                    millis(self.waiter_lease),
+                    wait,
+                ],
             },
             LockKind::Fair | LockKind::Leader => {
                 let line = Line::of(k, self.kind);
@@ -136,10 +144,15 @@ impl Request {
         ]
     }
 
-    /// The call that removes this request's queue place or waiting-writer entry.
+    /// The call that removes this request's queue place or waiting entry.
     pub(crate) fn leave(&self) -> Option<Call> {
         let k = &self.keys;
         match self.kind {
+            LockKind::Exclusive => Some(Call {
+                script: scripts::EXCLUSIVE_LEAVE.get(k.sharded),
+                keys: vec![k.lock.clone(), k.exclusive_waiters()],
+                args: vec![k.exclusive_channel(), self.waiter.clone()],
+            }),
             LockKind::Fair | LockKind::Leader => {
                 let line = Line::of(k, self.kind);
                 Some(Call {
@@ -162,7 +175,7 @@ impl Request {
                 ],
                 args: vec![k.semaphore_channel(), self.waiter.clone()],
             }),
-            LockKind::Exclusive | LockKind::Read => None,
+            LockKind::Read => None,
         }
     }
 
@@ -170,7 +183,10 @@ impl Request {
     pub(crate) fn wake_on(&self) -> (String, Interest) {
         let k = &self.keys;
         match self.kind {
-            LockKind::Exclusive => (k.exclusive_channel(), Interest::One),
+            LockKind::Exclusive => (
+                k.exclusive_inbox(&self.inbox),
+                Interest::Payload(self.waiter.clone().into_bytes()),
+            ),
             LockKind::Fair | LockKind::Leader => (
                 k.channel(self.kind),
                 Interest::Payload(self.waiter.clone().into_bytes()),
@@ -271,7 +287,7 @@ fn release_call(keys: &Keys, kind: LockKind, values: &[String], receipt: Option<
     let (script, mut key_list, mut args): (&'static Script, _, _) = match kind {
         LockKind::Exclusive => (
             scripts::EXCLUSIVE_RELEASE.get(keys.sharded),
-            vec![keys.lock.clone()],
+            vec![keys.lock.clone(), keys.exclusive_waiters()],
             vec![keys.exclusive_channel(), margin],
         ),
         LockKind::Fair | LockKind::Leader => {
@@ -396,6 +412,7 @@ pub(crate) fn inspect(keys: &Keys, family: LockFamily, what: Inspect) -> Call {
             keys.semaphore_queue(),
             keys.leader(),
             keys.election_queue(),
+            keys.exclusive_waiters(),
         ],
         args: vec![
             family_arg(family).to_owned(),

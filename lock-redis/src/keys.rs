@@ -93,6 +93,20 @@ impl Keys {
         self.aux("channel")
     }
 
+    /// The exclusive lock's waiters (sorted set: waiter id -> expiry ms by the server
+    /// clock), of which a release wakes one.
+    pub(crate) fn exclusive_waiters(&self) -> String {
+        self.aux("waiting")
+    }
+
+    /// Where the exclusive lock's waiters of the backend `inbox` are told that a
+    /// release chose one of them (the message is its id): one channel per backend, so
+    /// that a release learns from `PUBLISH`'s count whether anyone still listens
+    /// there, and passes over a waiter whose process is gone.
+    pub(crate) fn exclusive_inbox(&self, inbox: &str) -> String {
+        format!("{}:{inbox}", self.exclusive_channel())
+    }
+
     /// The fair lock's holder (a string `owner:request:fence` with a PX lease).
     pub(crate) fn fair_holder(&self) -> String {
         self.aux("fair")
@@ -346,6 +360,8 @@ mod tests {
             for other in [
                 keys.fence(),
                 keys.exclusive_channel(),
+                keys.exclusive_waiters(),
+                keys.exclusive_inbox("0123456789abcdef"),
                 keys.rw_readers(),
                 keys.leader(),
                 keys.leader_value(),

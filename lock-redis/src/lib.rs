@@ -76,8 +76,18 @@
 //! A release publishes on a per-lock channel. Waiters subscribe through one shared
 //! pub/sub connection per backend, and sleep until a message or the end of the
 //! holder's lease, whichever comes first; a lost message costs at most one lease, never
-//! a hang. One message wakes one exclusive waiter per process; a fair lock wakes only
-//! the waiter first in line.
+//! a hang. A fair lock wakes only the waiter first in line.
+//!
+//! An exclusive lock wakes one waiter among every client that waits for it. A blocked
+//! waiter registers in `{namespace:name}:waiting` (its id to an expiry by the server
+//! clock, refreshed every third of the [waiter lease](RedisConfig::waiter_lease)), and
+//! listens on `{namespace:name}:channel:<backend id>`, a channel only its own backend
+//! subscribes to. A release publishes the id of the waiter whose entry is oldest on its
+//! backend's channel; `PUBLISH` counting no listener there means that waiter's process
+//! is gone, and the release drops it and tries the next. A woken waiter that gives up
+//! before it tries passes the wake-up on as it leaves. The lock stays unfair: anyone,
+//! the releaser too, may take it before the woken waiter does, which then waits again.
+//! RedLock's waiters do not register, and every release wakes them.
 //!
 //! Another client on the shared layout (redis-py, redsync, a raw `SET NX PX`) publishes
 //! nothing when it releases. The acquire script tells such a holder from ours (ours

@@ -514,6 +514,8 @@ impl LockBackend for RedLockBackend {
             owner: req.owner.as_str().to_owned(),
             ttl: req.ttl,
             waiter: format!("{}:w{n}", req.owner),
+            // RedLock waiters do not register: every release wakes them.
+            inbox: String::new(),
             waiter_lease: self.nodes[0].config().waiter_lease(),
         };
         let timeouts: Vec<Duration> = self
@@ -561,7 +563,7 @@ impl LockBackend for RedLockBackend {
                 return Ok(None);
             }
             if registrations.is_empty() {
-                let (channel, _) = request.wake_on();
+                let channel = request.keys.exclusive_channel();
                 registrations = self
                     .nodes
                     .iter()

@@ -68,7 +68,8 @@ macro_rules! script {
 const NO_PRELUDE: &str = "";
 /// `next_fence(key)`, for the scripts that grant leases (see the file).
 const NEXT_FENCE: &str = include_str!("lua/next_fence.lua");
-/// What the release scripts share: `released_before(receipt, first)` (see the file).
+/// What the release scripts share: `released_before(receipt, first)`, `wake_next`
+/// (see the file).
 const RELEASE_COMMON: &str = include_str!("lua/release_common.lua");
 const SEMAPHORE_COMMON: &str = include_str!("lua/semaphore_common.lua");
 const SEMAPHORE_GRANT: &str = concat!(
@@ -82,6 +83,7 @@ const SEMAPHORE_RELEASE_COMMON: &str = concat!(
 
 script!(EXCLUSIVE_ACQUIRE, NEXT_FENCE, "exclusive_acquire.lua");
 script!(EXCLUSIVE_RELEASE, RELEASE_COMMON, "exclusive_release.lua");
+script!(EXCLUSIVE_LEAVE, RELEASE_COMMON, "exclusive_leave.lua");
 script!(FAIR_ACQUIRE, NEXT_FENCE, "fair_acquire.lua");
 script!(FAIR_RELEASE, RELEASE_COMMON, "fair_release.lua");
 script!(FAIR_LEAVE, "fair_leave.lua");
@@ -99,7 +101,7 @@ script!(RENEW, "renew.lua");
 /// Renews leases of many slots on one cluster node in one call.
 pub(crate) static RENEW_ON_NODE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/renew_on_node.lua")));
-script!(INSPECT, SEMAPHORE_COMMON, "inspect.lua");
+script!(INSPECT, SEMAPHORE_RELEASE_COMMON, "inspect.lua");
 script!(HOLDERS, "holders.lua");
 script!(HELD, "held.lua");
 script!(PROCLAIM, "proclaim.lua");
@@ -155,6 +157,10 @@ mod tests {
         (
             "exclusive_acquire.lua",
             include_str!("lua/exclusive_acquire.lua"),
+        ),
+        (
+            "exclusive_leave.lua",
+            include_str!("lua/exclusive_leave.lua"),
         ),
         (
             "exclusive_release.lua",

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, RedisServer};
+use common::{client, scripts_run, RedisServer};
 use lock_core::{prelude::*, AcquireOptions, LockClient};
 use lock_redis::RedLockBackend;
 use redis::aio::MultiplexedConnection;
@@ -42,26 +42,6 @@ fn report(what: &str, mut delays: Vec<Duration>) {
     for delay in &delays {
         assert!(*delay < NOTICED_WITHIN, "{what}: {delays:?}");
     }
-}
-
-/// How many scripts the server has run so far.
-async fn scripts_run(raw: &mut MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(raw)
-        .await
-        .unwrap();
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
 }
 
 /// One round: our waiter waits on `lock` while a foreign holder has it; `release`
@@ -148,7 +128,10 @@ async fn a_redlock_waiter_notices_a_silent_release_within_a_second() {
 async fn a_waiter_behind_one_of_ours_waits_for_the_message_without_polling() {
     let server = RedisServer::start();
     let holder = client(server.backend(), "quiet");
-    let waiting = client(server.backend(), "quiet");
+    // A waiter refreshes its entry every third of its waiter lease: a long one here,
+    // so every script counted is a try or a poll.
+    let long_entry = server.config().with_waiter_lease(Duration::from_secs(60));
+    let waiting = client(lock_redis::RedisBackend::new(long_entry).unwrap(), "quiet");
     let mut raw = server.raw().await;
     let guard = holder
         .lock("job")

@@ -1,6 +1,6 @@
 -- Releases an exclusive lock if it still holds the value of this acquisition, and
--- wakes the waiters.
--- KEYS[1] lock key, KEYS[2] (optional) this release's receipt
+-- wakes one registered waiter (every waiter of a kind that does not register, if none).
+-- KEYS[1] lock key, KEYS[2] waiters, KEYS[3] (optional) this release's receipt
 -- ARGV[1] channel to publish on, ARGV[2] how long (ms) the receipt outlives the lease,
 -- ARGV[3..] the values this acquisition may hold (one ending in `:` stands for every
 -- value it starts: the undo of one acquire call)
@@ -9,13 +9,15 @@
 local value = redis.call('get', KEYS[1])
 for i = 3, #ARGV do
   if holds(value, ARGV[i]) then
-    if KEYS[2] then
+    if KEYS[3] then
       local left = math.max(redis.call('pttl', KEYS[1]), 0)
-      redis.call('set', KEYS[2], value, 'PX', left + tonumber(ARGV[2]))
+      redis.call('set', KEYS[3], value, 'PX', left + tonumber(ARGV[2]))
     end
     redis.call('del', KEYS[1])
-    redis.call('publish', ARGV[1], 'released')
+    if not wake_next(KEYS[2], ARGV[1]) then
+      redis.call('publish', ARGV[1], 'released')
+    end
     return 1
   end
 end
-return released_before(KEYS[2], 3)
+return released_before(KEYS[3], 3)

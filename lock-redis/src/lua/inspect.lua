@@ -1,7 +1,7 @@
 -- is_locked / force_unlock / force_unlock_holder for one lock family.
 -- KEYS[1] exclusive key, KEYS[2] fair holder, KEYS[3] fair queue, KEYS[4] rw writer,
 -- KEYS[5] rw readers, KEYS[6] semaphore holders, KEYS[7] semaphore queue, KEYS[8]
--- election leader, KEYS[9] election queue
+-- election leader, KEYS[9] election queue, KEYS[10] exclusive waiters
 -- ARGV[1] 'e' (exclusive), 'f' (fair), 'rw', 's' (semaphore) or 'l' (election); ARGV[2]
 -- '0' to look only, '1' to remove
 -- every lease of the family, or '=<fence>' to remove only the lease whose fencing token
@@ -44,6 +44,7 @@ if family == 'e' then
   if held and chosen(value) then
     removed_one = true
     redis.call('del', KEYS[1])
+    wake_next(KEYS[10], ARGV[3])
     redis.call('publish', ARGV[3], 'released')
     if value then
       redis.call('publish', ARGV[3], 'forced:' .. value)

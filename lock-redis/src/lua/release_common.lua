@@ -72,3 +72,26 @@ local function take_entries(key, first, receipt, margin, now, skip)
   end
   return found, freed
 end
+
+-- Wakes the registered waiter of an exclusive lock whose entry in the zset `waiters`
+-- (waiter id `<inbox>/<n>` -> expiry ms by the server clock) is the oldest live one
+-- (the one refreshed longest ago), after dropping the entries that ran out: its id is
+-- published on `<channel>:<inbox>`, where only its own backend listens. A waiter
+-- nobody listens for any more (its process is gone) is dropped and the next one
+-- tried, a few at most. Returns whether one was woken.
+local function wake_next(waiters, channel)
+  if redis.call('exists', waiters) == 0 then
+    return false
+  end
+  local t = redis.call('time')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('zremrangebyscore', waiters, '-inf', now)
+  for _, waiter in ipairs(redis.call('zrange', waiters, 0, 4)) do
+    local inbox = string.match(waiter, '^([^/]+)/')
+    if inbox and redis.call('publish', channel .. ':' .. inbox, waiter) > 0 then
+      return true
+    end
+    redis.call('zrem', waiters, waiter)
+  end
+  return false
+end

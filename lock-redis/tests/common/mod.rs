@@ -235,6 +235,26 @@ pub fn client(backend: RedisBackend, namespace: &str) -> LockClient<RedisBackend
         .expect("client")
 }
 
+/// How many scripts the server has run so far.
+pub async fn scripts_run(raw: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(raw)
+        .await
+        .unwrap();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
 /// Every key on the server.
 pub async fn keys(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
     let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(conn).await.unwrap();

@@ -1,0 +1,157 @@
+//! A release of an exclusive lock wakes one waiter among all the clients that wait for
+//! it, not every one: the others would each run a refused acquire script for nothing.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{client, scripts_run, RedisServer};
+use lock_core::{prelude::*, AcquireOptions, LockClient};
+use lock_redis::RedisBackend;
+use redis::aio::MultiplexedConnection;
+
+const WAITERS: usize = 4;
+const WAITING: &str = "{wake:job}:waiting";
+const CHANNEL: &str = "{wake:job}:channel:*";
+
+/// A client of its own (its own connections) whose waiters refresh their entry only
+/// every 20 s, so every script a test counts was caused by a release.
+fn waiting_client(server: &RedisServer) -> LockClient<RedisBackend> {
+    let config = server.config().with_waiter_lease(Duration::from_secs(60));
+    client(RedisBackend::new(config).unwrap(), "wake")
+}
+
+async fn zcard(raw: &mut MultiplexedConnection) -> usize {
+    redis::cmd("ZCARD")
+        .arg(WAITING)
+        .query_async(raw)
+        .await
+        .unwrap()
+}
+
+/// Waits until the server has run `scripts` more than `base`, or panics after 20 s.
+async fn until_scripts(raw: &mut MultiplexedConnection, base: u64, scripts: u64) {
+    let started = Instant::now();
+    while scripts_run(raw).await - base < scripts {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the waiters never settled: {} scripts, not {scripts}",
+            scripts_run(raw).await - base
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_release_wakes_one_of_the_waiting_clients() {
+    let server = RedisServer::start();
+    let mut raw = server.raw().await;
+    let holder = client(server.backend(), "wake");
+    // Loads the scripts, whose first call is answered `NOSCRIPT` and sent again.
+    let warm = holder.lock("warm-up").unwrap().acquire().await.unwrap();
+    warm.release().await.unwrap();
+    let base = scripts_run(&mut raw).await;
+    let first = holder
+        .lock("job")
+        .unwrap()
+        .acquire_with(AcquireOptions::try_once().lease(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let (granted, mut grants) = tokio::sync::mpsc::unbounded_channel();
+    let mut clients = Vec::new();
+    for _ in 0..WAITERS {
+        let waiting = waiting_client(&server);
+        let lock = waiting.lock("job").unwrap();
+        let granted = granted.clone();
+        tokio::spawn(async move {
+            let guard = lock
+                .acquire_with(AcquireOptions::wait_for(Duration::from_secs(30)))
+                .await;
+            let _ = granted.send(guard);
+        });
+        clients.push(waiting);
+    }
+    // The holder's acquire, each waiter's try and its try once subscribed, and the
+    // holder's look at its lease when it starts listening for a force-unlock.
+    until_scripts(&mut raw, base, 1 + 2 * WAITERS as u64 + 1).await;
+    assert_eq!(zcard(&mut raw).await, WAITERS);
+
+    let before = scripts_run(&mut raw).await;
+    first.release().await.unwrap();
+    for left in (0..WAITERS).rev() {
+        let guard = tokio::time::timeout(Duration::from_secs(10), grants.recv())
+            .await
+            .expect("a waiter was woken")
+            .unwrap()
+            .expect("granted");
+        assert_eq!(
+            zcard(&mut raw).await,
+            left,
+            "the one granted left the waiters"
+        );
+        guard.release().await.unwrap();
+    }
+    // A moment for any other waiter the releases woke to try (and be refused).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let scripts = scripts_run(&mut raw).await - before;
+    println!("{WAITERS} handoffs took {scripts} scripts");
+    // Each release and each grant; every waiter woken by every release would be
+    // 1 + 4 + 1 + 3 + 1 + 2 + 1 + 1 = 14.
+    assert_eq!(scripts, 2 * WAITERS as u64 + 1);
+    assert_eq!(zcard(&mut raw).await, 0);
+    drop(clients);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_passes_over_a_waiter_whose_client_is_gone() {
+    let server = RedisServer::start();
+    let mut raw = server.raw().await;
+    let base = scripts_run(&mut raw).await;
+    let holder = client(server.backend(), "wake");
+    let first = holder
+        .lock("job")
+        .unwrap()
+        .acquire_with(AcquireOptions::try_once().lease(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let waiting = waiting_client(&server);
+    let lock = waiting.lock("job").unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = lock
+            .acquire_with(AcquireOptions::wait_for(Duration::from_secs(30)))
+            .await;
+        (Instant::now(), guard)
+    });
+    until_scripts(&mut raw, base, 4).await;
+    // The entry of a waiter whose process died, older than the live one's: it lives
+    // for another 50 s, and nobody listens for its wake-up.
+    let (now, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    let _: i64 = redis::cmd("ZADD")
+        .arg(WAITING)
+        .arg(now * 1000 + 50_000)
+        .arg("ghost/1")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let listening: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg(CHANNEL)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(listening.len(), 1, "the live waiter's backend listens");
+
+    let released = Instant::now();
+    first.release().await.unwrap();
+    let (granted, guard) = waiter.await.unwrap();
+    let guard = guard.expect("granted");
+    // Without passing over the ghost, the live waiter would wait for its next
+    // refresh, 20 s away.
+    assert!(
+        granted - released < Duration::from_secs(5),
+        "woken {:?} after the release",
+        granted - released
+    );
+    assert_eq!(zcard(&mut raw).await, 0, "the ghost's entry went too");
+    guard.release().await.unwrap();
+}
