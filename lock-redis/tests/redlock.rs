@@ -4,7 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{keys, lock_key, Direct, RedisServer};
+use common::{keys, lock_key, scripts_run, Direct, RedisServer};
 use lock_core::backend::{LockBackend, OwnerToken};
 use lock_core::{prelude::*, AcquireOptions, Error, LockClient, LockKind};
 use lock_redis::RedLockBackend;
@@ -391,24 +391,7 @@ async fn a_redlock_release_with_the_majority_lost_reports_the_lease_lost() {
 
 /// Script calls a server has run since it started.
 async fn script_calls(server: &RedisServer) -> u64 {
-    let mut raw = server.raw().await;
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    stats
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
+    scripts_run(&mut server.raw().await).await
 }
 
 /// One lease lost on a majority must not make the renewal of the others wait for
