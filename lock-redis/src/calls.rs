@@ -440,6 +440,7 @@ pub(crate) fn holders(keys: &Keys, family: LockFamily) -> Call {
             keys.semaphore_timeouts(),
             keys.leader(),
             keys.election_timeouts(),
+            keys.exclusive_waiters(),
         ],
         args: vec![family_arg(family).to_owned()],
     }

@@ -75,6 +75,8 @@ async fn each_release_wakes_one_of_the_waiting_clients() {
     // holder's look at its lease when it starts listening for a force-unlock.
     until_scripts(&mut raw, base, 1 + 2 * WAITERS as u64 + 1).await;
     assert_eq!(zcard(&mut raw).await, WAITERS);
+    let info = holder.lock("job").unwrap().inspect().await.unwrap();
+    assert_eq!(info.waiters, Some(WAITERS), "inspect counts them: {info:?}");
 
     let before = scripts_run(&mut raw).await;
     first.release().await.unwrap();

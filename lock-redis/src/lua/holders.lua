@@ -2,7 +2,7 @@
 -- KEYS[1] exclusive key, KEYS[2] fair holder, KEYS[3] fair waiter expiries (zset),
 -- KEYS[4] rw writer, KEYS[5] rw readers, KEYS[6] semaphore holders, KEYS[7]
 -- semaphore waiter expiries (zset), KEYS[8] election leader, KEYS[9] election
--- candidate expiries (zset)
+-- candidate expiries (zset), KEYS[10] exclusive waiters (zset)
 -- ARGV[1] 'e' (exclusive), 'f' (fair), 'rw', 's' (semaphore) or 'l' (election)
 -- Returns {waiters or -1 when waiters leave no trace, then per holder: kind
 -- ('e', 'f', 'w', 'r', 'p' for a permit or 'l' for a leader), stored value, expiry ms
@@ -30,6 +30,8 @@ end
 local family = ARGV[1]
 if family == 'e' then
   add_string('e', KEYS[1])
+  -- Registered waiters (ours, on one server) refresh their expiry while they wait.
+  out[1] = tostring(redis.call('zcount', KEYS[10], '(' .. now, '+inf'))
 elseif family == 'f' then
   add_string('f', KEYS[2])
   -- Waiters refresh their expiry while they wait; a lapsed one is gone.
