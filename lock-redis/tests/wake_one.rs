@@ -157,3 +157,59 @@ async fn a_release_passes_over_a_waiter_whose_client_is_gone() {
     assert_eq!(zcard(&mut raw).await, 0, "the ghost's entry went too");
     guard.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_waiter_that_gives_up_passes_the_wake_up_on() {
+    const ROUNDS: u64 = 12;
+    let server = RedisServer::start();
+    let mut raw = server.raw().await;
+    let holder = client(server.backend(), "wake");
+    let (first, second) = (waiting_client(&server), waiting_client(&server));
+    for round in 0..ROUNDS {
+        let guard = holder
+            .lock("job")
+            .unwrap()
+            .acquire_with(AcquireOptions::try_once().lease(Duration::from_secs(30)))
+            .await
+            .unwrap();
+        // The first waiter registers before the second, so a release wakes it first.
+        let lock = first.lock("job").unwrap();
+        let gives_up = tokio::spawn(async move {
+            lock.acquire_with(AcquireOptions::wait_for(Duration::from_secs(30)))
+                .await
+        });
+        while zcard(&mut raw).await < 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let lock = second.lock("job").unwrap();
+        let stays = tokio::spawn(async move {
+            let guard = lock
+                .acquire_with(AcquireOptions::wait_for(Duration::from_secs(30)))
+                .await;
+            (Instant::now(), guard)
+        });
+        while zcard(&mut raw).await < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The release and the first waiter's end, a little apart or at once.
+        let released = Instant::now();
+        let release = tokio::spawn(guard.release());
+        tokio::time::sleep(Duration::from_micros(250 * (round % 4))).await;
+        gives_up.abort();
+        release.await.unwrap().unwrap();
+        if let Ok(Ok(guard)) = gives_up.await {
+            // It won before it was stopped: it lets go, which wakes the second.
+            guard.release().await.unwrap();
+        }
+        let (granted, guard) = stays.await.unwrap();
+        // A lost wake-up would leave it waiting for its refresh, 20 s away.
+        assert!(
+            granted - released < Duration::from_secs(5),
+            "round {round}: granted {:?} after the release",
+            granted - released
+        );
+        guard.expect("granted").release().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(zcard(&mut raw).await, 0, "nothing left waiting");
+}
