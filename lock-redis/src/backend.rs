@@ -623,7 +623,11 @@ impl LockBackend for RedisBackend {
                 // Subscribe, then try again: a release between the first try and the
                 // subscription would otherwise go unnoticed.
                 let (channel, interest) = request.wake_on();
-                registration = Some(self.node.pubsub().register(channel, interest));
+                let registered = self.node.pubsub().register(channel, interest);
+                if let Some(pass_on) = request.pass_on(&self.node) {
+                    registered.on_unclaimed(pass_on);
+                }
+                registration = Some(registered);
                 continue;
             };
             let pause = sleep_for(blocker.ms, refresh, request.registers());

@@ -7,7 +7,7 @@ use lock_core::{LockFamily, LockKind};
 use redis::{Script, ScriptInvocation};
 
 use crate::keys::{Keys, RedisLease, Stored};
-use crate::pubsub::Interest;
+use crate::pubsub::{Interest, Unclaimed};
 use crate::scripts;
 
 /// One script call: the script, its keys and its arguments.
@@ -177,6 +177,32 @@ impl Request {
             }),
             LockKind::Read => None,
         }
+    }
+
+    /// For an exclusive waiter: what its backend does with a wake-up on its channel
+    /// for a waiter of its own that is no longer there (it left, but its entry
+    /// outlived it: the removal failed or never ran). The entry is removed as that
+    /// waiter's leave would, which wakes the next waiter if the lock is free, so a
+    /// stale entry cannot swallow the releases' wake-ups until it expires.
+    pub(crate) fn pass_on(&self, node: &crate::node::Node) -> Option<Unclaimed> {
+        if self.kind != LockKind::Exclusive {
+            return None;
+        }
+        let leave = self.leave()?;
+        let node = node.clone();
+        Some(Unclaimed(std::sync::Arc::new(move |waiter: &[u8]| {
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            let mut call = leave.clone();
+            call.args[1] = String::from_utf8_lossy(waiter).into_owned();
+            let caller = node.clone();
+            node.cleanups().spawn_on(&runtime, async move {
+                if let Err(error) = caller.call::<i64>("leave", &call).await {
+                    tracing::debug!(%error, "could not pass on a wake-up for a waiter that is gone");
+                }
+            });
+        })))
     }
 
     /// The channel to wait on and which messages wake this request.

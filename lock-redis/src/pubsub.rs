@@ -34,8 +34,8 @@ use crate::primary::Primary;
 /// Which messages on a channel wake a waiter.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Interest {
-    /// Any message wakes one such waiter of this process (exclusive locks: only one
-    /// can win, so waking more is wasted work).
+    /// Any message wakes one such waiter of this process (RedLock's exclusive
+    /// waiters: only one can win, so waking more is wasted work).
     One,
     /// Any message wakes every such waiter.
     All,
@@ -61,9 +61,26 @@ impl Waiter {
     }
 }
 
+/// Called with the payload of an [`Unclaimed`] message.
+pub(crate) type UnclaimedFn = dyn Fn(&[u8]) + Send + Sync;
+
+/// What to do with a message on a channel that names no waiter registered here.
+#[derive(Clone)]
+pub(crate) struct Unclaimed(pub(crate) Arc<UnclaimedFn>);
+
+impl std::fmt::Debug for Unclaimed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Unclaimed")
+    }
+}
+
 #[derive(Debug, Default)]
 struct Channel {
     waiters: Vec<Arc<Waiter>>,
+    /// Called with a message no [`Interest::Payload`] waiter here matched: on an
+    /// exclusive lock's backend channel, a wake-up for a waiter of this backend that
+    /// is gone (its entry outlived it), which must be passed on.
+    unclaimed: Option<Unclaimed>,
     /// The connection generation on which the server confirmed the subscription.
     subscribed: Option<u64>,
     /// Subscriptions sent here whose confirmation (a push on a cluster) has not been
@@ -85,10 +102,14 @@ impl State {
             return;
         };
         let mut woke_one = false;
+        let mut claimed = false;
         for waiter in &entry.waiters {
             match &waiter.interest {
                 Interest::All => waiter.wake(),
-                Interest::Payload(p) if p.as_slice() == payload => waiter.wake(),
+                Interest::Payload(p) if p.as_slice() == payload => {
+                    waiter.wake();
+                    claimed = true;
+                }
                 Interest::Payload(_) => {}
                 Interest::One if woke_one => {}
                 Interest::One => {
@@ -99,6 +120,9 @@ impl State {
                     }
                 }
             }
+        }
+        if let (false, Some(unclaimed)) = (claimed, &entry.unclaimed) {
+            (unclaimed.0)(payload);
         }
     }
 
@@ -292,6 +316,14 @@ pub(crate) struct Registration {
 }
 
 impl Registration {
+    /// Sets what a message on this registration's channel that names no waiter here
+    /// does (see [`Unclaimed`]); the channel keeps it while anyone waits on it.
+    pub(crate) fn on_unclaimed(&self, unclaimed: Unclaimed) {
+        if let Some(entry) = lock(&self.inner.state).channels.get_mut(&self.channel) {
+            entry.unclaimed = Some(unclaimed);
+        }
+    }
+
     /// Returns once the server has confirmed the subscription on the live connection,
     /// connecting first if needed.
     ///

@@ -97,9 +97,14 @@ async fn each_release_wakes_one_of_the_waiting_clients() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let scripts = scripts_run(&mut raw).await - before;
     println!("{WAITERS} handoffs took {scripts} scripts");
-    // Each release and each grant; every waiter woken by every release would be
-    // 1 + 4 + 1 + 3 + 1 + 2 + 1 + 1 = 14.
-    assert_eq!(scripts, 2 * WAITERS as u64 + 1);
+    // Each release and each grant: 9. Every waiter woken by every release would be
+    // 1 + 4 + 1 + 3 + 1 + 2 + 1 + 1 + 1 = 15. A grant held past 0.2 s on a loaded
+    // machine adds its holder's look at its lease: two such are allowed.
+    let each_once = 2 * WAITERS as u64 + 1;
+    assert!(
+        (each_once..=each_once + 2).contains(&scripts),
+        "{scripts} scripts"
+    );
     assert_eq!(zcard(&mut raw).await, 0);
     drop(clients);
 }
@@ -125,16 +130,19 @@ async fn a_release_passes_over_a_waiter_whose_client_is_gone() {
         (Instant::now(), guard)
     });
     until_scripts(&mut raw, base, 4).await;
-    // The entry of a waiter whose process died, older than the live one's: it lives
-    // for another 50 s, and nobody listens for its wake-up.
+    // The entries of waiters whose processes died, older than the live one's: they
+    // live for another 50 s, and nobody listens for their wake-ups. More of them than
+    // a release would try if it stopped after a few.
     let (now, _): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
-    let _: i64 = redis::cmd("ZADD")
-        .arg(WAITING)
-        .arg(now * 1000 + 50_000)
-        .arg("ghost/1")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    for ghost in 0..8 {
+        let _: i64 = redis::cmd("ZADD")
+            .arg(WAITING)
+            .arg(now * 1000 + 50_000 + ghost)
+            .arg(format!("ghost{ghost}/1"))
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+    }
     let listening: Vec<String> = redis::cmd("PUBSUB")
         .arg("CHANNELS")
         .arg(CHANNEL)
@@ -154,7 +162,7 @@ async fn a_release_passes_over_a_waiter_whose_client_is_gone() {
         "woken {:?} after the release",
         granted - released
     );
-    assert_eq!(zcard(&mut raw).await, 0, "the ghost's entry went too");
+    assert_eq!(zcard(&mut raw).await, 0, "the ghosts' entries went too");
     guard.release().await.unwrap();
 }
 
@@ -212,4 +220,64 @@ async fn a_woken_waiter_that_gives_up_passes_the_wake_up_on() {
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(zcard(&mut raw).await, 0, "nothing left waiting");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_for_a_waiter_of_the_same_client_that_is_gone_is_passed_on() {
+    let server = RedisServer::start();
+    let mut raw = server.raw().await;
+    let holder = client(server.backend(), "wake");
+    let first = holder
+        .lock("job")
+        .unwrap()
+        .acquire_with(AcquireOptions::try_once().lease(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let waiting = waiting_client(&server);
+    let lock = waiting.lock("job").unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = lock
+            .acquire_with(AcquireOptions::wait_for(Duration::from_secs(30)))
+            .await;
+        (Instant::now(), guard)
+    });
+    while zcard(&mut raw).await < 1 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // An entry of the same client, older than the live one's, whose waiter is gone
+    // without removing it (its removal failed): the client still listens on the
+    // channel the release wakes it on.
+    let live: Vec<(String, u64)> = redis::cmd("ZRANGE")
+        .arg(WAITING)
+        .arg(0)
+        .arg(0)
+        .arg("WITHSCORES")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let (live, expiry) = &live[0];
+    let (inbox, _) = live.split_once('/').expect("an id of the client's inbox");
+    let _: i64 = redis::cmd("ZADD")
+        .arg(WAITING)
+        .arg(expiry - 1_000)
+        .arg(format!("{inbox}/999999"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    // Let the live waiter finish its try once subscribed.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let released = Instant::now();
+    first.release().await.unwrap();
+    let (granted, guard) = waiter.await.unwrap();
+    let guard = guard.expect("granted");
+    // The wake-up went to the stale entry; its client passed it on. Otherwise the
+    // live waiter would wait for its refresh, 20 s away.
+    assert!(
+        granted - released < Duration::from_secs(5),
+        "woken {:?} after the release",
+        granted - released
+    );
+    assert_eq!(zcard(&mut raw).await, 0, "the stale entry went too");
+    guard.release().await.unwrap();
 }

@@ -74,11 +74,12 @@ local function take_entries(key, first, receipt, margin, now, skip)
 end
 
 -- Wakes the registered waiter of an exclusive lock whose entry in the zset `waiters`
--- (waiter id `<inbox>/<n>` -> expiry ms by the server clock) is the oldest live one
--- (the one refreshed longest ago), after dropping the entries that ran out: its id is
+-- (waiter id `<inbox>/<n>` -> expiry ms by the server clock) expires first (the one
+-- refreshed longest ago), after dropping the entries that ran out: its id is
 -- published on `<channel>:<inbox>`, where only its own backend listens. A waiter
 -- nobody listens for any more (its process is gone) is dropped and the next one
--- tried, a few at most. Returns whether one was woken.
+-- tried; each such entry is dropped once, so the loop costs one call per dead waiter.
+-- Returns whether one was woken.
 local function wake_next(waiters, channel)
   if redis.call('exists', waiters) == 0 then
     return false
@@ -86,12 +87,15 @@ local function wake_next(waiters, channel)
   local t = redis.call('time')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('zremrangebyscore', waiters, '-inf', now)
-  for _, waiter in ipairs(redis.call('zrange', waiters, 0, 4)) do
-    local inbox = string.match(waiter, '^([^/]+)/')
-    if inbox and redis.call('publish', channel .. ':' .. inbox, waiter) > 0 then
+  while true do
+    local first = redis.call('zrange', waiters, 0, 0)[1]
+    if not first then
+      return false
+    end
+    local inbox = string.match(first, '^([^/]+)/')
+    if inbox and redis.call('publish', channel .. ':' .. inbox, first) > 0 then
       return true
     end
-    redis.call('zrem', waiters, waiter)
+    redis.call('zrem', waiters, first)
   end
-  return false
 end
