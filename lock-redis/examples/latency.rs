@@ -42,7 +42,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         include_str!("../src/lua/next_fence.lua"),
         include_str!("../src/lua/exclusive_acquire.lua")
     ));
-    let our_release = redis::Script::new(include_str!("../src/lua/exclusive_release.lua"));
+    let our_release = redis::Script::new(concat!(
+        include_str!("../src/lua/release_common.lua"),
+        include_str!("../src/lua/exclusive_release.lua")
+    ));
     let client = LockClient::builder(RedisBackend::connect_url(&url).await?)
         .namespace("latency")
         .build()?;
@@ -87,14 +90,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (_, fence): (i64, i64) = our_acquire
             .key("latency:scripts")
             .key("{latency:scripts}:fence")
+            .key("{latency:scripts}:waiting")
             .arg("owner")
             .arg(10_000)
             .arg("request")
+            .arg("inbox/1")
+            .arg(6_000)
+            .arg("0")
             .invoke_async(&mut raw)
             .await?;
         let _: i64 = our_release
             .key("latency:scripts")
-            .arg("latency:scripts:released")
+            .key("{latency:scripts}:waiting")
+            .key("{latency:scripts}:released:request")
+            .arg("{latency:scripts}:channel")
+            .arg(5_000)
             .arg(format!("owner:request:{fence}"))
             .invoke_async(&mut raw)
             .await?;

@@ -10,8 +10,8 @@ use redis::{ConnectionAddr, IntoConnectionInfo};
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a request (one command or script) may take unless configured.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long a queued fair-lock waiter or a waiting writer keeps its place without
-/// refreshing it, unless configured. Live waiters refresh it every third of this.
+/// How long a queued fair-lock waiter, a waiting writer or a registered exclusive
+/// waiter keeps its place without refreshing it, unless configured. Live waiters refresh it every third of this.
 pub const DEFAULT_WAITER_LEASE: Duration = Duration::from_secs(6);
 /// The longest a waiter goes without looking again at a lock held by a client that
 /// does not publish its release (redis-py, redsync, a raw `SET NX PX`), unless
@@ -247,9 +247,10 @@ impl RedisConfig {
         self
     }
 
-    /// How long a fair-lock waiter or waiting writer keeps its place without
-    /// refreshing it (default [`DEFAULT_WAITER_LEASE`], at least 30 ms). A waiter that
-    /// dies holds up the queue for at most this long.
+    /// How long a fair-lock waiter, waiting writer or registered exclusive waiter keeps
+    /// its place without refreshing it (default [`DEFAULT_WAITER_LEASE`], at least
+    /// 30 ms). A waiter that dies holds up the queue for at most this long; live ones
+    /// refresh their place every third of it.
     pub fn with_waiter_lease(mut self, lease: Duration) -> Self {
         self.waiter_lease = lease;
         self
@@ -258,8 +259,8 @@ impl RedisConfig {
     /// The longest a waiter goes without looking again at a lock held by a client
     /// that publishes nothing when it releases (default
     /// [`DEFAULT_SILENT_HOLDER_POLL`], at least 5 ms). Such a release is noticed within
-    /// this long; a holder of this crate's publishes, and its waiters do not poll at
-    /// all.
+    /// this long; a holder of this crate's publishes, and its waiters only refresh
+    /// their entry, every third of the [waiter lease](Self::waiter_lease).
     pub fn with_silent_holder_poll(mut self, interval: Duration) -> Self {
         self.silent_holder_poll = interval;
         self
@@ -380,7 +381,8 @@ impl RedisConfig {
         self.info.redis_settings().username()
     }
 
-    /// How long a fair-lock waiter or waiting writer keeps its place unrefreshed.
+    /// How long a fair-lock waiter, waiting writer or registered exclusive waiter
+    /// keeps its place unrefreshed.
     pub fn waiter_lease(&self) -> Duration {
         self.waiter_lease
     }

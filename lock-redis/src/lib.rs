@@ -82,10 +82,13 @@
 //! waiter registers in `{namespace:name}:waiting` (its id to an expiry by the server
 //! clock, refreshed every third of the [waiter lease](RedisConfig::waiter_lease)), and
 //! listens on `{namespace:name}:channel:<backend id>`, a channel only its own backend
-//! subscribes to. A release publishes the id of the waiter whose entry is oldest on its
-//! backend's channel; `PUBLISH` counting no listener there means that waiter's process
+//! subscribes to. A release publishes, on its backend's channel, the id of the waiter
+//! whose entry expires first (the one refreshed longest ago, not always the one that
+//! has waited longest); `PUBLISH` counting no listener there means that waiter's process
 //! is gone, and the release drops it and tries the next. A woken waiter that gives up
-//! before it tries passes the wake-up on as it leaves. The lock stays unfair: anyone,
+//! before it tries passes the wake-up on as it leaves, and a backend that is woken for
+//! a waiter of its own that is no longer there (its entry outlived it) removes the
+//! entry and passes the wake-up on. The lock stays unfair: anyone,
 //! the releaser too, may take it before the woken waiter does, which then waits again.
 //! RedLock's waiters do not register, and every release wakes them.
 //!
@@ -95,7 +98,8 @@
 //! by itself: after 20 ms, doubling up to
 //! [`with_silent_holder_poll`](RedisConfig::with_silent_holder_poll) (150 ms by default).
 //! Such a release is noticed within that long (measured: 60 ms median, 68 ms worst),
-//! not at the end of the holder's lease. Behind our own holders nobody polls.
+//! not at the end of the holder's lease. Behind our own holders nobody polls (a
+//! registered waiter only refreshes its entry).
 //!
 //! # Fair locks
 //!
