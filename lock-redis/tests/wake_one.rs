@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{client, scripts_run, RedisServer};
-use lock_core::{prelude::*, AcquireOptions, LockClient};
+use lock_core::{prelude::*, AcquireOptions, LockClient, LockGuard};
 use lock_redis::RedisBackend;
 use redis::aio::MultiplexedConnection;
 
@@ -21,12 +21,42 @@ fn waiting_client(server: &RedisServer) -> LockClient<RedisBackend> {
     client(RedisBackend::new(config).unwrap(), "wake")
 }
 
+/// The lock `job` of `holder`'s namespace, held for 30 s.
+async fn hold(holder: &LockClient<RedisBackend>) -> LockGuard {
+    holder
+        .lock("job")
+        .unwrap()
+        .acquire_with(AcquireOptions::try_once().lease(Duration::from_secs(30)))
+        .await
+        .unwrap()
+}
+
+/// Waits up to 30 s for `lock` in a task of its own, which ends with when it was
+/// granted.
+fn wait_in_task(
+    lock: lock_core::LockHandle<RedisBackend>,
+) -> tokio::task::JoinHandle<(Instant, lock_core::Result<LockGuard>)> {
+    tokio::spawn(async move {
+        let guard = lock
+            .acquire_with(AcquireOptions::wait_for(Duration::from_secs(30)))
+            .await;
+        (Instant::now(), guard)
+    })
+}
+
 async fn zcard(raw: &mut MultiplexedConnection) -> usize {
     redis::cmd("ZCARD")
         .arg(WAITING)
         .query_async(raw)
         .await
         .unwrap()
+}
+
+/// Waits until `waiters` are registered.
+async fn until_waiting(raw: &mut MultiplexedConnection, waiters: usize) {
+    while zcard(raw).await < waiters {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// Waits until the server has run `scripts` more than `base`, or panics after 20 s.
@@ -51,12 +81,7 @@ async fn each_release_wakes_one_of_the_waiting_clients() {
     let warm = holder.lock("warm-up").unwrap().acquire().await.unwrap();
     warm.release().await.unwrap();
     let base = scripts_run(&mut raw).await;
-    let first = holder
-        .lock("job")
-        .unwrap()
-        .acquire_with(AcquireOptions::try_once().lease(Duration::from_secs(30)))
-        .await
-        .unwrap();
+    let first = hold(&holder).await;
     let (granted, mut grants) = tokio::sync::mpsc::unbounded_channel();
     let mut clients = Vec::new();
     for _ in 0..WAITERS {
@@ -115,20 +140,10 @@ async fn a_release_passes_over_a_waiter_whose_client_is_gone() {
     let mut raw = server.raw().await;
     let base = scripts_run(&mut raw).await;
     let holder = client(server.backend(), "wake");
-    let first = holder
-        .lock("job")
-        .unwrap()
-        .acquire_with(AcquireOptions::try_once().lease(Duration::from_secs(30)))
-        .await
-        .unwrap();
+    let first = hold(&holder).await;
     let waiting = waiting_client(&server);
     let lock = waiting.lock("job").unwrap();
-    let waiter = tokio::spawn(async move {
-        let guard = lock
-            .acquire_with(AcquireOptions::wait_for(Duration::from_secs(30)))
-            .await;
-        (Instant::now(), guard)
-    });
+    let waiter = wait_in_task(lock);
     until_scripts(&mut raw, base, 4).await;
     // The entries of waiters whose processes died, older than the live one's: they
     // live for another 50 s, and nobody listens for their wake-ups. More of them than
@@ -174,38 +189,21 @@ async fn a_woken_waiter_that_gives_up_passes_the_wake_up_on() {
     let holder = client(server.backend(), "wake");
     let (first, second) = (waiting_client(&server), waiting_client(&server));
     for round in 0..ROUNDS {
-        let guard = holder
-            .lock("job")
-            .unwrap()
-            .acquire_with(AcquireOptions::try_once().lease(Duration::from_secs(30)))
-            .await
-            .unwrap();
+        let guard = hold(&holder).await;
         // The first waiter registers before the second, so a release wakes it first.
         let lock = first.lock("job").unwrap();
-        let gives_up = tokio::spawn(async move {
-            lock.acquire_with(AcquireOptions::wait_for(Duration::from_secs(30)))
-                .await
-        });
-        while zcard(&mut raw).await < 1 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let gives_up = wait_in_task(lock);
+        until_waiting(&mut raw, 1).await;
         let lock = second.lock("job").unwrap();
-        let stays = tokio::spawn(async move {
-            let guard = lock
-                .acquire_with(AcquireOptions::wait_for(Duration::from_secs(30)))
-                .await;
-            (Instant::now(), guard)
-        });
-        while zcard(&mut raw).await < 2 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let stays = wait_in_task(lock);
+        until_waiting(&mut raw, 2).await;
         // The release and the first waiter's end, a little apart or at once.
         let released = Instant::now();
         let release = tokio::spawn(guard.release());
         tokio::time::sleep(Duration::from_micros(250 * (round % 4))).await;
         gives_up.abort();
         release.await.unwrap().unwrap();
-        if let Ok(Ok(guard)) = gives_up.await {
+        if let Ok((_, Ok(guard))) = gives_up.await {
             // It won before it was stopped: it lets go, which wakes the second.
             guard.release().await.unwrap();
         }
@@ -227,23 +225,11 @@ async fn a_wake_up_for_a_waiter_of_the_same_client_that_is_gone_is_passed_on() {
     let server = RedisServer::start();
     let mut raw = server.raw().await;
     let holder = client(server.backend(), "wake");
-    let first = holder
-        .lock("job")
-        .unwrap()
-        .acquire_with(AcquireOptions::try_once().lease(Duration::from_secs(30)))
-        .await
-        .unwrap();
+    let first = hold(&holder).await;
     let waiting = waiting_client(&server);
     let lock = waiting.lock("job").unwrap();
-    let waiter = tokio::spawn(async move {
-        let guard = lock
-            .acquire_with(AcquireOptions::wait_for(Duration::from_secs(30)))
-            .await;
-        (Instant::now(), guard)
-    });
-    while zcard(&mut raw).await < 1 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let waiter = wait_in_task(lock);
+    until_waiting(&mut raw, 1).await;
     // An entry of the same client, older than the live one's, whose waiter is gone
     // without removing it (its removal failed): the client still listens on the
     // channel the release wakes it on.
