@@ -32,6 +32,8 @@ pub struct Blackhole {
     heals: Arc<AtomicU64>,
     /// When bytes from a client last reached the server: the server's "last heard".
     last_to_server: Arc<Mutex<Option<Instant>>>,
+    /// How many chunks clients' bytes reached the server in.
+    chunks_to_server: Arc<AtomicU64>,
     task: JoinHandle<()>,
 }
 
@@ -48,9 +50,11 @@ impl Blackhole {
         let heals = Arc::new(AtomicU64::new(0));
         let reply_delay_ms = Arc::new(AtomicU64::new(0));
         let last_to_server = Arc::new(Mutex::new(None));
+        let chunks_to_server = Arc::new(AtomicU64::new(0));
         let (up, down) = (requests_open.clone(), replies_open.clone());
         let delay = reply_delay_ms.clone();
         let (heard, healed) = (last_to_server.clone(), heals.clone());
+        let sent = chunks_to_server.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let epoch = Epoch {
@@ -69,6 +73,7 @@ impl Blackhole {
                         open: up.clone(),
                         delay_ms: None,
                         heard: Some(heard.clone()),
+                        chunks: Some(sent.clone()),
                     },
                     epoch.clone(),
                 ));
@@ -79,6 +84,7 @@ impl Blackhole {
                         open: down.clone(),
                         delay_ms: Some(delay.clone()),
                         heard: None,
+                        chunks: None,
                     },
                     epoch,
                 ));
@@ -91,6 +97,7 @@ impl Blackhole {
             reply_delay_ms,
             heals,
             last_to_server,
+            chunks_to_server,
             task,
         })
     }
@@ -106,6 +113,13 @@ impl Blackhole {
             .last_to_server
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How many chunks clients' bytes have reached the server in so far. A client that
+    /// waits for each reply before it sends again (as the SQL drivers do) sends each
+    /// request in one chunk on loopback, so this counts its round trips.
+    pub fn chunks_to_server(&self) -> u64 {
+        self.chunks_to_server.load(Ordering::SeqCst)
     }
 
     /// From now on every byte is dropped, both ways; connections stay open, and new ones
@@ -175,6 +189,8 @@ struct Direction {
     delay_ms: Option<Arc<AtomicU64>>,
     /// Set to the time of every byte passed on (the server's "last heard").
     heard: Option<Arc<Mutex<Option<Instant>>>>,
+    /// Counts the chunks passed on.
+    chunks: Option<Arc<AtomicU64>>,
 }
 
 /// Copies one direction while the proxy is open, and drops the bytes once it is cut.
@@ -187,7 +203,7 @@ async fn pump(
     epoch: Epoch,
 ) {
     let (chunks, mut queued) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
-    let heard = direction.heard;
+    let (heard, passed) = (direction.heard, direction.chunks);
     let writer = tokio::spawn(async move {
         while let Some((at, bytes)) = queued.recv().await {
             if at > Instant::now() {
@@ -198,6 +214,9 @@ async fn pump(
             }
             if let Some(heard) = &heard {
                 *heard.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+            }
+            if let Some(passed) = &passed {
+                passed.fetch_add(1, Ordering::SeqCst);
             }
         }
     });

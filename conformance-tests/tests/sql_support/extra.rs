@@ -203,6 +203,42 @@ pub async fn blocked_attempts_write_nothing(sql: &Sql) {
     );
 }
 
+/// Lease strategy: an uncontended acquire is one request to the server and its
+/// release another, with nothing around them (no transaction statements, no pool
+/// pings): the whole cycle is two round trips, as a lock table written by hand is.
+pub async fn an_uncontended_cycle_is_two_round_trips(sql: &Sql) {
+    const CYCLES: u64 = 20;
+    let ns = ns();
+    // No renewal falls within the cycles.
+    let (client, proxy) = proxied_client(sql, &sql.url, &ns, Duration::from_secs(60)).await;
+    let lock = client.lock("counted").unwrap();
+    let cycle = || async {
+        let guard = lock.acquire().await.unwrap();
+        guard.release().await.unwrap();
+    };
+    // The connections are opened and the statements prepared first.
+    for _ in 0..3 {
+        cycle().await;
+    }
+    // The pool may still be checking a connection it was given back.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = proxy.chunks_to_server();
+    for _ in 0..CYCLES {
+        cycle().await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let requests = proxy.chunks_to_server() - before;
+    assert!(
+        requests <= 2 * CYCLES + 2,
+        "{requests} requests reached the server for {CYCLES} uncontended cycles"
+    );
+    let _ = client.shutdown().await;
+    println!(
+        "sql-extra[{}] PASS an_uncontended_cycle_is_two_round_trips ({requests} requests for {CYCLES} cycles)",
+        sql.label
+    );
+}
+
 /// `n` clients in `namespace`, each with its own connection, that poll only every 5 s
 /// and keep 30 s leases: a waiter among them is granted sooner only if woken.
 async fn slow_polling_clients(sql: &Sql, namespace: &str, n: usize) -> Vec<LockClient<SqlBackend>> {

@@ -386,6 +386,7 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     extra::clock_skew_never_steals(&lease).await;
     extra::hostile_names_stored_safely(&lease).await;
     extra::blocked_attempts_write_nothing(&lease).await;
+    extra::an_uncontended_cycle_is_two_round_trips(&lease).await;
     extra::same_process_waiter_woken_at_release(&lease).await;
     extra::same_process_reader_woken_when_a_writer_withdraws(&lease).await;
     extra::killed_connection(&for_update).await;
