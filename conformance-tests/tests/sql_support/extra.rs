@@ -239,6 +239,96 @@ pub async fn an_uncontended_cycle_is_two_round_trips(sql: &Sql) {
     );
 }
 
+/// MariaDB, lease strategy: the grant procedure is an optimisation, never a
+/// requirement. A database user that may not create procedures connects and gets its
+/// locks through the client-side transaction, and excludes (and is excluded by) a
+/// client that calls the procedure on the same tables; a procedure dropped under a
+/// running client is no error either.
+pub async fn locks_work_without_the_grant_procedure(sql: &Sql) {
+    let ns = ns();
+    let prefix = format!("noproc{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let admin = Sql::new(&sql.url, Strategy::Lease, &prefix);
+    let user = format!("u{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let root = sqlx::AnyPool::connect(&sql.url).await.expect("connect");
+    let database: String = sqlx::query("SELECT DATABASE()")
+        .fetch_one(&root)
+        .await
+        .expect("database")
+        .get(0);
+    // Everything the tables need, and nothing for procedures.
+    let created = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'; \
+         GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, INDEX ON `{database}`.* TO '{user}'@'%'"
+    )))
+    .execute(&root)
+    .await;
+    if let Err(e) = created {
+        println!(
+            "sql-extra[{}] SKIP locks_work_without_the_grant_procedure: no user could be made: {e}",
+            sql.label
+        );
+        return;
+    }
+    let (scheme, rest) = sql.url.split_once("://").expect("a URL");
+    let host = rest.split_once('@').map_or(rest, |(_, host)| host);
+    let user_url = format!("{scheme}://{user}:pw@{host}");
+    let limited = Sql::new(&user_url, Strategy::Lease, &prefix);
+    let without = client(&limited, &ns, limited.options()).await;
+    let lock = without.lock("plain").unwrap();
+    lock.acquire().await.unwrap().release().await.unwrap();
+    let procedures: i64 = sqlx::query(
+        "SELECT COUNT(*) FROM information_schema.routines WHERE routine_schema = DATABASE() \
+         AND routine_name = ?",
+    )
+    .bind(format!("{prefix}_grant_v1"))
+    .fetch_one(&root)
+    .await
+    .expect("routines")
+    .get(0);
+    assert_eq!(
+        procedures, 0,
+        "a user without CREATE ROUTINE made the procedure"
+    );
+    // The same tables through the procedure (made by this client, which may).
+    let with = client(&admin, &ns, admin.options()).await;
+    let held = with.lock("plain").unwrap().acquire().await.unwrap();
+    assert!(
+        lock.try_acquire().await.unwrap().is_none(),
+        "the transaction granted a lock the procedure granted"
+    );
+    held.release().await.unwrap();
+    let held = lock.acquire().await.unwrap();
+    assert!(
+        with.lock("plain")
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "the procedure granted a lock the transaction granted"
+    );
+    let token = held.fencing_token();
+    held.release().await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP PROCEDURE `{prefix}_grant_v1`"
+    )))
+    .execute(&root)
+    .await
+    .expect("drop the procedure");
+    let after = with.lock("plain").unwrap().acquire().await.unwrap();
+    assert!(after.fencing_token() > token, "tokens went back");
+    after.release().await.unwrap();
+    let _ = without.shutdown().await;
+    let _ = with.shutdown().await;
+    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP USER '{user}'@'%'")))
+        .execute(&root)
+        .await;
+    println!(
+        "sql-extra[{}] PASS locks_work_without_the_grant_procedure",
+        sql.label
+    );
+}
+
 /// `n` clients in `namespace`, each with its own connection, that poll only every 5 s
 /// and keep 30 s leases: a waiter among them is granted sooner only if woken.
 async fn slow_polling_clients(sql: &Sql, namespace: &str, n: usize) -> Vec<LockClient<SqlBackend>> {

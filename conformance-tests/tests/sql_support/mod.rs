@@ -387,6 +387,9 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     extra::hostile_names_stored_safely(&lease).await;
     extra::blocked_attempts_write_nothing(&lease).await;
     extra::an_uncontended_cycle_is_two_round_trips(&lease).await;
+    if spec.name == "mariadb" {
+        extra::locks_work_without_the_grant_procedure(&lease).await;
+    }
     extra::same_process_waiter_woken_at_release(&lease).await;
     extra::same_process_reader_woken_when_a_writer_withdraws(&lease).await;
     extra::killed_connection(&for_update).await;
