@@ -3,6 +3,7 @@
 //! conflicts).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,8 +39,15 @@ pub(crate) struct Db {
     pub(crate) request_timeout: Duration,
     /// Undos, queue removals and cancels left running by dropped or failed calls.
     pub(crate) cleanups: Cleanups,
-    /// The connection of PostgreSQL's one-statement grants and releases.
+    /// The connection of the one-statement grants and releases (PostgreSQL and
+    /// MariaDB).
     pub(crate) hot: HotConnection,
+    /// MariaDB: whether the grant procedure is there to call ([`GrantProcedure`]):
+    /// connect makes it; a call that finds it gone or forbidden turns this off, and
+    /// acquires take the transaction.
+    ///
+    /// [`GrantProcedure`]: crate::sql::GrantProcedure
+    pub(crate) grant_procedure: AtomicBool,
     /// Undos of grants whose fence never came back (see [`BlindUndos`]).
     pub(crate) blind_undos: BlindUndos,
     /// Where the lock tables are (the address without credentials, and the tables'
@@ -250,6 +258,7 @@ impl Db {
             request_timeout: options.request_timeout,
             cleanups: Cleanups::default(),
             hot: HotConnection::default(),
+            grant_procedure: AtomicBool::new(false),
             blind_undos: BlindUndos::default(),
             scope,
         };
@@ -261,6 +270,12 @@ impl Db {
             db.claim_strategy(options.strategy),
         )
         .await?;
+        if options.strategy == Strategy::Lease && db.sql.grant_procedure.is_some() {
+            let ready = db
+                .timed("creating the grant procedure", db.ensure_grant_procedure())
+                .await?;
+            db.grant_procedure.store(ready, Ordering::Relaxed);
+        }
         if options.strategy == Strategy::Session {
             db.timed("creating the fence table", async {
                 db.create_fences().await.map_err(|e| db.err(e))
@@ -407,6 +422,40 @@ impl Db {
             ));
         }
         Ok(())
+    }
+
+    /// MariaDB: creates the grant procedure if it is missing, serialised between
+    /// clients as [`create_schema`](Self::create_schema) is; whether it is there to
+    /// call. A database user that may not create procedures (`CREATE ROUTINE`) still
+    /// gets its locks, through the transaction; only an unreachable server fails.
+    async fn ensure_grant_procedure(&self) -> Result<bool> {
+        let Some(procedure) = &self.sql.grant_procedure else {
+            return Ok(false);
+        };
+        let created = async {
+            let mut conn = self.pool.acquire().await?;
+            sqlx::raw_sql(SCHEMA_LOCK_MYSQL).execute(&mut *conn).await?;
+            let created = sqlx::raw_sql(AssertSqlSafe(procedure.create.clone()))
+                .execute(&mut *conn)
+                .await;
+            sqlx::raw_sql(SCHEMA_UNLOCK_MYSQL)
+                .execute(&mut *conn)
+                .await?;
+            created.map(drop)
+        };
+        match created.await {
+            Ok(()) => Ok(true),
+            Err(e) if classify(&e) == Class::Unavailable => Err(self.err(e)),
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "{}: the lease grant procedure could not be created; acquires take a \
+                     transaction of four round trips instead of one call",
+                    self.scope
+                );
+                Ok(false)
+            }
+        }
     }
 
     /// Begins a transaction on a pooled connection. The BEGIN runs in a task of its

@@ -67,6 +67,21 @@ fn classify_database(db: &dyn sqlx::error::DatabaseError) -> Class {
     }
 }
 
+/// Whether a call of the grant procedure failed because the procedure cannot be
+/// called (dropped, or the user may not execute it): it did not run.
+pub(crate) fn procedure_unusable(err: &sqlx::Error) -> bool {
+    #[cfg(feature = "mysql")]
+    if let Some(my) = err
+        .as_database_error()
+        .and_then(|db| db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
+    {
+        // No such procedure; execute denied on it.
+        return matches!(my.number(), 1305 | 1370);
+    }
+    let _ = err;
+    false
+}
+
 /// Converts a driver error for `backend`.
 pub(crate) fn convert(backend: &'static str, err: sqlx::Error) -> Error {
     match classify(&err) {

@@ -1,7 +1,8 @@
-//! A connection kept outside the pool for the one-statement hot path (PostgreSQL's
-//! uncontended grant and every release). sqlx's pool pings a connection when it hands
-//! it out and again when it takes it back: two round trips around each statement, as
-//! much as the statement itself costs on a fast network.
+//! A connection kept outside the pool for the one-statement hot path (the
+//! uncontended grant of PostgreSQL and MariaDB, and their owners' releases). sqlx's
+//! pool pings a connection when it hands it out and again when it takes it back: two
+//! round trips around each statement, as much as the statement itself costs on a fast
+//! network.
 
 use std::time::Duration;
 

@@ -52,6 +52,13 @@
 //! it), so every valid lock name fits any database's index, and all values are bind
 //! parameters.
 //!
+//! On MariaDB the lease strategy also creates a stored procedure, `<prefix>_grant_v1`,
+//! that grants an uncontended lease in one call (the key's fence bump and the lease row
+//! in one transaction on the server) where a client-side transaction takes four round
+//! trips. It needs the `CREATE ROUTINE` and `EXECUTE` privileges on the database; a
+//! user without them still gets every lock, through the client-side transaction (connect
+//! logs a warning).
+//!
 //! # Durability
 //!
 //! Grants, renewals and force-unlocks commit as the server is configured (synced to

@@ -1,6 +1,8 @@
-//! Taking a lease: the wait loop, one attempt in a task of its own, PostgreSQL's
-//! one-statement grant and the general transaction that decides on the key's rows.
+//! Taking a lease: the wait loop, one attempt in a task of its own, the one-call
+//! grant (PostgreSQL's statement, MariaDB's procedure) and the general transaction
+//! that decides on the key's rows.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::db::{q, Db};
 use crate::dialect::Dialect;
-use crate::error::{classify, timed_out, Class};
+use crate::error::{classify, procedure_unusable, timed_out, Class};
 use crate::key::{holder_of, kind_code, KeyId};
 use crate::listen::Listener;
 use crate::local_wake;
@@ -232,14 +234,28 @@ pub(super) async fn run_attempt(
     reply: &mut oneshot::Sender<AttemptAnswer>,
 ) -> Option<AttemptAnswer> {
     let mut pending = PendingWrite::new(db, ask);
-    if db.dialect == Dialect::Postgres && ticket.is_none() {
+    let one_call = ticket
+        .is_none()
+        .then(|| one_call_grant(db, ask.kind))
+        .flatten();
+    if let Some(grant) = one_call {
         // The statement commits by itself: once sent, wait for its answer.
         if reply.is_closed() {
             return None;
         }
-        match fast_grant_postgres(db, ask, &mut pending).await {
+        match fast_grant_one_call(db, grant, ask, &mut pending).await {
             Ok(Some(outcome)) => return Some((Ok(outcome), ticket, pending)),
             Ok(None) => {} // Blocked: the transaction below learns how long, and queues.
+            Err(HotError { error, .. }) if procedure_unusable(&error) => {
+                // Dropped or forbidden since connect: it did not run. The
+                // transaction grants, now and from now on.
+                tracing::warn!(
+                    error = %error,
+                    "{}: the lease grant procedure cannot be called; acquires take the transaction",
+                    db.scope
+                );
+                db.grant_procedure.store(false, Ordering::Relaxed);
+            }
             Err(HotError { error, sent }) => {
                 if sent && may_have_landed(&error) {
                     // Granted perhaps, with a fence we never learnt.
@@ -285,6 +301,20 @@ pub(super) fn fast_grant_of(db: &Db, kind: LockKind) -> Option<&FastGrant> {
         .and_then(|at| db.sql.lease.fast_grant.get(at))
 }
 
+/// What grants `kind` in one autocommitted call, without a transaction around it:
+/// PostgreSQL's one-statement grant, or MariaDB's grant procedure while it can be
+/// called.
+fn one_call_grant(db: &Db, kind: LockKind) -> Option<&FastGrant> {
+    match db.dialect {
+        Dialect::Postgres => fast_grant_of(db, kind),
+        Dialect::MySql if db.grant_procedure.load(Ordering::Relaxed) => {
+            let procedure = db.sql.grant_procedure.as_ref()?;
+            fast_grant_of(db, kind).map(|_| &procedure.call)
+        }
+        _ => None,
+    }
+}
+
 /// `grant`'s statement with the request's values bound in its order.
 pub(super) fn bind_args(
     grant: &FastGrant,
@@ -307,23 +337,21 @@ pub(super) fn bind_args(
         })
 }
 
-/// PostgreSQL: the whole uncontended acquisition in one statement (see
-/// [`FastGrant`]). `Some` outcome if the statement decided: a grant, or for an
-/// exclusive request also a refusal with how long the live lease has left; `None` if
-/// the general path must decide.
+/// The whole uncontended acquisition in one call (`grant`: see [`FastGrant`] and
+/// [`GrantProcedure`](crate::sql::GrantProcedure)). `Some` outcome if the call
+/// decided: a grant, or for an exclusive request also a refusal with how long the
+/// live lease has left; `None` if the general path must decide.
 ///
 /// The fence is only known from the reply, so nothing could clean up a grant whose
 /// reply would be lost to a dropped future: it runs inside [`attempt_in_task`], and a
 /// grant is armed in `pending` as soon as it is known.
-pub(super) async fn fast_grant_postgres(
+pub(super) async fn fast_grant_one_call(
     db: &Db,
+    grant: &FastGrant,
     ask: &Ask,
     pending: &mut PendingWrite,
 ) -> std::result::Result<Option<Outcome>, HotError> {
-    let Some(grant) = fast_grant_of(db, ask.kind) else {
-        return Ok(None);
-    };
-    // Bounded like a COMMIT (the statement commits), so a server that never answers
+    // Bounded like a COMMIT (the call commits), so a server that never answers
     // cannot keep this task, and the client's shutdown, for ever.
     let statement = db
         .hot
@@ -345,11 +373,21 @@ pub(super) async fn fast_grant_postgres(
     if let Some(fence) = fence {
         return Ok(Some(Outcome::Granted(fence as u64)));
     }
-    // Only the exclusive statement answers a refusal (with a row of its own).
     let left_ms: Option<i64> = row.try_get(1).map_err(decoded)?;
-    Ok(Some(Outcome::Blocked {
-        wake_in_ms: left_ms,
-    }))
+    Ok(match db.dialect {
+        // Only the exclusive statement answers a refusal (with a row of its own).
+        Dialect::Postgres => Some(Outcome::Blocked {
+            wake_in_ms: left_ms,
+        }),
+        // The procedure answers every refusal: an exclusive request blocked by
+        // another owner's live lease has what it needs to wait; the rest (its own
+        // row, a kind that queues) go on to the general path.
+        _ => left_ms
+            .filter(|_| ask.kind == LockKind::Exclusive)
+            .map(|ms| Outcome::Blocked {
+                wake_in_ms: Some(ms),
+            }),
+    })
 }
 
 /// The error of a statement or COMMIT that got no answer in time: it may still land.

@@ -47,19 +47,29 @@ pub(super) async fn delete_lease(
     };
     let deleted = db
         .timed("releasing a lock", async {
-            if db.dialect == Dialect::Postgres {
-                let with_channel = || query().bind(db.sql.tables.channel.clone());
-                let row = db
+            match db.dialect {
+                Dialect::Postgres => {
+                    let with_channel = || query().bind(db.sql.tables.channel.clone());
+                    let row = db
+                        .hot
+                        .fetch_optional(&db.pool, db.request_timeout, with_channel)
+                        .await
+                        .map_err(|e| e.error)
+                        .and_then(|row| row.ok_or(sqlx::Error::RowNotFound))
+                        .map_err(|e| db.err(e))?;
+                    row.try_get::<i64, _>(0).map_err(|e| db.err(e))
+                }
+                // The deleted row, if there was one.
+                Dialect::MySql => db
                     .hot
-                    .fetch_optional(&db.pool, db.request_timeout, with_channel)
+                    .fetch_optional(&db.pool, db.request_timeout, query)
                     .await
-                    .map_err(|e| e.error)
-                    .and_then(|row| row.ok_or(sqlx::Error::RowNotFound))
-                    .map_err(|e| db.err(e))?;
-                row.try_get::<i64, _>(0).map_err(|e| db.err(e))
-            } else {
-                let done = query().execute(&db.pool).await.map_err(|e| db.err(e))?;
-                Ok(done.rows_affected() as i64)
+                    .map(|row| i64::from(row.is_some()))
+                    .map_err(|e| db.err(e.error)),
+                Dialect::Sqlite => {
+                    let done = query().execute(&db.pool).await.map_err(|e| db.err(e))?;
+                    Ok(done.rows_affected() as i64)
+                }
             }
         })
         .await?;

@@ -50,7 +50,7 @@ pub(crate) struct FastGrant {
 /// The rule of [`crate::decide::decide`] for a request without a queue ticket, as an
 /// SQL condition over the key's other rows (the lease row of the request itself is
 /// judged by the upsert).
-fn fast_condition(kind: LockKind, t: &Tables, now: &str) -> (String, Vec<Arg>) {
+pub(super) fn fast_condition(kind: LockKind, t: &Tables, now: &str) -> (String, Vec<Arg>) {
     let (leases, queue) = (&t.leases, &t.queue);
     let (fair, read, write) = (
         kind_code(LockKind::Fair),
@@ -234,6 +234,18 @@ fn upsert_args(cond_args: Vec<Arg>) -> Vec<Arg> {
 /// MySQL: the upsert after the transaction's key bump; the lease is ours if the row
 /// carries the bumped fence.
 fn mysql_grant(t: &Tables, now: &str, cond: String, cond_args: Vec<Arg>) -> (String, Vec<Arg>) {
+    let (upsert, args) = mysql_upsert(t, now, cond, cond_args);
+    (format!("{upsert} RETURNING fence"), args)
+}
+
+/// MySQL: [`mysql_grant`] without the row it returns, for the grant procedure
+/// ([`super::grant_procedure`]), where a statement cannot return rows.
+pub(super) fn mysql_upsert(
+    t: &Tables,
+    now: &str,
+    cond: String,
+    cond_args: Vec<Arg>,
+) -> (String, Vec<Arg>) {
     let (leases, cols) = (&t.leases, LEASE_COLUMNS);
     let args = upsert_args(cond_args);
     // Assignments run left to right on the updated values: the fence decides
@@ -244,7 +256,7 @@ fn mysql_grant(t: &Tables, now: &str, cond: String, cond_args: Vec<Arg>) -> (Str
          owner = IF(fence = VALUES(fence), VALUES(owner), owner), \
          description = IF(fence = VALUES(fence), VALUES(description), description), \
          acquired_ms = IF(fence = VALUES(fence), VALUES(acquired_ms), acquired_ms), \
-         expires_ms = IF(fence = VALUES(fence), VALUES(expires_ms), expires_ms) RETURNING fence"
+         expires_ms = IF(fence = VALUES(fence), VALUES(expires_ms), expires_ms)"
     );
     (sql, args)
 }

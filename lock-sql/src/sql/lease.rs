@@ -22,7 +22,7 @@ pub(crate) struct LeaseStatements {
     pub(crate) refresh_ticket: Stmt,
     pub(crate) dequeue: Stmt,
     /// Deletes one live lease; PostgreSQL's version also notifies waiters and
-    /// returns the count as a row.
+    /// returns the count as a row, MariaDB's returns the deleted row.
     pub(crate) release: Stmt,
     /// Deletes the live lease of one owner whatever its fence (an owner is one
     /// acquisition): undoes a grant whose reply, and so its fence, was lost.
@@ -125,11 +125,17 @@ impl LeaseStatements {
                 _ => format!("DELETE FROM {leases} WHERE {cond}"),
             }
         };
-        let release = st(with_notify(&release_where, Commit::Asynchronous));
-        let undo_grant = st(with_notify(
+        // MariaDB's own releases answer the rows they deleted, as PostgreSQL's answer
+        // a count: a release then runs on the hot connection, which answers rows.
+        let own = |sql: String| match dialect {
+            Dialect::MySql => format!("{sql} RETURNING khash"),
+            _ => sql,
+        };
+        let release = st(own(with_notify(&release_where, Commit::Asynchronous)));
+        let undo_grant = st(own(with_notify(
             &format!("khash = ? AND kind = ? AND holder = ? AND owner = ? AND expires_ms > {now}"),
             Commit::Asynchronous,
-        ));
+        )));
         let force_unlock = st(with_notify(&force_where, Commit::Synced));
         let proclaim = st(format!(
             "UPDATE {leases} SET description = ? WHERE {release_where}"

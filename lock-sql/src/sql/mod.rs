@@ -4,12 +4,13 @@
 //! letters, digits, `_`) and quoted; every value (lock keys, owners, durations) is a
 //! bind parameter.
 //!
-//! [`schema`] holds what connect runs, [`lease`] and [`fast_grant`] the lease
-//! strategy's statements, [`row_lock`] the FOR UPDATE strategy's, [`advisory`] the
+//! [`schema`] holds what connect runs, [`lease`], [`fast_grant`] and
+//! [`grant_procedure`] the lease strategy's statements, [`row_lock`] the FOR UPDATE strategy's, [`advisory`] the
 //! session strategy's; the fence counter the first two bump lives here.
 
 mod advisory;
 mod fast_grant;
+mod grant_procedure;
 mod lease;
 mod row_lock;
 mod schema;
@@ -20,6 +21,7 @@ use crate::dialect::Dialect;
 
 pub(crate) use advisory::AdvisoryStatements;
 pub(crate) use fast_grant::{Arg, FastGrant};
+pub(crate) use grant_procedure::GrantProcedure;
 pub(crate) use lease::LeaseStatements;
 pub(crate) use row_lock::RowLockStatements;
 pub(crate) use schema::{SchemaStatements, SCHEMA_VERSION};
@@ -80,6 +82,8 @@ pub(crate) struct Statements {
     pub(crate) lease: LeaseStatements,
     pub(crate) row_lock: RowLockStatements,
     pub(crate) advisory: AdvisoryStatements,
+    /// MySQL: the lease strategy's uncontended grant in one call.
+    pub(crate) grant_procedure: Option<GrantProcedure>,
     /// Creates the key's row or bumps its fence, locking it for the transaction.
     /// PostgreSQL and SQLite return the fence; MySQL reports it as the last insert id
     /// ([`Self::last_insert_id`] reads it if a server does not).
@@ -128,6 +132,7 @@ impl Statements {
             lease: LeaseStatements::new(dialect, &t),
             row_lock: RowLockStatements::new(dialect, &t),
             advisory: AdvisoryStatements::new(dialect, &t),
+            grant_procedure: (dialect == Dialect::MySql).then(|| GrantProcedure::new(&t, prefix)),
             tables: t,
             key_bump,
             last_insert_id,

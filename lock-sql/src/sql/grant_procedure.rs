@@ -1,0 +1,179 @@
+//! MariaDB: the uncontended grant of a lease in one call ([`GrantProcedure`]).
+
+use lock_core::LockKind;
+
+use super::fast_grant::{fast_condition, mysql_upsert, Arg, FastGrant};
+use super::{s, Stmt, Tables};
+use crate::dialect::Dialect;
+use crate::key::kind_code;
+
+/// A stored procedure that runs on the server what the general transaction's first
+/// statements do for a request without a queue ticket (bump the key's fence, which
+/// locks the key row; the kind's one-row grant of [`FastGrant`]), and commits if the
+/// lease row came out carrying the bumped fence, else rolls back: nothing is written
+/// for a refusal. One round trip, where the transaction takes four (BEGIN, the bump,
+/// the grant, COMMIT).
+///
+/// It answers one row: the granted fence, or NULL and how long a live lease of
+/// another owner of the requested kind has left (what an exclusive request needs to
+/// know to wait; the other kinds take the general path to queue).
+///
+/// The name carries a version: a release that changes the body creates a procedure
+/// of another name, so clients of both releases can share the tables.
+#[derive(Debug)]
+pub(crate) struct GrantProcedure {
+    /// Creates the procedure if it is missing (a `CREATE PROCEDURE` cannot be a
+    /// prepared statement: it goes as text).
+    pub(crate) create: Stmt,
+    /// Calls it with a request's values.
+    pub(crate) call: FastGrant,
+}
+
+/// The kinds the procedure grants: those with a one-row grant.
+const KINDS: [LockKind; 4] = [
+    LockKind::Exclusive,
+    LockKind::Fair,
+    LockKind::Read,
+    LockKind::Write,
+];
+
+/// The procedure's parameters, in the order of the call's bind markers.
+const PARAMETERS: [(Arg, &str); 8] = [
+    (Arg::Key, "VARCHAR(64)"),
+    (Arg::Namespace, "TEXT"),
+    (Arg::Name, "TEXT"),
+    (Arg::Kind, "BIGINT"),
+    (Arg::Holder, "VARCHAR(128)"),
+    (Arg::Owner, "VARCHAR(128)"),
+    (Arg::Ttl, "BIGINT"),
+    (Arg::Description, "VARCHAR(1024)"),
+];
+
+/// The name a value goes by inside the procedure. None is a column's name: a local
+/// name would win over a column's in the statements.
+fn variable(arg: Arg) -> &'static str {
+    match arg {
+        Arg::Key => "a_key",
+        Arg::Namespace => "a_namespace",
+        Arg::Name => "a_name",
+        Arg::Kind => "a_kind",
+        Arg::Holder => "a_holder",
+        Arg::Owner => "a_owner",
+        Arg::Fence => "a_fence",
+        Arg::Ttl => "a_ttl",
+        Arg::Description => "a_description",
+    }
+}
+
+/// `sql` with its bind markers replaced, in order, by the variables of `args`. The
+/// statements hold no `?` but their markers (no string literal has one).
+fn with_variables(sql: &str, args: &[Arg]) -> String {
+    let mut names = args.iter().map(|arg| variable(*arg));
+    sql.chars()
+        .map(|c| match c {
+            '?' => names
+                .next()
+                .expect("a variable for every marker")
+                .to_owned(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
+impl GrantProcedure {
+    /// The procedure of the tables `t` (MySQL only), named after their prefix.
+    pub(crate) fn new(t: &Tables, prefix: &str) -> Self {
+        let dialect = Dialect::MySql;
+        let now = dialect.now_ms();
+        let (keys, leases) = (&t.keys, &t.leases);
+        let name = dialect.quote(&format!("{prefix}_grant_v1"));
+        // Text parameters compare with the tables' columns: the same collation, or
+        // MariaDB refuses to mix them.
+        let parameters = PARAMETERS
+            .iter()
+            .map(|(arg, ty)| {
+                let text = !ty.contains("INT");
+                let charset = if text {
+                    " CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+                } else {
+                    ""
+                };
+                format!("IN {} {ty}{charset}", variable(*arg))
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let branches = KINDS
+            .iter()
+            .map(|&kind| {
+                let (cond, cond_args) = fast_condition(kind, t, now);
+                let (upsert, args) = mysql_upsert(t, now, cond, cond_args);
+                format!(
+                    "IF a_kind = {} THEN {}; END IF;",
+                    kind_code(kind),
+                    with_variables(&upsert, &args)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        let (read, write) = (kind_code(LockKind::Read), kind_code(LockKind::Write));
+        // The key bump comes first, as in the general transaction, so both lock a
+        // key's rows in the same order. A refusal rolls back: a blocked attempt writes
+        // nothing. Any error rolls back before it reaches the caller.
+        let create = format!(
+            "CREATE PROCEDURE IF NOT EXISTS {name}({parameters}) MODIFIES SQL DATA SQL SECURITY INVOKER \
+             COMMENT 'lock-sql: the uncontended grant of a lease in one call' \
+             BEGIN \
+             DECLARE a_fence BIGINT; DECLARE a_kept BIGINT; DECLARE a_left BIGINT; \
+             DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END; \
+             START TRANSACTION; \
+             INSERT INTO {keys} (khash, fence, ticket, namespace, name) VALUES (a_key, 1, 0, a_namespace, a_name) \
+             ON DUPLICATE KEY UPDATE fence = fence + 1; \
+             SET a_fence = (SELECT fence FROM {keys} WHERE khash = a_key); \
+             IF a_kind IN ({read}, {write}) THEN DELETE FROM {leases} WHERE khash = a_key AND expires_ms <= {now}; END IF; \
+             {branches} \
+             SET a_kept = (SELECT fence FROM {leases} WHERE khash = a_key AND kind = a_kind AND holder = a_holder); \
+             IF a_kept <=> a_fence THEN \
+             COMMIT; SELECT a_fence AS fence, CAST(NULL AS SIGNED) AS left_ms; \
+             ELSE \
+             SET a_left = (SELECT MAX(expires_ms) - {now} FROM {leases} WHERE khash = a_key AND kind = a_kind \
+             AND owner <> a_owner AND expires_ms > {now}); \
+             ROLLBACK; SELECT CAST(NULL AS SIGNED) AS fence, a_left AS left_ms; \
+             END IF; \
+             END"
+        );
+        let markers = vec!["?"; PARAMETERS.len()].join(", ");
+        GrantProcedure {
+            create: create.into(),
+            call: FastGrant {
+                stmt: s(dialect, format!("CALL {name}({markers})")),
+                args: PARAMETERS.iter().map(|(arg, _)| *arg).collect(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_marker_becomes_its_variable() {
+        assert_eq!(
+            with_variables(
+                "a = ? AND b = ? OR c = ?",
+                &[Arg::Key, Arg::Fence, Arg::Owner]
+            ),
+            "a = a_key AND b = a_fence OR c = a_owner"
+        );
+    }
+
+    #[test]
+    fn the_procedure_has_no_marker_left_and_its_call_binds_every_parameter() {
+        let t = Tables::new(Dialect::MySql, "locks");
+        let procedure = GrantProcedure::new(&t, "locks");
+        assert!(!procedure.create.contains('?'), "{}", procedure.create);
+        assert!(procedure.create.contains("`locks_grant_v1`"));
+        let markers = procedure.call.stmt.matches('?').count();
+        assert_eq!(markers, procedure.call.args.len());
+    }
+}
