@@ -13,15 +13,21 @@
 //!   cargo test -p conformance-tests --all-features --test cluster -- --nocapture --test-threads 1
 //! ```
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use conformance_tests::checker::{self, Budget, Consensus, CutOff, Members};
 use conformance_tests::cluster::vip::VirtualAddress;
 use conformance_tests::cluster::workload::{Report, Workload, WorkloadConfig};
 use conformance_tests::cluster::Cluster;
 use conformance_tests::server::Source;
 
+#[path = "etcd_support/mod.rs"]
+mod etcd_support;
 #[path = "sql_support/servers.rs"]
 mod servers;
+#[path = "zookeeper/backend.rs"]
+mod zookeeper_backend;
 
 /// The lease every client uses: short, as Jepsen's lock tests use.
 const LEASE: Duration = Duration::from_secs(2);
@@ -345,6 +351,86 @@ async fn zookeeper_three_members_under_faults() {
         &faults,
     )
     .await;
+}
+
+/// Seeds of the randomized history checker per cluster (`LOCK_CHECK_SEEDS` and
+/// `LOCK_CHECK_MINUTES` run more): most runs fault a member, and each takes 10-20 s.
+const CHECKER_SEEDS: u64 = 4;
+
+/// The checker's hook on a cluster: faults of its members, and no proxy (its clients
+/// reach every member).
+struct MemberFaults(Arc<Members>);
+
+#[async_trait::async_trait]
+impl CutOff for MemberFaults {
+    async fn cuttable(
+        &self,
+    ) -> Result<
+        (
+            Arc<dyn conformance_tests::Backend>,
+            Arc<conformance_tests::proxy::Blackhole>,
+        ),
+        String,
+    > {
+        Err("a cluster's clients are not behind a proxy".into())
+    }
+
+    fn can_cut(&self) -> bool {
+        false
+    }
+
+    fn members(&self) -> Option<Arc<Members>> {
+        Some(self.0.clone())
+    }
+}
+
+/// The randomized history checker (docs/checker.md) on a cluster of three, with a
+/// member cut off, frozen or killed and restarted at a random moment of most runs.
+async fn check_cluster(
+    backend: Arc<dyn conformance_tests::Backend>,
+    cluster: Arc<Cluster>,
+    consensus: Consensus,
+) {
+    let hook = Arc::new(MemberFaults(Arc::new(Members::new(cluster, consensus))));
+    checker::check_with_cut_off(backend, hook, Budget::seeds(CHECKER_SEEDS))
+        .await
+        .assert_ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_three_members_under_generated_histories() {
+    if !containers_or_skip("etcd cluster checker") {
+        return;
+    }
+    let cluster = Arc::new(Cluster::etcd(3).await.expect("an etcd cluster"));
+    let url = cluster.etcd_url();
+    let admin = etcd_support::ready(&url).await;
+    let backend = Arc::new(etcd_support::Etcd {
+        name: "etcd, 3 members",
+        url,
+        admin,
+    });
+    check_cluster(backend, cluster, Consensus::Etcd).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_three_members_under_generated_histories() {
+    if !containers_or_skip("zookeeper ensemble checker") {
+        return;
+    }
+    let cluster = Arc::new(Cluster::zookeeper(3).await.expect("a zookeeper ensemble"));
+    let url = cluster.zookeeper_url("").trim_end_matches('?').to_owned();
+    let operator =
+        lock_zookeeper::ZkBackend::connect_url(&format!("{url}?connect_timeout_ms=30000"))
+            .await
+            .expect("an operator's session");
+    let backend = Arc::new(zookeeper_backend::Zk {
+        name: "zookeeper, 3 members",
+        url,
+        server: None,
+        operator,
+    });
+    check_cluster(backend, cluster, Consensus::ZooKeeper).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

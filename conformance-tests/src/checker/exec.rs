@@ -37,6 +37,7 @@ pub(crate) struct Cuttable {
 pub(crate) struct ServerFaults {
     pub(crate) freezer: Option<Freezer>,
     pub(crate) restarts: Option<super::Restarts>,
+    pub(crate) members: Option<Arc<super::Members>>,
 }
 
 /// A frozen server, thawed when this goes, however the run ends (an aborted side task
@@ -643,6 +644,16 @@ pub(crate) async fn run(
         }
         _ => None,
     };
+    // Awaited to its end too: the next run needs the whole cluster.
+    let member_fault = match (plan.member, faults.members) {
+        (Some(member), Some(members)) => {
+            let history = history.clone();
+            Some(tokio::spawn(async move {
+                members.run(history, RUN, member).await
+            }))
+        }
+        _ => None,
+    };
     let tasks: Vec<JoinHandle<()>> = plan
         .tasks
         .iter()
@@ -691,6 +702,13 @@ pub(crate) async fn run(
             Ok(Ok(())) => {}
             Ok(Err(err)) => failures.push(("setup", err)),
             Err(err) => failures.push(("setup", format!("the restart's task failed: {err}"))),
+        }
+    }
+    if let Some(member_fault) = member_fault {
+        match member_fault.await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => failures.push(("setup", err)),
+            Err(err) => failures.push(("setup", format!("the member fault's task failed: {err}"))),
         }
     }
     prober.abort();

@@ -160,6 +160,32 @@ pub(crate) struct Plan {
     /// Kill the server and start it again (only with a hook that can; never in a run
     /// that freezes it).
     pub(crate) restart: Option<RestartPlan>,
+    /// A fault on one member of a cluster (only with a hook that has members).
+    pub(crate) member: Option<MemberPlan>,
+}
+
+/// A fault on one member of a replicated cluster (etcd, ZooKeeper), healed before the
+/// run ends: the others go on, and the clients must find them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MemberPlan {
+    /// When, in ms into the run.
+    pub(crate) at_ms: u64,
+    pub(crate) fault: MemberFault,
+    /// How long until it is healed (its network back, thawed, started again), in ms.
+    pub(crate) for_ms: u64,
+}
+
+/// What happens to the member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MemberFault {
+    /// Cut the leader off from its peers and the clients.
+    IsolateLeader,
+    /// Cut one member that does not lead off.
+    IsolateFollower,
+    /// Freeze the leader.
+    PauseLeader,
+    /// SIGKILL the leader, then start it again with its data.
+    KillLeader,
 }
 
 /// The server killed (SIGKILL) and started again with its data: every connection
@@ -236,6 +262,7 @@ pub(crate) struct Limits {
     pub(crate) can_cut: bool,
     pub(crate) can_pause: bool,
     pub(crate) can_restart: bool,
+    pub(crate) can_fault_members: bool,
 }
 
 /// The plan for `seed`.
@@ -326,6 +353,17 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
         at_ms: rng.range(0, 3_000),
         down_ms: rng.pick(&[0, 200, 1_000, 2_500]),
     });
+    // Last, the member fault, which only a cluster's hook offers.
+    let member = (limits.can_fault_members && rng.chance(70)).then(|| MemberPlan {
+        at_ms: rng.range(0, 3_000),
+        fault: rng.pick(&[
+            MemberFault::IsolateLeader,
+            MemberFault::IsolateFollower,
+            MemberFault::PauseLeader,
+            MemberFault::KillLeader,
+        ]),
+        for_ms: rng.range(1_000, 4_000),
+    });
     Plan {
         seed,
         names,
@@ -336,6 +374,7 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
         cut,
         pause,
         restart,
+        member,
     }
 }
 
@@ -567,7 +606,28 @@ mod tests {
             can_cut: can[0],
             can_pause: can[1],
             can_restart: can[2],
+            can_fault_members: false,
         }
+    }
+
+    #[test]
+    fn a_member_fault_changes_nothing_else_of_a_seed() {
+        let base = limits([false; 3]);
+        let members = Limits {
+            can_fault_members: true,
+            ..base
+        };
+        let mut faulted = 0;
+        for seed in 1..=40 {
+            let mut plan = generate(seed, members);
+            faulted += usize::from(plan.member.is_some());
+            plan.member = None;
+            assert_eq!(format!("{plan:?}"), format!("{:?}", generate(seed, base)));
+        }
+        assert!(
+            (18..=38).contains(&faulted),
+            "{faulted} of 40 seeds faulted"
+        );
     }
 
     #[test]

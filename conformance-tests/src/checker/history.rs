@@ -76,6 +76,10 @@ pub(crate) enum What {
     Killed,
     /// The server was started again and serves.
     Restarted,
+    /// A fault on one member of the cluster began (what, and on which member).
+    Member { fault: String },
+    /// That member is back (its network healed, thawed, or serving again).
+    MemberBack { fault: String },
     /// Anything else worth seeing in an excerpt.
     Note(String),
 }
@@ -375,6 +379,8 @@ impl fmt::Display for Show<'_> {
             What::Killed => write!(f, "the server killed"),
             What::Restarted => write!(f, "the server started again, serving"),
             What::Resumed => f.write_str("the server thawed"),
+            What::Member { fault } => write!(f, "cluster: {fault}"),
+            What::MemberBack { fault } => write!(f, "cluster: healed after {fault}"),
             What::Note(note) => f.write_str(note),
         }
     }

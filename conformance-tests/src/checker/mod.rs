@@ -26,6 +26,7 @@
 mod exec;
 mod gen;
 mod history;
+mod members;
 mod proxied;
 mod verify;
 
@@ -38,6 +39,7 @@ use lock_core::Capabilities;
 use crate::backend::{Backend, ClientOptions};
 use exec::Cuttable;
 use gen::{generate, Limits, Plan};
+pub use members::{Consensus, Members};
 pub use proxied::{MakeBackend, ProxiedUrl};
 pub use verify::Violation;
 
@@ -69,12 +71,18 @@ impl Budget {
 }
 
 /// A hook that makes clients which can be cut off from the server: for a backend
-/// behind a [`crate::proxy::Blackhole`].
+/// behind a [`crate::proxy::Blackhole`]. It may also offer the server's faults.
 #[async_trait]
 pub trait CutOff: Send + Sync {
     /// A backend whose clients all go through a fresh proxy, and that proxy (which the
     /// run cuts, cuts one way, and heals).
     async fn cuttable(&self) -> Result<(Arc<dyn Backend>, Arc<crate::proxy::Blackhole>), String>;
+
+    /// Whether [`cuttable`](Self::cuttable) can make such clients (a hook that only
+    /// offers the server's faults says no).
+    fn can_cut(&self) -> bool {
+        true
+    }
 
     /// Freezes and thaws the server every client talks to, if the target can (a
     /// server started here); the run then freezes it now and then.
@@ -85,6 +93,12 @@ pub trait CutOff: Send + Sync {
     /// Kills and restarts the server every client talks to, if the target can; the run
     /// then restarts it now and then.
     fn restarts(&self) -> Option<Restarts> {
+        None
+    }
+
+    /// The members of the cluster every client talks to, if the target is one; the
+    /// run then faults one of them now and then.
+    fn members(&self) -> Option<Arc<Members>> {
         None
     }
 }
@@ -141,6 +155,8 @@ pub struct Report {
     pub pauses: usize,
     /// How many runs killed and restarted the server.
     pub restarts: usize,
+    /// How many runs faulted a member of the cluster.
+    pub member_faults: usize,
     /// How long it took (wall clock).
     pub elapsed: Duration,
     /// The failing seeds.
@@ -157,6 +173,12 @@ impl Report {
         }
         if self.restarts > 0 {
             faults.push_str(&format!(", {} with the server restarted", self.restarts));
+        }
+        if self.member_faults > 0 {
+            faults.push_str(&format!(
+                ", {} with a member of the cluster faulted",
+                self.member_faults
+            ));
         }
         format!(
             "{} seeds{faults}, {} ops ({} grants, {} cancelled, {} leases lost), {} events, {} failing, in {:.1?}",
@@ -293,7 +315,15 @@ impl Runner {
             (Some(hook), Some(_)) => hook.restarts(),
             _ => None,
         };
-        let faults = exec::ServerFaults { freezer, restarts };
+        let members = match (&self.cut_off, plan.member) {
+            (Some(hook), Some(_)) => hook.members(),
+            _ => None,
+        };
+        let faults = exec::ServerFaults {
+            freezer,
+            restarts,
+            members,
+        };
         let ran = match exec::run(&self.backend, cuttable, faults, plan, &namespace).await {
             Ok(ran) => ran,
             Err(err) => return (vec![setup(err)], Counts::default()),
@@ -370,6 +400,11 @@ impl Runner {
             p.restart = None;
             out.push(p);
         }
+        if plan.member.is_some() {
+            let mut p = plan.clone();
+            p.member = None;
+            out.push(p);
+        }
         out
     }
 
@@ -410,6 +445,7 @@ struct Counts {
     losses: usize,
     pauses: usize,
     restarts: usize,
+    member_faults: usize,
 }
 
 impl Counts {
@@ -430,6 +466,7 @@ impl Counts {
                 What::Lost { reason, .. } if !reason.contains("released") => counts.losses += 1,
                 What::Paused { .. } => counts.pauses += 1,
                 What::Killed => counts.restarts += 1,
+                What::Member { .. } => counts.member_faults += 1,
                 _ => {}
             }
         }
@@ -461,7 +498,7 @@ async fn capabilities(backend: &dyn Backend) -> Capabilities {
 
 fn describe(plan: &Plan) -> Vec<String> {
     let mut lines = vec![format!(
-        "names {:?}; clients {:?}; handles {:?}; shutdown {:?}; cut {:?}; pause {:?}; restart {:?}",
+        "names {:?}; clients {:?}; handles {:?}; shutdown {:?}; cut {:?}; pause {:?}; restart {:?}; member {:?}",
         plan.names,
         plan.clients
             .iter()
@@ -474,7 +511,8 @@ fn describe(plan: &Plan) -> Vec<String> {
         plan.shutdown,
         plan.cut,
         plan.pause,
-        plan.restart
+        plan.restart,
+        plan.member
     )];
     for (i, task) in plan.tasks.iter().enumerate() {
         lines.push(format!("t{i} (c{}): {:?}", task.client, task.ops));
@@ -491,13 +529,16 @@ async fn check_inner(
     let name = backend.name().to_owned();
     let limits = Limits {
         caps: capabilities(&*backend).await,
-        can_cut: cut_off.is_some(),
+        can_cut: cut_off.as_ref().is_some_and(|hook| hook.can_cut()),
         can_pause: cut_off
             .as_ref()
             .is_some_and(|hook| hook.freezer().is_some()),
         can_restart: cut_off
             .as_ref()
             .is_some_and(|hook| hook.restarts().is_some()),
+        can_fault_members: cut_off
+            .as_ref()
+            .is_some_and(|hook| hook.members().is_some()),
     };
     let mut runner = Runner {
         backend,
@@ -544,6 +585,7 @@ async fn check_inner(
         report.losses += counts.losses;
         report.pauses += counts.pauses;
         report.restarts += counts.restarts;
+        report.member_faults += counts.member_faults;
         if matches!(which, Seeds::One(_)) {
             println!(
                 "checker[{name}] seed {seed}: {} ops, {counts:?}",

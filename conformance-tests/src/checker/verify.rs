@@ -411,6 +411,8 @@ pub(crate) fn excerpt(
             | What::Resumed
             | What::Killed
             | What::Restarted
+            | What::Member { .. }
+            | What::MemberBack { .. }
             | What::Note(_) => true,
             _ => false,
         };
@@ -467,7 +469,9 @@ pub(crate) fn leftover_excerpt(rec: &Recorded, leftovers: &[String]) -> Vec<Stri
             | What::Paused { .. }
             | What::Resumed
             | What::Killed
-            | What::Restarted => true,
+            | What::Restarted
+            | What::Member { .. }
+            | What::MemberBack { .. } => true,
             _ => false,
         })
         .map(|event| rec.line(event))
