@@ -76,8 +76,9 @@ pub(crate) enum What {
     Killed,
     /// The server was started again and serves.
     Restarted,
-    /// A fault on one member of the cluster began (what, and on which member).
-    Member { fault: String },
+    /// A fault on one member of the cluster began (what, and on which member), to be
+    /// healed `ms` later.
+    Member { fault: String, ms: u64 },
     /// That member is back (its network healed, thawed, or serving again).
     MemberBack { fault: String },
     /// Anything else worth seeing in an excerpt.
@@ -379,7 +380,7 @@ impl fmt::Display for Show<'_> {
             What::Killed => write!(f, "the server killed"),
             What::Restarted => write!(f, "the server started again, serving"),
             What::Resumed => f.write_str("the server thawed"),
-            What::Member { fault } => write!(f, "cluster: {fault}"),
+            What::Member { fault, ms } => write!(f, "cluster: {fault} for {ms} ms"),
             What::MemberBack { fault } => write!(f, "cluster: healed after {fault}"),
             What::Note(note) => f.write_str(note),
         }

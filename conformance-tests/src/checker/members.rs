@@ -113,6 +113,7 @@ impl Members {
             record_as,
             What::Member {
                 fault: fault.clone(),
+                ms: plan.for_ms,
             },
         );
         let failed = |what: &str, err: String| {

@@ -177,7 +177,10 @@ fn fencing(rec: &Recorded, found: &mut Vec<Violation>) {
 /// more (the reply that found it free, and the one that completes it), and a single try
 /// is bounded by the request timeout, not by its zero limit; a timeout must still come
 /// on time. A frozen server delays every client's replies by up to its pause, and a
-/// killed one the calls made before its restart by as long as it was down.
+/// killed one the calls made before its restart by as long as it was down. A faulted
+/// member of a cluster counts as a pause of the whole server for as long as the fault
+/// lasts: until the others elect a leader, or a client finds another member, nothing
+/// that needs the leader answers.
 fn waits(rec: &Recorded, slack: Duration, found: &mut Vec<Violation>) {
     struct Open {
         started: Duration,
@@ -210,9 +213,9 @@ fn waits(rec: &Recorded, slack: Duration, found: &mut Vec<Violation>) {
     let mut downs = down_times(rec).into_iter();
     for event in &rec.events {
         match &event.what {
-            What::Paused { .. } | What::Killed => {
+            What::Paused { .. } | What::Killed | What::Member { .. } => {
                 let pause = match &event.what {
-                    What::Paused { ms } => Duration::from_millis(*ms),
+                    What::Paused { ms } | What::Member { ms, .. } => Duration::from_millis(*ms),
                     _ => downs.next().unwrap_or_default(),
                 };
                 frozen = Some((pause, Duration::MAX));
@@ -228,7 +231,7 @@ fn waits(rec: &Recorded, slack: Duration, found: &mut Vec<Violation>) {
                     *until = event.at;
                 }
             }
-            What::Resumed => {
+            What::Resumed | What::MemberBack { .. } => {
                 if let Some((pause, until)) = frozen.as_mut() {
                     *until = event.at + *pause;
                 }
