@@ -252,7 +252,9 @@ impl Db {
             held_pool,
             registered: Default::default(),
             lock_space: String::new(),
-            sql: Statements::new(dialect, &options.table_prefix),
+            // A call's lock wait ends before its caller gives up on it (three
+            // request timeouts), so a grant never commits long after that.
+            sql: Statements::new(dialect, &options.table_prefix, options.request_timeout),
             dialect,
             url,
             request_timeout: options.request_timeout,
@@ -271,9 +273,7 @@ impl Db {
         )
         .await?;
         if options.strategy == Strategy::Lease && db.sql.grant_procedure.is_some() {
-            let ready = db
-                .timed("creating the grant procedure", db.ensure_grant_procedure())
-                .await?;
+            let ready = db.ensure_grant_procedure().await?;
             db.grant_procedure.store(ready, Ordering::Relaxed);
         }
         if options.strategy == Strategy::Session {
@@ -424,38 +424,45 @@ impl Db {
         Ok(())
     }
 
-    /// MariaDB: creates the grant procedure if it is missing, serialised between
-    /// clients as [`create_schema`](Self::create_schema) is; whether it is there to
-    /// call. A database user that may not create procedures (`CREATE ROUTINE`) still
-    /// gets its locks, through the transaction; only an unreachable server fails.
+    /// MariaDB: creates the grant procedure if it is missing; whether it is there to
+    /// call. One another account made serves a user that may only execute it. A user
+    /// that may not create it (`CREATE ROUTINE`) still gets its locks, through the
+    /// transaction, and so does a client whose creation takes longer than a request
+    /// (a warning says so); only an unreachable server fails.
     async fn ensure_grant_procedure(&self) -> Result<bool> {
         let Some(procedure) = &self.sql.grant_procedure else {
             return Ok(false);
         };
-        let created = async {
-            let mut conn = self.pool.acquire().await?;
-            sqlx::raw_sql(SCHEMA_LOCK_MYSQL).execute(&mut *conn).await?;
-            let created = sqlx::raw_sql(AssertSqlSafe(procedure.create.clone()))
-                .execute(&mut *conn)
-                .await;
-            sqlx::raw_sql(SCHEMA_UNLOCK_MYSQL)
-                .execute(&mut *conn)
-                .await?;
-            created.map(drop)
-        };
-        match created.await {
-            Ok(()) => Ok(true),
-            Err(e) if classify(&e) == Class::Unavailable => Err(self.err(e)),
-            Err(e) => {
-                tracing::warn!(
-                    error = %e,
-                    "{}: the lease grant procedure could not be created; acquires take a \
-                     transaction of four round trips instead of one call",
-                    self.scope
-                );
-                Ok(false)
+        let made = async {
+            let exists = q(&self.sql.schema.procedure_exists)
+                .bind(procedure.name.clone())
+                .fetch_one(&self.pool)
+                .await?
+                .try_get::<i64, _>(0)?;
+            if exists == 0 {
+                // Out of the pool: if this is cut short, the connection closes with
+                // whatever it was doing. Two clients creating it at once are
+                // serialised by the server's lock on the procedure's name.
+                let mut conn = self.pool.acquire().await?.detach();
+                sqlx::raw_sql(AssertSqlSafe(procedure.create.clone()))
+                    .execute(&mut conn)
+                    .await?;
             }
-        }
+            Ok::<_, sqlx::Error>(())
+        };
+        let failed = match tokio::time::timeout(self.request_timeout, made).await {
+            Ok(Ok(())) => return Ok(true),
+            Ok(Err(e)) if classify(&e) == Class::Unavailable => return Err(self.err(e)),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {:?}", self.request_timeout),
+        };
+        tracing::warn!(
+            error = %failed,
+            "{}: the lease grant procedure could not be created; acquires take a \
+             transaction of four round trips instead of one call",
+            self.scope
+        );
+        Ok(false)
     }
 
     /// Begins a transaction on a pooled connection. The BEGIN runs in a task of its

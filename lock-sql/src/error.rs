@@ -68,15 +68,17 @@ fn classify_database(db: &dyn sqlx::error::DatabaseError) -> Class {
 }
 
 /// Whether a call of the grant procedure failed because the procedure cannot be
-/// called (dropped, or the user may not execute it): it did not run.
+/// called (dropped, the user may not execute it, or tables converted to another
+/// collation than its parameters'): it changed nothing.
 pub(crate) fn procedure_unusable(err: &sqlx::Error) -> bool {
     #[cfg(feature = "mysql")]
     if let Some(my) = err
         .as_database_error()
         .and_then(|db| db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
     {
-        // No such procedure; execute denied on it.
-        return matches!(my.number(), 1305 | 1370);
+        // No such procedure; execute denied on it; illegal mix of collations (two or
+        // three operands).
+        return matches!(my.number(), 1305 | 1370 | 1267 | 1270 | 1271);
     }
     let _ = err;
     false

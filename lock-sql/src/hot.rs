@@ -62,7 +62,14 @@ impl HotConnection {
     ) -> Result<Option<AnyRow>, HotError> {
         let Ok(mut slot) = self.slot.try_lock() else {
             let mut conn = pool.acquire().await.map_err(HotError::not_sent)?;
-            return first_after_commit(make(), &mut conn).await;
+            let row = first_after_commit(make(), &mut conn).await;
+            if row.is_err() {
+                // Closed, not given back: a call killed inside MariaDB's grant
+                // procedure skips its handler and leaves its transaction open, which
+                // the pool would not know of.
+                drop(conn.detach());
+            }
+            return row;
         };
         let mut conn = match slot.take() {
             Some(idle) if idle.since.elapsed() < IDLE_CHECK => idle.conn,

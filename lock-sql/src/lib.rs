@@ -52,12 +52,15 @@
 //! it), so every valid lock name fits any database's index, and all values are bind
 //! parameters.
 //!
-//! On MariaDB the lease strategy also creates a stored procedure, `<prefix>_grant_v1`,
-//! that grants an uncontended lease in one call (the key's fence bump and the lease row
-//! in one transaction on the server) where a client-side transaction takes four round
-//! trips. It needs the `CREATE ROUTINE` and `EXECUTE` privileges on the database; a
-//! user without them still gets every lock, through the client-side transaction (connect
-//! logs a warning).
+//! On MariaDB the lease strategy also creates a stored procedure,
+//! `<prefix>_grant_<digest>` (the digest is of its body, so releases with other
+//! statements make procedures of their own), that grants an uncontended lease in one
+//! call (the key's fence bump and the lease row in one transaction on the server) where
+//! a client-side transaction takes four round trips. Connect creates it if it is
+//! missing, which needs the `CREATE ROUTINE` privilege on the database, and calls need
+//! `EXECUTE`. A user without them still gets every lock, through the client-side
+//! transaction: connect logs a warning when it cannot create the procedure, and the
+//! first acquire when it cannot call it.
 //!
 //! # Durability
 //!

@@ -276,18 +276,23 @@ pub async fn locks_work_without_the_grant_procedure(sql: &Sql) {
     let without = client(&limited, &ns, limited.options()).await;
     let lock = without.lock("plain").unwrap();
     lock.acquire().await.unwrap().release().await.unwrap();
-    let procedures: i64 = sqlx::query(
-        "SELECT COUNT(*) FROM information_schema.routines WHERE routine_schema = DATABASE() \
-         AND routine_name = ?",
-    )
-    .bind(format!("{prefix}_grant_v1"))
-    .fetch_one(&root)
-    .await
-    .expect("routines")
-    .get(0);
-    assert_eq!(
-        procedures, 0,
-        "a user without CREATE ROUTINE made the procedure"
+    let procedures = || async {
+        sqlx::query(
+            "SELECT CAST(routine_name AS CHAR) FROM information_schema.routines \
+             WHERE routine_schema = DATABASE() AND routine_name LIKE ?",
+        )
+        .bind(format!("{prefix}\\_grant\\_%"))
+        .fetch_all(&root)
+        .await
+        .expect("routines")
+        .iter()
+        .map(|row| row.get::<String, _>(0))
+        .collect::<Vec<_>>()
+    };
+    let made = procedures().await;
+    assert!(
+        made.is_empty(),
+        "a user without CREATE ROUTINE made {made:?}"
     );
     // The same tables through the procedure (made by this client, which may).
     let with = client(&admin, &ns, admin.options()).await;
@@ -309,12 +314,36 @@ pub async fn locks_work_without_the_grant_procedure(sql: &Sql) {
     );
     let token = held.fencing_token();
     held.release().await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DROP PROCEDURE `{prefix}_grant_v1`"
-    )))
-    .execute(&root)
-    .await
-    .expect("drop the procedure");
+    // The other kinds, each way round: a writer against a reader, a fair holder
+    // against a fair try.
+    for (first, second) in [(&without, &with), (&with, &without)] {
+        let writing = first.rw_lock("rw").unwrap().write().await.unwrap();
+        let read = second.rw_lock("rw").unwrap().try_read().await.unwrap();
+        assert!(read.is_none(), "a reader beside a writer of the other path");
+        writing.release().await.unwrap();
+        let reading = second.rw_lock("rw").unwrap().read().await.unwrap();
+        let write = first.rw_lock("rw").unwrap().try_write().await.unwrap();
+        assert!(
+            write.is_none(),
+            "a writer beside a reader of the other path"
+        );
+        reading.release().await.unwrap();
+        let fair = first.fair_lock("fair").unwrap().acquire().await.unwrap();
+        let other = second
+            .fair_lock("fair")
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap();
+        assert!(other.is_none(), "two holders of a fair lock, one per path");
+        fair.release().await.unwrap();
+    }
+    let made = procedures().await;
+    assert_eq!(made.len(), 1, "procedures: {made:?}");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP PROCEDURE `{}`", made[0])))
+        .execute(&root)
+        .await
+        .expect("drop the procedure");
     let after = with.lock("plain").unwrap().acquire().await.unwrap();
     assert!(after.fencing_token() > token, "tokens went back");
     after.release().await.unwrap();

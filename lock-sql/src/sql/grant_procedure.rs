@@ -1,6 +1,9 @@
 //! MariaDB: the uncontended grant of a lease in one call ([`GrantProcedure`]).
 
+use std::time::Duration;
+
 use lock_core::LockKind;
+use sha2::{Digest, Sha256};
 
 use super::fast_grant::{fast_condition, mysql_upsert, Arg, FastGrant};
 use super::{s, Stmt, Tables};
@@ -18,10 +21,13 @@ use crate::key::kind_code;
 /// another owner of the requested kind has left (what an exclusive request needs to
 /// know to wait; the other kinds take the general path to queue).
 ///
-/// The name carries a version: a release that changes the body creates a procedure
-/// of another name, so clients of both releases can share the tables.
+/// The name ends in a digest of the body: a release whose statements differ makes a
+/// procedure of its own, so clients of both releases share the tables, each with its
+/// own rules.
 #[derive(Debug)]
 pub(crate) struct GrantProcedure {
+    /// The procedure's name, unquoted (as the information schema has it).
+    pub(crate) name: String,
     /// Creates the procedure if it is missing (a `CREATE PROCEDURE` cannot be a
     /// prepared statement: it goes as text).
     pub(crate) create: Stmt,
@@ -81,12 +87,13 @@ fn with_variables(sql: &str, args: &[Arg]) -> String {
 }
 
 impl GrantProcedure {
-    /// The procedure of the tables `t` (MySQL only), named after their prefix.
-    pub(crate) fn new(t: &Tables, prefix: &str) -> Self {
+    /// The procedure of the tables `t` (MySQL only), named after their prefix. A call
+    /// waits at most `lock_wait` (in whole seconds, at least one) for a row lock: a
+    /// grant must not commit on the server long after its caller gave up.
+    pub(crate) fn new(t: &Tables, prefix: &str, lock_wait: Duration) -> Self {
         let dialect = Dialect::MySql;
         let now = dialect.now_ms();
         let (keys, leases) = (&t.keys, &t.leases);
-        let name = dialect.quote(&format!("{prefix}_grant_v1"));
         // Text parameters compare with the tables' columns: the same collation, or
         // MariaDB refuses to mix them.
         let parameters = PARAMETERS
@@ -119,8 +126,8 @@ impl GrantProcedure {
         // The key bump comes first, as in the general transaction, so both lock a
         // key's rows in the same order. A refusal rolls back: a blocked attempt writes
         // nothing. Any error rolls back before it reaches the caller.
-        let create = format!(
-            "CREATE PROCEDURE IF NOT EXISTS {name}({parameters}) MODIFIES SQL DATA SQL SECURITY INVOKER \
+        let definition = format!(
+            "({parameters}) MODIFIES SQL DATA SQL SECURITY INVOKER \
              COMMENT 'lock-sql: the uncontended grant of a lease in one call' \
              BEGIN \
              DECLARE a_fence BIGINT; DECLARE a_kept BIGINT; DECLARE a_left BIGINT; \
@@ -141,13 +148,24 @@ impl GrantProcedure {
              END IF; \
              END"
         );
+        let digest = Sha256::digest(definition.as_bytes());
+        let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        let name = format!("{prefix}_grant_{short}");
+        let quoted = dialect.quote(&name);
         let markers = vec!["?"; PARAMETERS.len()].join(", ");
+        let wait_s = lock_wait.as_secs().max(1);
         GrantProcedure {
-            create: create.into(),
+            create: format!("CREATE PROCEDURE IF NOT EXISTS {quoted}{definition}").into(),
             call: FastGrant {
-                stmt: s(dialect, format!("CALL {name}({markers})")),
+                stmt: s(
+                    dialect,
+                    format!(
+                        "SET STATEMENT innodb_lock_wait_timeout = {wait_s} FOR CALL {quoted}({markers})"
+                    ),
+                ),
                 args: PARAMETERS.iter().map(|(arg, _)| *arg).collect(),
             },
+            name,
         }
     }
 }
@@ -170,10 +188,33 @@ mod tests {
     #[test]
     fn the_procedure_has_no_marker_left_and_its_call_binds_every_parameter() {
         let t = Tables::new(Dialect::MySql, "locks");
-        let procedure = GrantProcedure::new(&t, "locks");
+        let procedure = GrantProcedure::new(&t, "locks", Duration::from_secs(10));
         assert!(!procedure.create.contains('?'), "{}", procedure.create);
-        assert!(procedure.create.contains("`locks_grant_v1`"));
+        assert!(
+            procedure.name.starts_with("locks_grant_"),
+            "{}",
+            procedure.name
+        );
+        assert!(procedure.create.contains(&format!("`{}`", procedure.name)));
+        assert!(procedure
+            .call
+            .stmt
+            .contains("innodb_lock_wait_timeout = 10 FOR CALL"));
         let markers = procedure.call.stmt.matches('?').count();
         assert_eq!(markers, procedure.call.args.len());
+    }
+
+    #[test]
+    fn the_name_follows_the_body() {
+        let name = |prefix: &str| {
+            let t = Tables::new(Dialect::MySql, prefix);
+            GrantProcedure::new(&t, prefix, Duration::from_secs(3)).name
+        };
+        // The longest prefix still makes a name MariaDB takes (64 characters).
+        let longest = "p".repeat(crate::MAX_TABLE_PREFIX);
+        assert!(name(&longest).len() <= 64, "{}", name(&longest));
+        // Other tables, another body: another digest.
+        assert_ne!(name("a")[2..], name("b")[2..]);
+        assert_eq!(name("a"), name("a"));
     }
 }

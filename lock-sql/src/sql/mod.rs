@@ -16,6 +16,7 @@ mod row_lock;
 mod schema;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::dialect::Dialect;
 
@@ -99,7 +100,9 @@ fn s(dialect: Dialect, sql: String) -> Stmt {
 }
 
 impl Statements {
-    pub(crate) fn new(dialect: Dialect, prefix: &str) -> Self {
+    /// The statements of the tables named from `prefix`; `lock_wait` bounds how long
+    /// MariaDB's grant procedure waits for a row lock.
+    pub(crate) fn new(dialect: Dialect, prefix: &str, lock_wait: Duration) -> Self {
         let t = Tables::new(dialect, prefix);
         let keys = &t.keys;
         let st = |sql: String| s(dialect, sql);
@@ -132,7 +135,8 @@ impl Statements {
             lease: LeaseStatements::new(dialect, &t),
             row_lock: RowLockStatements::new(dialect, &t),
             advisory: AdvisoryStatements::new(dialect, &t),
-            grant_procedure: (dialect == Dialect::MySql).then(|| GrantProcedure::new(&t, prefix)),
+            grant_procedure: (dialect == Dialect::MySql)
+                .then(|| GrantProcedure::new(&t, prefix, lock_wait)),
             tables: t,
             key_bump,
             last_insert_id,

@@ -35,6 +35,8 @@ pub(crate) struct SchemaStatements {
     /// Which of the columns added after the first release (the [`HOLDER_COLUMNS`] and
     /// [`PERMITS_COLUMN`]) a table has, by the table's name (their names as rows).
     pub(crate) added_columns: Stmt,
+    /// MySQL: whether a procedure of this name (bound) is in the database.
+    pub(crate) procedure_exists: Stmt,
     /// Adds one of them.
     pub(crate) add_description: Stmt,
     pub(crate) add_acquired_ms: Stmt,
@@ -133,6 +135,11 @@ impl SchemaStatements {
                 format!("SELECT name FROM pragma_table_info(?) WHERE name IN {wanted}")
             }
         });
+        let procedure_exists = st(
+            "SELECT COUNT(*) FROM information_schema.routines \
+             WHERE routine_schema = DATABASE() AND routine_type = 'PROCEDURE' AND routine_name = ?"
+                .to_owned(),
+        );
         let (description_column, acquired_column) =
             HOLDER_COLUMNS.split_once(", ").expect("two holder columns");
         let add_description = st(format!(
@@ -149,6 +156,7 @@ impl SchemaStatements {
             write_strategy,
             read_strategy,
             added_columns,
+            procedure_exists,
             add_description,
             add_acquired_ms,
             add_lease_permits,
