@@ -43,8 +43,8 @@ pub(crate) struct Db {
     /// MariaDB).
     pub(crate) hot: HotConnection,
     /// MariaDB: whether the grant procedure is there to call ([`GrantProcedure`]):
-    /// connect makes it; a call that finds it gone or forbidden turns this off, and
-    /// acquires take the transaction.
+    /// connect makes it; a call that finds it gone, forbidden or at odds with the
+    /// tables' collation turns this off, and acquires take the transaction.
     ///
     /// [`GrantProcedure`]: crate::sql::GrantProcedure
     pub(crate) grant_procedure: AtomicBool,
@@ -425,10 +425,10 @@ impl Db {
     }
 
     /// MariaDB: creates the grant procedure if it is missing; whether it is there to
-    /// call. One another account made serves a user that may only execute it. A user
-    /// that may not create it (`CREATE ROUTINE`) still gets its locks, through the
-    /// transaction, and so does a client whose creation takes longer than a request
-    /// (a warning says so); only an unreachable server fails.
+    /// call. A procedure another account made serves a user that may only execute it.
+    /// A user that may not create it (`CREATE ROUTINE`) still gets its locks, through
+    /// the transaction, and so does a client whose creation takes longer than a
+    /// request (a warning says so); only an unreachable server fails.
     async fn ensure_grant_procedure(&self) -> Result<bool> {
         let Some(procedure) = &self.sql.grant_procedure else {
             return Ok(false);
