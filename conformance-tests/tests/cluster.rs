@@ -320,17 +320,19 @@ async fn etcd_three_members_under_faults() {
     if !containers_or_skip("etcd cluster faults") {
         return;
     }
-    let cluster = Cluster::etcd(3).await.expect("an etcd cluster");
+    let cluster = Arc::new(Cluster::etcd(3).await.expect("an etcd cluster"));
     header();
     let faults = selected(&CONSENSUS_FAULTS, &[Fault::IsolateLeader]);
-    run(
-        "etcd, 3 members",
-        Kind::Etcd,
-        &cluster,
-        &cluster.etcd_url(),
-        &faults,
-    )
-    .await;
+    let url = cluster.etcd_url();
+    run("etcd, 3 members", Kind::Etcd, &cluster, &url, &faults).await;
+    // Then generated histories on the same cluster.
+    let admin = etcd_support::ready(&url).await;
+    let backend = Arc::new(etcd_support::Etcd {
+        name: "etcd, 3 members",
+        url,
+        admin,
+    });
+    check_cluster(backend, cluster, Consensus::Etcd).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -338,7 +340,7 @@ async fn zookeeper_three_members_under_faults() {
     if !containers_or_skip("zookeeper ensemble faults") {
         return;
     }
-    let cluster = Cluster::zookeeper(3).await.expect("a zookeeper ensemble");
+    let cluster = Arc::new(Cluster::zookeeper(3).await.expect("a zookeeper ensemble"));
     // The session is the lease.
     let url = cluster.zookeeper_url(&format!("session_timeout_ms={}", LEASE.as_millis()));
     header();
@@ -351,11 +353,25 @@ async fn zookeeper_three_members_under_faults() {
         &faults,
     )
     .await;
+    // Then generated histories on the same ensemble, with the checker's sessions.
+    let url = cluster.zookeeper_url("").trim_end_matches('?').to_owned();
+    let operator =
+        lock_zookeeper::ZkBackend::connect_url(&format!("{url}?connect_timeout_ms=30000"))
+            .await
+            .expect("an operator's session");
+    let backend = Arc::new(zookeeper_backend::Zk {
+        name: "zookeeper, 3 members",
+        url,
+        server: None,
+        operator,
+    });
+    check_cluster(backend, cluster, Consensus::ZooKeeper).await;
 }
 
-/// Seeds of the randomized history checker per cluster (`LOCK_CHECK_SEEDS` and
-/// `LOCK_CHECK_MINUTES` run more): most runs fault a member, and each takes 10-20 s.
-const CHECKER_SEEDS: u64 = 4;
+/// Seeds of the randomized history checker per cluster, after the cluster's faults
+/// (`LOCK_CHECK_SEEDS` and `LOCK_CHECK_MINUTES` run more): most runs fault a member,
+/// and each takes 5-15 s.
+const CHECKER_SEEDS: u64 = 3;
 
 /// The checker's hook on a cluster: faults of its members, and no proxy (its clients
 /// reach every member).
@@ -395,42 +411,6 @@ async fn check_cluster(
     checker::check_with_cut_off(backend, hook, Budget::seeds(CHECKER_SEEDS))
         .await
         .assert_ok();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_three_members_under_generated_histories() {
-    if !containers_or_skip("etcd cluster checker") {
-        return;
-    }
-    let cluster = Arc::new(Cluster::etcd(3).await.expect("an etcd cluster"));
-    let url = cluster.etcd_url();
-    let admin = etcd_support::ready(&url).await;
-    let backend = Arc::new(etcd_support::Etcd {
-        name: "etcd, 3 members",
-        url,
-        admin,
-    });
-    check_cluster(backend, cluster, Consensus::Etcd).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zookeeper_three_members_under_generated_histories() {
-    if !containers_or_skip("zookeeper ensemble checker") {
-        return;
-    }
-    let cluster = Arc::new(Cluster::zookeeper(3).await.expect("a zookeeper ensemble"));
-    let url = cluster.zookeeper_url("").trim_end_matches('?').to_owned();
-    let operator =
-        lock_zookeeper::ZkBackend::connect_url(&format!("{url}?connect_timeout_ms=30000"))
-            .await
-            .expect("an operator's session");
-    let backend = Arc::new(zookeeper_backend::Zk {
-        name: "zookeeper, 3 members",
-        url,
-        server: None,
-        operator,
-    });
-    check_cluster(backend, cluster, Consensus::ZooKeeper).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

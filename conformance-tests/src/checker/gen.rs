@@ -354,16 +354,21 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
         down_ms: rng.pick(&[0, 200, 1_000, 2_500]),
     });
     // Last, the member fault, which only a cluster's hook offers.
-    let member = (limits.can_fault_members && rng.chance(70)).then(|| MemberPlan {
-        at_ms: rng.range(0, 3_000),
-        fault: rng.pick(&[
-            MemberFault::IsolateLeader,
-            MemberFault::IsolateFollower,
-            MemberFault::PauseLeader,
-            MemberFault::KillLeader,
-        ]),
-        for_ms: rng.range(1_000, 4_000),
-    });
+    // Never beside the server's own pause or restart: one fault of the server at a
+    // time, as the wait-limit check counts them.
+    let member =
+        (limits.can_fault_members && pause.is_none() && restart.is_none() && rng.chance(70)).then(
+            || MemberPlan {
+                at_ms: rng.range(0, 3_000),
+                fault: rng.pick(&[
+                    MemberFault::IsolateLeader,
+                    MemberFault::IsolateFollower,
+                    MemberFault::PauseLeader,
+                    MemberFault::KillLeader,
+                ]),
+                for_ms: rng.range(1_000, 4_000),
+            },
+        );
     Plan {
         seed,
         names,

@@ -15,6 +15,10 @@ use crate::cluster::Cluster;
 /// and after its heal (so the next run starts on a whole cluster).
 const LEADER_LIMIT: Duration = Duration::from_secs(45);
 
+/// The longest one fault's or heal's step may take (a restart waits up to a minute
+/// for the member to serve).
+const STEP_LIMIT: Duration = Duration::from_secs(90);
+
 /// How long one leader must lead, with every member serving, before a healed cluster
 /// counts as whole again.
 const SETTLED: Duration = Duration::from_secs(2);
@@ -121,19 +125,34 @@ impl Members {
             history.record(record_as, What::Note(message.clone()));
             Err(message)
         };
-        let done = match plan.fault {
-            MemberFault::IsolateLeader | MemberFault::IsolateFollower => node.isolate().await,
-            MemberFault::PauseLeader => node.pause().await,
-            MemberFault::KillLeader => node.kill().await,
+        let done = bounded(async {
+            match plan.fault {
+                MemberFault::IsolateLeader | MemberFault::IsolateFollower => node.isolate().await,
+                MemberFault::PauseLeader => node.pause().await,
+                MemberFault::KillLeader => node.kill().await,
+            }
+        })
+        .await;
+        let heal = || {
+            bounded(async {
+                match plan.fault {
+                    MemberFault::IsolateLeader | MemberFault::IsolateFollower => node.heal().await,
+                    MemberFault::PauseLeader => node.resume().await,
+                    MemberFault::KillLeader => node.restart().await,
+                }
+            })
         };
         if let Err(err) = done {
+            // Half done perhaps (one of two firewall rules): undone as far as it goes.
+            let _ = heal().await;
             return failed("start the fault", err);
         }
         sleep(Duration::from_millis(plan.for_ms)).await;
-        let healed = match plan.fault {
-            MemberFault::IsolateLeader | MemberFault::IsolateFollower => node.heal().await,
-            MemberFault::PauseLeader => node.resume().await,
-            MemberFault::KillLeader => node.restart().await,
+        // Once more if the first heal failed: a member left faulted fails every
+        // later run.
+        let healed = match heal().await {
+            Err(_) => heal().await,
+            healed => healed,
         };
         if let Err(err) = healed {
             return failed("heal", err);
@@ -141,6 +160,16 @@ impl Members {
         history.record(record_as, What::MemberBack { fault });
         self.settled().await
     }
+}
+
+/// `step` (a docker command, and for a restart the wait until the member serves),
+/// within [`STEP_LIMIT`]: a wedged docker must not hang the run.
+async fn bounded(
+    step: impl std::future::Future<Output = Result<(), String>>,
+) -> Result<(), String> {
+    tokio::time::timeout(STEP_LIMIT, step)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {STEP_LIMIT:?}")))
 }
 
 fn describe(fault: MemberFault) -> &'static str {
