@@ -213,8 +213,9 @@ impl SqlConfig {
         self
     }
 
-    /// The most pooled connections (default 10, at least 1). The FOR UPDATE strategy
-    /// pins connections of a separate pool, see
+    /// The most pooled connections (default 10, at least 1). The lease strategy keeps
+    /// one more beside the pool for its one-statement grants and releases. The FOR
+    /// UPDATE and session strategies pin connections of a separate pool, see
     /// [`with_max_held_locks`](Self::with_max_held_locks).
     pub fn with_max_connections(mut self, max: u32) -> Self {
         self.max_connections = max;

@@ -1,8 +1,9 @@
 //! A connection kept outside the pool for the one-statement hot path (the
-//! uncontended grant of PostgreSQL and MariaDB, and their owners' releases). sqlx's
+//! uncontended grant of PostgreSQL and MariaDB, and the owners' releases). sqlx's
 //! pool pings a connection when it hands it out and again when it takes it back: two
 //! round trips around each statement, as much as the statement itself costs on a fast
-//! network.
+//! network (SQLite's pool only pings on the way back, a hand-off to the connection's
+//! worker thread). It is one connection beyond the pool's limit.
 
 use std::time::Duration;
 

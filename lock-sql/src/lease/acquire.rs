@@ -301,9 +301,9 @@ pub(super) fn fast_grant_of(db: &Db, kind: LockKind) -> Option<&FastGrant> {
         .and_then(|at| db.sql.lease.fast_grant.get(at))
 }
 
-/// What grants `kind` in one autocommitted call, without a transaction around it:
-/// PostgreSQL's one-statement grant, or MariaDB's grant procedure while it can be
-/// called.
+/// What grants `kind` in one call that commits by itself: PostgreSQL's
+/// one-statement grant, MariaDB's grant procedure while it can be called, SQLite's
+/// statements sent together.
 fn one_call_grant(db: &Db, kind: LockKind) -> Option<&FastGrant> {
     match db.dialect {
         Dialect::Postgres => fast_grant_of(db, kind),
@@ -311,7 +311,11 @@ fn one_call_grant(db: &Db, kind: LockKind) -> Option<&FastGrant> {
             let procedure = db.sql.grant_procedure.as_ref()?;
             fast_grant_of(db, kind).map(|_| &procedure.call)
         }
-        _ => None,
+        Dialect::MySql => None,
+        Dialect::Sqlite => usize::try_from(kind_code(kind))
+            .ok()
+            .and_then(|at| db.sql.lease.sqlite_one_call.get(at))
+            .and_then(Option::as_ref),
     }
 }
 

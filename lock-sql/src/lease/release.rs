@@ -60,16 +60,12 @@ pub(super) async fn delete_lease(
                     row.try_get::<i64, _>(0).map_err(|e| db.err(e))
                 }
                 // The deleted row, if there was one.
-                Dialect::MySql => db
+                Dialect::MySql | Dialect::Sqlite => db
                     .hot
                     .fetch_optional(&db.pool, db.request_timeout, query)
                     .await
                     .map(|row| i64::from(row.is_some()))
                     .map_err(|e| db.err(e.error)),
-                Dialect::Sqlite => {
-                    let done = query().execute(&db.pool).await.map_err(|e| db.err(e))?;
-                    Ok(done.rows_affected() as i64)
-                }
             }
         })
         .await?;

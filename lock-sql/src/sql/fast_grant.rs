@@ -275,3 +275,61 @@ fn sqlite_grant(t: &Tables, now: &str, cond: String, cond_args: Vec<Arg>) -> (St
     );
     (sql, args)
 }
+
+/// SQLite: the whole uncontended acquisition of an exclusive or fair lock in one
+/// call, where [`fast_grants`] has only the upsert inside the client's transaction.
+/// The statements go to the connection's worker thread together and run there one
+/// after another, under the database's write lock from `BEGIN IMMEDIATE` to `COMMIT`:
+/// the key row is made if missing, the lease is written only if the request may have
+/// it, with the fence one above the key's, and the key's fence is bumped only if the
+/// lease row now carries that fence (no earlier row can: every grant bumps the key).
+/// A blocked request writes nothing and returns no row; it then takes the
+/// transaction, which learns how long to wait. A failed call leaves its transaction
+/// open on the connection, which is then closed (see [`crate::hot`]), rolling it back.
+pub(super) fn sqlite_one_calls(t: &Tables) -> [Option<FastGrant>; 4] {
+    [
+        LockKind::Exclusive,
+        LockKind::Fair,
+        LockKind::Read,
+        LockKind::Write,
+    ]
+    .map(|kind| {
+        matches!(kind, LockKind::Exclusive | LockKind::Fair).then(|| sqlite_one_call(t, kind))
+    })
+}
+
+fn sqlite_one_call(t: &Tables, kind: LockKind) -> FastGrant {
+    let (keys, leases, cols) = (&t.keys, &t.leases, LEASE_COLUMNS);
+    let now = Dialect::Sqlite.now_ms();
+    let (cond, cond_args) = fast_condition(kind, t, now);
+    let sql = format!(
+        "BEGIN IMMEDIATE; \
+         INSERT INTO {keys} (khash, fence, ticket, namespace, name) VALUES (?, 0, 0, ?, ?) \
+         ON CONFLICT (khash) DO NOTHING; \
+         INSERT INTO {leases} AS l {cols} SELECT ?, ?, ?, ?, (SELECT fence + 1 FROM {keys} WHERE khash = ?), \
+         {now} + ?, ?, {now} WHERE {cond} \
+         ON CONFLICT (khash, kind, holder) DO UPDATE SET owner = excluded.owner, \
+         fence = excluded.fence, expires_ms = excluded.expires_ms, description = excluded.description, \
+         acquired_ms = excluded.acquired_ms WHERE l.expires_ms <= {now} \
+         RETURNING fence; \
+         UPDATE {keys} SET fence = fence + 1 WHERE khash = ? AND EXISTS (SELECT 1 FROM {leases} x \
+         WHERE x.khash = {keys}.khash AND x.kind = ? AND x.holder = ? AND x.fence = {keys}.fence + 1); \
+         COMMIT"
+    );
+    let mut args = vec![Arg::Key, Arg::Namespace, Arg::Name];
+    args.extend([
+        Arg::Key,
+        Arg::Kind,
+        Arg::Holder,
+        Arg::Owner,
+        Arg::Key,
+        Arg::Ttl,
+        Arg::Description,
+    ]);
+    args.extend(cond_args);
+    args.extend([Arg::Key, Arg::Kind, Arg::Holder]);
+    FastGrant {
+        stmt: s(Dialect::Sqlite, sql),
+        args,
+    }
+}

@@ -1,7 +1,7 @@
 //! The lease strategy's statements: lease rows, the wait queue, releases and the
 //! operator's reads and force-unlocks.
 
-use super::fast_grant::{fast_grants, FastGrant};
+use super::fast_grant::{fast_grants, sqlite_one_calls, FastGrant};
 use super::{s, Statements, Stmt, Tables};
 use crate::dialect::Dialect;
 
@@ -17,6 +17,9 @@ pub(crate) struct LeaseStatements {
     /// The uncontended grant of each kind (indexed by
     /// [`kind_code`](crate::key::kind_code)): see [`FastGrant`].
     pub(crate) fast_grant: [FastGrant; 4],
+    /// SQLite: the whole uncontended acquisition in one call, for the kinds that have
+    /// one (indexed as `fast_grant`); see [`super::fast_grant::sqlite_one_calls`].
+    pub(crate) sqlite_one_call: [Option<FastGrant>; 4],
     pub(crate) ticket_bump: Stmt,
     pub(crate) enqueue: Stmt,
     pub(crate) refresh_ticket: Stmt,
@@ -125,11 +128,12 @@ impl LeaseStatements {
                 _ => format!("DELETE FROM {leases} WHERE {cond}"),
             }
         };
-        // MariaDB's own releases answer the rows they deleted, as PostgreSQL's answer
-        // a count: a release then runs on the hot connection, which answers rows.
+        // MariaDB's and SQLite's own releases answer the rows they deleted, as
+        // PostgreSQL's answer a count: a release then runs on the hot connection,
+        // which answers rows.
         let own = |sql: String| match dialect {
-            Dialect::MySql => format!("{sql} RETURNING khash"),
-            _ => sql,
+            Dialect::MySql | Dialect::Sqlite => format!("{sql} RETURNING khash"),
+            Dialect::Postgres => sql,
         };
         let release = st(own(with_notify(&release_where, Commit::Asynchronous)));
         let undo_grant = st(own(with_notify(
@@ -161,6 +165,10 @@ impl LeaseStatements {
             put_lease,
             lease_fence,
             fast_grant: fast_grants(dialect, t),
+            sqlite_one_call: match dialect {
+                Dialect::Sqlite => sqlite_one_calls(t),
+                _ => [None, None, None, None],
+            },
             clean_expired,
             ticket_bump,
             enqueue,
