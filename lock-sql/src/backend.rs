@@ -198,6 +198,8 @@ impl LockBackend for SqlBackend {
     }
 
     async fn settle(&self) {
+        // Nothing is left outside the pool once the client is done.
+        self.inner.db.spare.give_back();
         self.inner.db.cleanups.settled().await;
     }
 

@@ -19,6 +19,7 @@ use crate::dialect::Dialect;
 use crate::error::{classify, convert, timed_out, Class};
 use crate::hot::HotConnection;
 use crate::lease::BlindUndos;
+use crate::spare::SpareConnection;
 use crate::sql::{Statements, Stmt, SCHEMA_VERSION};
 use crate::url::DbUrl;
 
@@ -28,6 +29,9 @@ pub(crate) struct Db {
     pub(crate) pool: AnyPool,
     /// FOR UPDATE and session: the connections pinned to held locks, one each.
     pub(crate) held_pool: AnyPool,
+    /// The session strategy: the connection of the last clean release, for the next
+    /// lock.
+    pub(crate) spare: SpareConnection,
     /// The session strategy's keys whose names this process has registered.
     pub(crate) registered: crate::advisory::Register,
     /// The session strategy: what its advisory lock ids are derived from (database,
@@ -222,6 +226,9 @@ impl Db {
                 .min_connections(0)
                 .acquire_timeout(options.connect_timeout)
                 .idle_timeout(Some(Duration::from_secs(60)))
+                // A SQLite connection is a file this process opened: its ping only
+                // goes to the connection's worker thread and back, and finds nothing.
+                .test_before_acquire(dialect != Dialect::Sqlite)
                 .after_connect(move |conn, _meta| {
                     let extra = setup_sql.clone();
                     Box::pin(async move { setup_connection(conn, dialect, &extra).await })
@@ -250,6 +257,7 @@ impl Db {
         let mut db = Db {
             pool,
             held_pool,
+            spare: SpareConnection::default(),
             registered: Default::default(),
             lock_space: String::new(),
             // A call's lock wait ends before its caller gives up on it (three

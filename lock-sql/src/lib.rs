@@ -111,6 +111,7 @@ mod lease;
 mod listen;
 mod local_wake;
 mod pessimistic;
+mod spare;
 mod sql;
 mod tls;
 mod url;

@@ -32,6 +32,7 @@ use crate::dialect::Dialect;
 use crate::error::{classify, Class};
 use crate::holder_record::{HolderRecord, UnconfirmedRecord};
 use crate::key::{kind_code, KeyId};
+use crate::spare::SpareConnection;
 use crate::SqlLease;
 
 /// A pooled connection inside a lock transaction. Unless marked clean (its
@@ -63,6 +64,14 @@ impl PinnedConn {
 
     pub(crate) fn conn(&mut self) -> &mut sqlx::AnyConnection {
         self.conn.as_mut().expect("present until dropped")
+    }
+
+    /// Hands a clean connection (no lock, no transaction, no limit left on its
+    /// session) to `spare` for the next lock.
+    pub(crate) fn keep_in(mut self, spare: &SpareConnection) {
+        if let Some(conn) = self.conn.take() {
+            spare.keep(conn);
+        }
     }
 }
 

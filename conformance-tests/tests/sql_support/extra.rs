@@ -203,9 +203,10 @@ pub async fn blocked_attempts_write_nothing(sql: &Sql) {
     );
 }
 
-/// Lease strategy: an uncontended acquire is one request to the server and its
-/// release another, with nothing around them (no transaction statements, no pool
-/// pings): the whole cycle is two round trips, as a lock table written by hand is.
+/// Lease and session strategies: an uncontended acquire is one request to the server
+/// and its release another, with nothing around them (no transaction statements, no
+/// pool pings): the whole cycle is two round trips, as a lock table written by hand
+/// (or an advisory lock taken by hand) is.
 pub async fn an_uncontended_cycle_is_two_round_trips(sql: &Sql) {
     const CYCLES: u64 = 20;
     let ns = ns();

@@ -406,6 +406,7 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     }
     let session = Sql::new(&url, Strategy::Session, &session_prefix);
     extra::a_released_connection_goes_to_whoever_waits(&session).await;
+    extra::an_uncontended_cycle_is_two_round_trips(&session).await;
     extra::a_released_connection_goes_to_whoever_waits(&for_update).await;
     if server.can_fault() {
         extra::session_tokens_never_go_back_across_a_crash(&session, &mut server).await;

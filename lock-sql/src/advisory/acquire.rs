@@ -19,9 +19,9 @@ use crate::key::KeyId;
 use crate::pessimistic::{Connection, Pinned, PinnedConn, WaitGuard};
 use crate::SqlLease;
 
-/// A connection for a lock, from the held-lock pool.
+/// A connection for a lock: the spare, else one from the held-lock pool.
 async fn pin(db: &Db) -> Result<PoolConnection<Any>> {
-    db.held_pool.acquire().await.map_err(|e| db.err(e))
+    db.spare.pin(&db.held_pool).await.map_err(|e| db.err(e))
 }
 
 /// How long a waiting statement may wait.
@@ -121,13 +121,16 @@ pub(crate) async fn acquire(
         Taken::Fence(fence) => return Ok(Some(granted(key, pinned, fence, started_at))),
         Taken::Busy if remaining == Some(Duration::ZERO) => {
             // The statement left the session as it found it.
-            pinned.clean = true;
+            pinned.keep_in(&db.spare);
             return Ok(None);
         }
         Taken::Busy => {}
         // Closed on drop.
         Taken::TimedOut if remaining == Some(Duration::ZERO) => return Ok(None),
         Taken::TimedOut => {
+            // Closed before another is asked for: with one connection allowed, the
+            // pool would wait for this one.
+            drop(pinned);
             pinned = db
                 .timed("taking a connection for the lock", async {
                     Ok(PinnedConn::new(pin(db).await?))
@@ -202,7 +205,7 @@ async fn wait(
     let fence = match outcome.map_err(|e| db.err(e))? {
         Taken::Fence(fence) => fence,
         Taken::Busy => {
-            pinned.clean = true;
+            pinned.keep_in(&db.spare);
             return Ok(None);
         }
         // Closed on drop.

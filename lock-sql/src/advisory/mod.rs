@@ -10,7 +10,8 @@
 //! no grant waits for a disk.
 //!
 //! Release lets go of the lock and clears the silence limit in one statement; the
-//! connection goes back to the pool. Renewal and loss detection are the FOR UPDATE
+//! connection is kept for the next lock ([`crate::spare`]), not handed back to the
+//! pool, which would ping it. Renewal and loss detection are the FOR UPDATE
 //! strategy's: a statement per held lock that moves the silence limit on, and a
 //! connection found dead is a lost lock ([`crate::pessimistic::renew`]).
 

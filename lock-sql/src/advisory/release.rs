@@ -10,7 +10,8 @@ use crate::dialect::Dialect;
 use crate::pessimistic::Pinned;
 use crate::SqlLease;
 
-/// Lets go of the lock and hands the connection back: [`Error::NotOwner`] if its
+/// Lets go of the lock and keeps the connection for the next lock (a connection that
+/// failed or might still hold something is closed): [`Error::NotOwner`] if its
 /// connection died first (the lock went with it) or no longer held it.
 pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>, pinned: &Pinned) -> Result<()> {
     let Some(mut conn) = pinned.take().await else {
@@ -18,7 +19,7 @@ pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>, pinned: &Pinne
         return Err(Error::not_owner(&lease.key));
     };
     let id = LockId::of(db, &lease.data.key, lease.kind.family());
-    // Whether the lock was let go, and whether the connection may go back to the pool.
+    // Whether the lock was let go, and whether the connection may be used again.
     let unlock = async {
         match db.dialect {
             Dialect::Postgres => {
@@ -56,7 +57,9 @@ pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>, pinned: &Pinne
         // A connection that failed to answer is closed, which frees whatever it held.
         _ => (false, false),
     };
-    conn.clean = clean;
+    if clean {
+        conn.keep_in(&db.spare);
+    }
     if released {
         Ok(())
     } else {
