@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::TryStreamExt;
 use lock_core::backend::{AcquireRequest, Grant};
 use lock_core::{Error, Result};
 use sqlx::pool::PoolConnection;
@@ -16,6 +17,7 @@ use crate::db::{q, Db};
 use crate::dialect::Dialect;
 use crate::error::{classify, Class};
 use crate::key::KeyId;
+use crate::lease::last_insert_id;
 use crate::pessimistic::{Connection, Pinned, PinnedConn, WaitGuard};
 use crate::SqlLease;
 
@@ -83,10 +85,18 @@ async fn take(
                 db.sql
                     .advisory
                     .mysql_lock(&id.mysql, &key.hash, wait_secs, limit_secs(limit));
-            let rows = sqlx::raw_sql(AssertSqlSafe(sql))
-                .fetch_all(pinned.conn())
+            let done: Vec<_> = sqlx::raw_sql(AssertSqlSafe(sql))
+                .execute_many(pinned.conn())
+                .try_collect()
                 .await?;
-            rows.into_iter().last().ok_or(sqlx::Error::RowNotFound)?
+            let upsert = done.get(1).ok_or(sqlx::Error::RowNotFound)?;
+            if upsert.rows_affected() == 0 {
+                return Ok(Taken::Busy);
+            }
+            let reported = upsert.last_insert_id();
+            return Ok(Taken::Fence(
+                last_insert_id(pinned.conn(), db, reported).await?,
+            ));
         }
     };
     let got: i64 = row.try_get(0)?;

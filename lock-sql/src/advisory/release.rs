@@ -35,12 +35,13 @@ pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>, pinned: &Pinne
             // fence could not be had, the connection is closed rather than reused, so
             // a kill on its way hits nothing else.
             _ => {
+                // The silence limit is put back in the same statement as the fence
+                // is taken: two statements, one round trip.
                 let sql = format!(
-                    "SELECT CAST(COALESCE(GET_LOCK(CONCAT('lock_sql_connection_', CONNECTION_ID()), 10), 0) \
-                     AS SIGNED) INTO @lock_sql_fenced; \
+                    "SET @lock_sql_fenced = CAST(COALESCE(GET_LOCK(CONCAT('lock_sql_connection_', CONNECTION_ID()), 10), 0) \
+                     AS SIGNED), SESSION wait_timeout = @@GLOBAL.wait_timeout; \
                      SELECT CAST(COALESCE(RELEASE_LOCK('{}'), 0) AS SIGNED), CAST(@lock_sql_fenced AS SIGNED), \
-                     RELEASE_LOCK(CONCAT('lock_sql_connection_', CONNECTION_ID())); \
-                     SET SESSION wait_timeout = @@GLOBAL.wait_timeout",
+                     RELEASE_LOCK(CONCAT('lock_sql_connection_', CONNECTION_ID()))",
                     id.mysql
                 );
                 let rows = sqlx::raw_sql(AssertSqlSafe(sql))

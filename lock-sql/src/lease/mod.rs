@@ -23,7 +23,7 @@ mod undo;
 pub(crate) use acquire::acquire;
 pub(crate) use admin::{force_unlock, force_unlock_holder, inspect, is_locked};
 pub(crate) use release::{proclaim, release, renew};
-pub(crate) use transaction::bump_key;
+pub(crate) use transaction::{bump_key, last_insert_id};
 pub(crate) use undo::BlindUndos;
 
 use std::time::Duration;

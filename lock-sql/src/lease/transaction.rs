@@ -313,7 +313,7 @@ pub(super) async fn bump_counter(
 
 /// MySQL: the counter value a `LAST_INSERT_ID(expr)` bump left, from its OK packet or,
 /// if the server did not put it there, from the same connection.
-pub(super) async fn last_insert_id(
+pub(crate) async fn last_insert_id(
     conn: &mut AnyConnection,
     db: &Db,
     reported: Option<i64>,

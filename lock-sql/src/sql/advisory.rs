@@ -117,8 +117,10 @@ impl AdvisoryStatements {
 
     /// MariaDB: takes the lock `name` (waiting up to `wait_secs`), and if taken sets
     /// the session's silence limit to `limit_secs` and draws the fence of `hash`. One
-    /// round trip; the last statement's row is the outcome and the fence (as
-    /// PostgreSQL's `try_lock`). `name` and `hash` are hex digests, never user text.
+    /// round trip of two statements and no rows: the second's OK packet is the
+    /// outcome, rows affected only if the session holds the lock, and the fence as
+    /// its last insert id (`LAST_INSERT_ID(expr)`). `name` and `hash` are hex
+    /// digests, never user text.
     pub(crate) fn mysql_lock(
         &self,
         name: &str,
@@ -132,8 +134,7 @@ impl AdvisoryStatements {
         format!(
             "SET SESSION wait_timeout = IF(GET_LOCK('{name}', {wait_secs:.3}) = 1, {limit_secs}, @@GLOBAL.wait_timeout); \
              INSERT INTO {fences} (khash, fence) SELECT '{hash}', LAST_INSERT_ID({floor}) FROM DUAL \
-             WHERE {held} ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(GREATEST(fence + 1, {floor})); \
-             SELECT CAST({held} AS SIGNED), CAST(IF({held}, LAST_INSERT_ID(), 0) AS SIGNED)"
+             WHERE {held} ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(GREATEST(fence + 1, {floor}))"
         )
     }
 }
