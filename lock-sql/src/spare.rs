@@ -107,7 +107,10 @@ impl Drop for SpareConnection {
 /// Gives the spare back once it has been unused for [`FRESH`]; ends when there is
 /// none.
 async fn reap(slot: Weak<Mutex<Slot>>) {
-    let _running = ReaperFlag(slot.clone());
+    let mut running = ReaperFlag {
+        slot: slot.clone(),
+        armed: true,
+    };
     loop {
         let due = {
             let Some(slot) = slot.upgrade() else {
@@ -117,6 +120,10 @@ async fn reap(slot: Weak<Mutex<Slot>>) {
             match &slot.spare {
                 Some(kept) if kept.since.elapsed() < FRESH => kept.since + FRESH,
                 _ => {
+                    // Under the lock, so a connection kept from now on starts a new
+                    // reaper.
+                    slot.reaping = false;
+                    running.armed = false;
                     let stale = slot.spare.take();
                     drop(slot);
                     drop(stale);
@@ -128,13 +135,16 @@ async fn reap(slot: Weak<Mutex<Slot>>) {
     }
 }
 
-/// Clears `reaping` when the reaper ends, however it ends (its runtime may drop it
-/// mid-sleep), so the next kept connection starts another.
-struct ReaperFlag(Weak<Mutex<Slot>>);
+/// Clears `reaping` if the reaper is dropped mid-sleep (its runtime shut down), so the
+/// next kept connection starts another.
+struct ReaperFlag {
+    slot: Weak<Mutex<Slot>>,
+    armed: bool,
+}
 
 impl Drop for ReaperFlag {
     fn drop(&mut self) {
-        if let Some(slot) = self.0.upgrade() {
+        if let (true, Some(slot)) = (self.armed, self.slot.upgrade()) {
             lock(&slot).reaping = false;
         }
     }
@@ -143,4 +153,77 @@ impl Drop for ReaperFlag {
 fn lock(slot: &Mutex<Slot>) -> MutexGuard<'_, Slot> {
     // The slot holds no invariant a panic elsewhere could break.
     slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use super::*;
+    use sqlx::any::AnyPoolOptions;
+
+    async fn pool_of_one(dir: &tempfile::TempDir) -> AnyPool {
+        sqlx::any::install_default_drivers();
+        let url = format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("spare.db").display()
+        );
+        AnyPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect(&url)
+            .await
+            .expect("pool")
+    }
+
+    #[tokio::test]
+    async fn a_kept_connection_is_the_next_pin_and_stays_counted_by_the_pool() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = pool_of_one(&dir).await;
+        let spare = SpareConnection::default();
+        spare.keep(pool.acquire().await.unwrap());
+        assert_eq!((pool.size(), pool.num_idle()), (1, 0), "kept, not idle");
+        let conn = tokio::time::timeout(Duration::from_secs(5), spare.pin(&pool))
+            .await
+            .expect("the spare, without waiting for the pool")
+            .unwrap();
+        drop(conn);
+        spare.give_back();
+    }
+
+    #[tokio::test]
+    async fn a_caller_waiting_for_a_full_pool_takes_a_kept_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = pool_of_one(&dir).await;
+        let spare = Arc::new(SpareConnection::default());
+        let held = pool.acquire().await.unwrap();
+        let waiting = tokio::spawn({
+            let (spare, pool) = (spare.clone(), pool.clone());
+            async move { spare.pin(&pool).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "the pool's one connection is taken");
+        spare.keep(held);
+        let got = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("woken by the kept connection")
+            .unwrap();
+        assert!(got.is_ok());
+        assert!(lock(&spare.slot).spare.is_none(), "the waiter took it");
+    }
+
+    #[tokio::test]
+    async fn the_reaper_gives_an_unused_spare_back_to_the_pool() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = pool_of_one(&dir).await;
+        let spare = SpareConnection::default();
+        spare.keep(pool.acquire().await.unwrap());
+        let started = Instant::now();
+        while lock(&spare.slot).spare.is_some() {
+            assert!(started.elapsed() < FRESH * 6, "never given back");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(started.elapsed() >= FRESH - Duration::from_millis(100));
+        let idle = tokio::time::timeout(Duration::from_secs(30), pool.acquire()).await;
+        assert!(idle.expect("back in the pool").is_ok());
+        assert!(!lock(&spare.slot).reaping, "the reaper ended");
+    }
 }
