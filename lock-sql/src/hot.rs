@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::pool::PoolConnection;
 use sqlx::query::Query;
 use sqlx::Connection as _;
 use sqlx::{Any, AnyConnection, AnyPool};
@@ -54,7 +55,8 @@ impl HotConnection {
     ///
     /// # Cancel safety
     /// Dropped mid-statement, the statement may or may not have run, as with any
-    /// connection; the hot connection is then closed, not reused.
+    /// connection; the connection it ran on, hot or pooled, is then closed, not
+    /// reused.
     pub(crate) async fn fetch_optional(
         &self,
         pool: &AnyPool,
@@ -62,13 +64,11 @@ impl HotConnection {
         make: impl Fn() -> Query<'static, Any, AnyArguments>,
     ) -> Result<Option<AnyRow>, HotError> {
         let Ok(mut slot) = self.slot.try_lock() else {
-            let mut conn = pool.acquire().await.map_err(HotError::not_sent)?;
-            let row = first_after_commit(make(), &mut conn).await;
-            if row.is_err() {
-                // Closed, not given back: a call killed inside MariaDB's grant
-                // procedure skips its handler and leaves its transaction open, which
-                // the pool would not know of.
-                drop(conn.detach());
+            let mut conn =
+                ClosedUnlessDone(Some(pool.acquire().await.map_err(HotError::not_sent)?));
+            let row = first_after_commit(make(), conn.get()).await;
+            if row.is_ok() {
+                conn.done();
             }
             return row;
         };
@@ -96,6 +96,33 @@ impl HotConnection {
     }
 }
 
+/// A pooled connection that is closed, not given back to the pool, unless its call
+/// ran to its end: a call that failed or was dropped midway may have left a
+/// transaction open that the pool would not know of (SQLite's one-call grant waiting
+/// in `BEGIN IMMEDIATE`, a call killed inside MariaDB's grant procedure, which skips
+/// its handler), keeping other writers out and taking later statements on it into a
+/// transaction that is never committed.
+struct ClosedUnlessDone(Option<PoolConnection<Any>>);
+
+impl ClosedUnlessDone {
+    fn get(&mut self) -> &mut AnyConnection {
+        self.0.as_mut().expect("present until done or dropped")
+    }
+
+    /// The call ran to its end: the connection goes back to the pool.
+    fn done(mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl Drop for ClosedUnlessDone {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            drop(conn.detach());
+        }
+    }
+}
+
 /// The first row of an autocommitted statement, once its commit is done. PostgreSQL
 /// sends the rows before the implicit commit at the end of the statement, and
 /// `fetch_optional` returns with the first: a grant would count as won before its
@@ -108,5 +135,70 @@ async fn first_after_commit(
     match query.fetch_all(conn).await {
         Ok(rows) => Ok(rows.into_iter().next()),
         Err(error) => Err(HotError { error, sent: true }),
+    }
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use super::*;
+    use sqlx::any::AnyPoolOptions;
+
+    async fn pool(url: &str) -> AnyPool {
+        AnyPoolOptions::new()
+            .max_connections(2)
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    sqlx::raw_sql("PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL")
+                        .execute(conn)
+                        .await
+                        .map(drop)
+                })
+            })
+            .connect(url)
+            .await
+            .expect("pool")
+    }
+
+    /// A call on the pooled connection (the hot one busy) dropped while SQLite's
+    /// `BEGIN IMMEDIATE` waits for the write lock: the connection must not go back to
+    /// the pool inside the transaction, where it would keep every other writer out
+    /// and roll back whatever later ran on it.
+    #[tokio::test]
+    async fn a_dropped_pooled_call_never_leaves_its_transaction_open() {
+        sqlx::any::install_default_drivers();
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("hot.db").display());
+        let pool = pool(&url).await;
+        sqlx::raw_sql("CREATE TABLE t (x INTEGER)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let mut blocker = sqlx::AnyConnection::connect(&url).await.unwrap();
+        sqlx::raw_sql("BEGIN IMMEDIATE")
+            .execute(&mut blocker)
+            .await
+            .unwrap();
+        let hot = HotConnection::default();
+        let busy = hot.slot.lock().await;
+        let call = hot.fetch_optional(&pool, Duration::from_secs(1), || {
+            sqlx::query("BEGIN IMMEDIATE; INSERT INTO t VALUES (1); COMMIT")
+        });
+        let dropped = tokio::time::timeout(Duration::from_millis(300), call).await;
+        assert!(dropped.is_err(), "the call waits for the write lock");
+        drop(busy);
+        sqlx::raw_sql("COMMIT").execute(&mut blocker).await.unwrap();
+        // The pool's worker finishes the BEGIN; the pool then takes the connection
+        // back (or it was closed).
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let write = sqlx::raw_sql(
+            "PRAGMA busy_timeout = 1000; BEGIN IMMEDIATE; INSERT INTO t VALUES (2); COMMIT",
+        )
+        .execute(&mut blocker)
+        .await;
+        assert!(
+            write.is_ok(),
+            "another connection cannot write: {:?}",
+            write.err()
+        );
     }
 }
