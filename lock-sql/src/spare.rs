@@ -174,12 +174,18 @@ mod tests {
             .expect("pool")
     }
 
+    /// A pool of one whose connection is kept as the spare.
+    async fn kept(dir: &tempfile::TempDir) -> (AnyPool, SpareConnection) {
+        let pool = pool_of_one(dir).await;
+        let spare = SpareConnection::default();
+        spare.keep(pool.acquire().await.unwrap());
+        (pool, spare)
+    }
+
     #[tokio::test]
     async fn a_kept_connection_is_the_next_pin_and_stays_counted_by_the_pool() {
         let dir = tempfile::tempdir().unwrap();
-        let pool = pool_of_one(&dir).await;
-        let spare = SpareConnection::default();
-        spare.keep(pool.acquire().await.unwrap());
+        let (pool, spare) = kept(&dir).await;
         assert_eq!((pool.size(), pool.num_idle()), (1, 0), "kept, not idle");
         let conn = tokio::time::timeout(Duration::from_secs(5), spare.pin(&pool))
             .await
@@ -213,9 +219,7 @@ mod tests {
     #[tokio::test]
     async fn the_reaper_gives_an_unused_spare_back_to_the_pool() {
         let dir = tempfile::tempdir().unwrap();
-        let pool = pool_of_one(&dir).await;
-        let spare = SpareConnection::default();
-        spare.keep(pool.acquire().await.unwrap());
+        let (pool, spare) = kept(&dir).await;
         let started = Instant::now();
         while lock(&spare.slot).spare.is_some() {
             assert!(started.elapsed() < FRESH * 6, "never given back");

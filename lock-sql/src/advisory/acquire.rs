@@ -57,54 +57,74 @@ async fn take(
     wait: Wait,
     limit: Duration,
 ) -> std::result::Result<Taken, sqlx::Error> {
-    let row = match db.dialect {
-        Dialect::Postgres => {
-            let stmt = match wait {
-                Wait::Try => &db.sql.advisory.try_lock,
-                Wait::For(_) => &db.sql.advisory.wait_lock,
-            };
-            let taken = q(stmt)
-                .bind(id.pg)
-                .bind(limit_ms(limit))
-                .bind(key.hash.clone())
-                .fetch_one(pinned.conn())
-                .await;
-            match taken {
-                Ok(row) => row,
-                Err(e) if classify(&e) == Class::LockNotAvailable => return Ok(Taken::TimedOut),
-                Err(e) => return Err(e),
-            }
-        }
-        _ => {
-            let wait_secs = match wait {
-                Wait::Try => 0.0,
-                Wait::For(Some(d)) => d.as_secs_f64().max(0.001),
-                Wait::For(None) => 31_536_000.0,
-            };
-            let sql =
-                db.sql
-                    .advisory
-                    .mysql_lock(&id.mysql, &key.hash, wait_secs, limit_secs(limit));
-            let done: Vec<_> = sqlx::raw_sql(AssertSqlSafe(sql))
-                .execute_many(pinned.conn())
-                .try_collect()
-                .await?;
-            let upsert = done.get(1).ok_or(sqlx::Error::RowNotFound)?;
-            if upsert.rows_affected() == 0 {
-                return Ok(Taken::Busy);
-            }
-            let reported = upsert.last_insert_id();
-            return Ok(Taken::Fence(
-                last_insert_id(pinned.conn(), db, reported).await?,
-            ));
-        }
+    match db.dialect {
+        Dialect::Postgres => take_postgres(db, pinned, id, key, wait, limit).await,
+        _ => take_mysql(db, pinned, id, key, wait, limit).await,
+    }
+}
+
+/// PostgreSQL: one statement, whose row says whether the lock was taken and its fence.
+async fn take_postgres(
+    db: &Db,
+    pinned: &mut PinnedConn,
+    id: &LockId,
+    key: &KeyId,
+    wait: Wait,
+    limit: Duration,
+) -> std::result::Result<Taken, sqlx::Error> {
+    let stmt = match wait {
+        Wait::Try => &db.sql.advisory.try_lock,
+        Wait::For(_) => &db.sql.advisory.wait_lock,
     };
-    let got: i64 = row.try_get(0)?;
-    Ok(if got == 1 {
+    let taken = q(stmt)
+        .bind(id.pg)
+        .bind(limit_ms(limit))
+        .bind(key.hash.clone())
+        .fetch_one(pinned.conn())
+        .await;
+    let row = match taken {
+        Ok(row) => row,
+        Err(e) if classify(&e) == Class::LockNotAvailable => return Ok(Taken::TimedOut),
+        Err(e) => return Err(e),
+    };
+    Ok(if row.try_get::<i64, _>(0)? == 1 {
         Taken::Fence(row.try_get(1)?)
     } else {
         Taken::Busy
     })
+}
+
+/// MariaDB: two statements, the fence upsert's OK packet the outcome (see
+/// [`AdvisoryStatements::mysql_lock`](crate::sql::AdvisoryStatements::mysql_lock)).
+async fn take_mysql(
+    db: &Db,
+    pinned: &mut PinnedConn,
+    id: &LockId,
+    key: &KeyId,
+    wait: Wait,
+    limit: Duration,
+) -> std::result::Result<Taken, sqlx::Error> {
+    let wait_secs = match wait {
+        Wait::Try => 0.0,
+        Wait::For(Some(d)) => d.as_secs_f64().max(0.001),
+        Wait::For(None) => 31_536_000.0,
+    };
+    let sql = db
+        .sql
+        .advisory
+        .mysql_lock(&id.mysql, &key.hash, wait_secs, limit_secs(limit));
+    let done: Vec<_> = sqlx::raw_sql(AssertSqlSafe(sql))
+        .execute_many(pinned.conn())
+        .try_collect()
+        .await?;
+    let upsert = done.get(1).ok_or(sqlx::Error::RowNotFound)?;
+    if upsert.rows_affected() == 0 {
+        return Ok(Taken::Busy);
+    }
+    let reported = upsert.last_insert_id();
+    Ok(Taken::Fence(
+        last_insert_id(pinned.conn(), db, reported).await?,
+    ))
 }
 
 /// Takes the advisory lock, waiting until the request's deadline.

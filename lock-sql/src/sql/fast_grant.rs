@@ -316,8 +316,10 @@ fn sqlite_one_call(t: &Tables, kind: LockKind) -> FastGrant {
          WHERE x.khash = {keys}.khash AND x.kind = ? AND x.holder = ? AND x.fence = {keys}.fence + 1); \
          COMMIT"
     );
-    let mut args = vec![Arg::Key, Arg::Namespace, Arg::Name];
-    args.extend([
+    let mut args = vec![
+        Arg::Key,
+        Arg::Namespace,
+        Arg::Name,
         Arg::Key,
         Arg::Kind,
         Arg::Holder,
@@ -325,7 +327,7 @@ fn sqlite_one_call(t: &Tables, kind: LockKind) -> FastGrant {
         Arg::Key,
         Arg::Ttl,
         Arg::Description,
-    ]);
+    ];
     args.extend(cond_args);
     args.extend([Arg::Key, Arg::Kind, Arg::Holder]);
     FastGrant {
