@@ -17,6 +17,7 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, ScriptInvocation, Value}
 
 use crate::config::RedisConfig;
 use crate::error;
+use crate::holder_watch::HolderWatches;
 use crate::primary::Primary;
 use crate::pubsub::PubSub;
 
@@ -98,6 +99,8 @@ struct NodeInner {
     /// generation each was made for (see [`AcksConn`]).
     acks_pool: Arc<Mutex<Vec<(u64, MultiplexedConnection)>>>,
     pubsub: PubSub,
+    /// Force-unlock listeners of held leases, not yet started.
+    holder_watches: HolderWatches,
     /// Undos and queue removals left running by dropped or timed-out calls.
     cleanups: Cleanups,
 }
@@ -124,6 +127,7 @@ impl Node {
                 cluster_connecting: tokio::sync::Mutex::new(()),
                 acks_pool: Arc::default(),
                 pubsub,
+                holder_watches: HolderWatches::default(),
                 cleanups: Cleanups::default(),
             }),
         })
@@ -145,6 +149,11 @@ impl Node {
 
     pub(crate) fn pubsub(&self) -> &PubSub {
         &self.inner.pubsub
+    }
+
+    /// The force-unlock listeners of held leases waiting to start.
+    pub(crate) fn holder_watches(&self) -> &HolderWatches {
+        &self.inner.holder_watches
     }
 
     /// The clean-ups left running on this server ([`lock_core::backend::LockBackend::settle`]).

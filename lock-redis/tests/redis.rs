@@ -435,6 +435,49 @@ async fn force_unlock_and_is_locked_per_family() {
     assert!(r.release().await.is_err());
 }
 
+/// Waits until the backend listens on `n` channels, for up to 10 s.
+async fn until_channels(backend: &RedisBackend, n: usize) {
+    let started = Instant::now();
+    while backend.waiting_channels() != n {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "listening on {} channels, not {n}",
+            backend.waiting_channels()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holders_listen_for_a_force_unlock_from_0_2_s_on_until_they_let_go() {
+    let server = RedisServer::start();
+    let backend = server.backend();
+    let client = client(backend.clone(), "listen");
+    // Locks taken and given back in a loop never listen.
+    let brief = client.lock("brief").unwrap();
+    for _ in 0..50 {
+        brief.acquire().await.unwrap().release().await.unwrap();
+    }
+    let kept = client.lock("kept").unwrap().acquire().await.unwrap();
+    let forced = client.lock("forced").unwrap().acquire().await.unwrap();
+    let dropped = client.lock("dropped").unwrap().acquire().await.unwrap();
+    let released = client.lock("released").unwrap().acquire().await.unwrap();
+    released.release().await.unwrap();
+    // Each lease still held listens on its lock's channel.
+    until_channels(&backend, 3).await;
+    assert!(client.lock("forced").unwrap().force_unlock().await.unwrap());
+    let loss = tokio::time::timeout(Duration::from_secs(10), forced.lost())
+        .await
+        .expect("the holder hears of its force-unlock");
+    assert_eq!(loss, lock_core::LeaseLoss::Revoked);
+    until_channels(&backend, 2).await;
+    drop(dropped);
+    until_channels(&backend, 1).await;
+    assert!(kept.is_held());
+    kept.release().await.unwrap();
+    until_channels(&backend, 0).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_deleted_behind_the_holders_back_is_reported_lost() {
     let server = RedisServer::start();
