@@ -77,6 +77,7 @@ impl HolderWatch {
             kind,
             value,
             loss,
+            runtime: tokio::runtime::Handle::current(),
         };
         node.holder_watches().defer(node, listening);
         HolderWatch { shared }
@@ -95,16 +96,7 @@ impl HolderWatch {
 /// each lease still held when it falls due.
 #[derive(Debug, Default)]
 pub(crate) struct HolderWatches {
-    pending: Mutex<Pending>,
-}
-
-#[derive(Debug, Default)]
-struct Pending {
-    /// Each with when it falls due, in the order they were deferred (which is the
-    /// order they fall due).
-    queue: VecDeque<(Instant, Listening)>,
-    /// Whether the task that starts them runs.
-    running: bool,
+    pending: Mutex<DueQueue<Listening>>,
 }
 
 /// What the listening of one lease needs.
@@ -115,76 +107,106 @@ struct Listening {
     kind: LockKind,
     value: String,
     loss: LossNotifier,
+    /// The acquirer's runtime, where the listening runs.
+    runtime: tokio::runtime::Handle,
+}
+
+impl Ends for Listening {
+    fn ended(&self) -> bool {
+        self.shared.ended()
+    }
 }
 
 impl HolderWatches {
     fn defer(&self, node: &Node, listening: Listening) {
-        let mut pending = lock(&self.pending);
-        // Leases given back meanwhile leave here, not when they fall due: a lock taken
-        // and released in a loop keeps one entry, not a queue of them.
-        while pending
-            .queue
-            .front()
-            .is_some_and(|(_, first)| first.shared.ended())
-        {
-            pending.queue.pop_front();
-        }
         // Stamped under the lock, so the queue stays in the order entries fall due.
-        pending
-            .queue
-            .push_back((Instant::now() + WATCH_AFTER, listening));
-        if !pending.running {
-            pending.running = true;
-            tokio::spawn(start_when_due(node.clone()));
+        let start = lock(&self.pending).push(Instant::now() + WATCH_AFTER, listening);
+        if start {
+            // Made before the spawn, outside the lock: a task dropped before it first
+            // runs (its runtime shutting down) clears the flag too.
+            let running = Running {
+                node: node.clone(),
+                armed: true,
+            };
+            tokio::spawn(start_when_due(running));
         }
     }
+}
 
-    /// Takes the entries due at `now` whose lease is still held, and says when the
-    /// next one falls due; `None` when none is left, and the task ends.
-    fn take_due(&self, now: Instant) -> (Vec<Listening>, Option<Instant>) {
-        let mut pending = lock(&self.pending);
+/// Whether a queued entry has ended, and so leaves the queue without falling due.
+trait Ends {
+    fn ended(&self) -> bool;
+}
+
+/// Entries in the order they fall due, and whether a task runs to take them.
+#[derive(Debug)]
+struct DueQueue<T> {
+    entries: VecDeque<(Instant, T)>,
+    running: bool,
+}
+
+impl<T> Default for DueQueue<T> {
+    fn default() -> Self {
+        DueQueue {
+            entries: VecDeque::new(),
+            running: false,
+        }
+    }
+}
+
+impl<T: Ends> DueQueue<T> {
+    /// Puts `entry` in, due `at` (no earlier than any entry in the queue); returns
+    /// whether a task must be started to take it.
+    fn push(&mut self, at: Instant, entry: T) -> bool {
+        // Entries that ended meanwhile leave here, not when they fall due: a lock taken
+        // and released in a loop keeps one entry, not a queue of them.
+        while self.entries.front().is_some_and(|(_, first)| first.ended()) {
+            self.entries.pop_front();
+        }
+        self.entries.push_back((at, entry));
+        !std::mem::replace(&mut self.running, true)
+    }
+
+    /// Takes the entries due at `now` that have not ended, and says when the next
+    /// falls due; `None` when none is left, and the task ends.
+    fn take_due(&mut self, now: Instant) -> (Vec<T>, Option<Instant>) {
         let mut due = Vec::new();
-        while let Some((at, first)) = pending.queue.front() {
-            if first.shared.ended() {
-                pending.queue.pop_front();
+        while let Some((at, first)) = self.entries.front() {
+            if first.ended() {
+                self.entries.pop_front();
             } else if *at <= now {
-                due.extend(pending.queue.pop_front().map(|(_, listening)| listening));
+                due.extend(self.entries.pop_front().map(|(_, entry)| entry));
             } else {
                 return (due, Some(*at));
             }
         }
-        pending.running = false;
+        self.running = false;
         (due, None)
     }
 }
 
-/// Clears the `running` flag if the task is dropped mid-way (its runtime shut down
-/// under it), so the next deferral starts another.
-struct Running<'a> {
-    watches: &'a HolderWatches,
+/// Clears the `running` flag if the task is dropped mid-way or before it first runs
+/// (its runtime shut down), so the next deferral starts another.
+struct Running {
+    node: Node,
     armed: bool,
 }
 
-impl Drop for Running<'_> {
+impl Drop for Running {
     fn drop(&mut self) {
         if self.armed {
-            lock(&self.watches.pending).running = false;
+            lock(&self.node.holder_watches().pending).running = false;
         }
     }
 }
 
 /// The task of [`HolderWatches`]: starts the listening of the entries due, sleeps
 /// until the next falls due, and ends when none is left.
-async fn start_when_due(node: Node) {
-    let watches = node.holder_watches();
-    let mut running = Running {
-        watches,
-        armed: true,
-    };
+async fn start_when_due(mut running: Running) {
     loop {
-        let (due, next) = watches.take_due(Instant::now());
+        let (due, next) = lock(&running.node.holder_watches().pending).take_due(Instant::now());
         for listening in due {
-            listen_until_stopped(&node, listening);
+            listen_until_stopped(&running.node, listening);
         }
         let Some(next) = next else {
             running.armed = false;
@@ -198,13 +220,15 @@ async fn start_when_due(node: Node) {
 /// releases it or drops its guard.
 fn listen_until_stopped(node: &Node, listening: Listening) {
     let node = node.clone();
-    tokio::spawn(async move {
+    let runtime = listening.runtime.clone();
+    runtime.spawn(async move {
         let Listening {
             shared,
             keys,
             kind,
             value,
             loss,
+            ..
         } = listening;
         let forced = tokio::select! {
             forced = listen(&node, &keys, kind, &value) => forced,
@@ -254,5 +278,92 @@ async fn listen(node: &Node, keys: &Keys, kind: LockKind, value: &str) -> bool {
 impl Drop for HolderWatch {
     fn drop(&mut self) {
         self.shared.end();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    impl Ends for Arc<AtomicBool> {
+        fn ended(&self) -> bool {
+            self.load(Ordering::Acquire)
+        }
+    }
+
+    fn entry() -> Arc<AtomicBool> {
+        Arc::new(AtomicBool::new(false))
+    }
+
+    fn end(entry: &Arc<AtomicBool>) {
+        entry.store(true, Ordering::Release);
+    }
+
+    #[test]
+    fn a_lock_taken_and_released_in_a_loop_keeps_one_entry() {
+        let mut queue = DueQueue::default();
+        let at = Instant::now();
+        let first = entry();
+        assert!(
+            queue.push(at, first.clone()),
+            "the first entry starts the task"
+        );
+        end(&first);
+        for n in 1..1000 {
+            let next = entry();
+            assert!(!queue.push(at + Duration::from_micros(n), next.clone()));
+            end(&next);
+        }
+        assert_eq!(queue.entries.len(), 1);
+        let (due, next) = queue.take_due(at + WATCH_AFTER);
+        assert!(due.is_empty());
+        assert_eq!(next, None);
+        assert!(!queue.running, "the task ends with nothing left");
+    }
+
+    #[test]
+    fn a_task_dropped_before_it_first_runs_lets_the_next_deferral_start_another() {
+        let config = crate::RedisConfig::from_url("redis://127.0.0.1:1").unwrap();
+        let node = Node::new(config).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let handle = runtime.handle().clone();
+        drop(runtime);
+        lock(&node.holder_watches().pending).running = true;
+        let _entered = handle.enter();
+        // A runtime shut down drops a task spawned on it without running it.
+        drop(tokio::spawn(start_when_due(Running {
+            node: node.clone(),
+            armed: true,
+        })));
+        assert!(!lock(&node.holder_watches().pending).running);
+    }
+
+    #[test]
+    fn entries_still_held_are_taken_when_due_and_ended_ones_never() {
+        let mut queue = DueQueue::default();
+        let at = Instant::now();
+        let (held, released, later) = (entry(), entry(), entry());
+        queue.push(at, held.clone());
+        queue.push(at + Duration::from_millis(1), released.clone());
+        queue.push(at + Duration::from_millis(50), later.clone());
+        end(&released);
+        let (due, next) = queue.take_due(at);
+        assert_eq!(due.len(), 1);
+        assert!(Arc::ptr_eq(&due[0], &held));
+        assert_eq!(next, Some(at + Duration::from_millis(50)));
+        assert!(queue.running);
+        let (due, next) = queue.take_due(at + Duration::from_millis(50));
+        assert!(Arc::ptr_eq(&due[0], &later));
+        assert_eq!(next, None);
+        assert!(!queue.running);
+        assert!(
+            queue.push(at, entry()),
+            "the next entry starts a task again"
+        );
     }
 }

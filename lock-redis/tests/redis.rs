@@ -449,7 +449,7 @@ async fn until_channels(backend: &RedisBackend, n: usize) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn holders_listen_for_a_force_unlock_from_0_2_s_on_until_they_let_go() {
+async fn holders_still_holding_listen_for_a_force_unlock_until_they_let_go() {
     let server = RedisServer::start();
     let backend = server.backend();
     let client = client(backend.clone(), "listen");
@@ -458,6 +458,7 @@ async fn holders_listen_for_a_force_unlock_from_0_2_s_on_until_they_let_go() {
     for _ in 0..50 {
         brief.acquire().await.unwrap().release().await.unwrap();
     }
+    until_channels(&backend, 0).await;
     let kept = client.lock("kept").unwrap().acquire().await.unwrap();
     let forced = client.lock("forced").unwrap().acquire().await.unwrap();
     let dropped = client.lock("dropped").unwrap().acquire().await.unwrap();
