@@ -1,7 +1,6 @@
-//! Taking a lease: the wait loop, one attempt (which runs to its end even if its caller
-//! leaves), the one-call grant (PostgreSQL's statement, MariaDB's procedure, SQLite's
-//! statements sent together) and the general transaction that decides on the key's
-//! rows.
+//! Taking a lease: the wait loop, one attempt in a task of its own, the one-call
+//! grant (PostgreSQL's statement, MariaDB's procedure) and the general transaction
+//! that decides on the key's rows.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -161,14 +160,16 @@ pub(super) async fn attempt(
     loop {
         let timeout_at = Instant::now() + db.request_timeout;
         let until = cut_at.map_or(timeout_at, |cut| cut.min(timeout_at));
-        let (outcome, next, mut pending) =
-            match tokio::time::timeout_at(until, attempt_to_its_end(db, ask, *ticket, enqueue))
-                .await
-            {
-                Ok(answer) => answer?,
-                Err(_) if until < timeout_at => return Ok(Outcome::Blocked { wake_in_ms: None }),
-                Err(_) => return Err(timed_out(db.name(), "acquiring a lock", db.request_timeout)),
-            };
+        let (outcome, next, mut pending) = match tokio::time::timeout_at(
+            until,
+            attempt_in_task(db, ask, *ticket, enqueue),
+        )
+        .await
+        {
+            Ok(answer) => answer?,
+            Err(_) if until < timeout_at => return Ok(Outcome::Blocked { wake_in_ms: None }),
+            Err(_) => return Err(timed_out(db.name(), "acquiring a lock", db.request_timeout)),
+        };
         match outcome {
             Ok(outcome) => {
                 *ticket = next;
@@ -194,14 +195,13 @@ pub(super) type AttemptAnswer = (
     PendingWrite,
 );
 
-/// Runs one attempt that always sees how its commit ended: it hands back the outcome,
-/// the ticket, and what it wrote armed for undoing. It runs in the caller's task while
-/// the caller waits for it, and goes on in a task of its own if the caller goes away
-/// (its future dropped, or cut at its deadline). A caller that went away before the
-/// commit was sent costs nothing (the transaction is rolled back); one that went away
-/// later leaves the answer untaken, and dropping it undoes the grant or removes the
-/// new ticket, after the commit, so a commit can never land after its clean-up.
-pub(super) async fn attempt_to_its_end(
+/// Runs one attempt in a task of its own, which always sees how its commit ended: it
+/// hands back the outcome, the ticket, and what it wrote armed for undoing. A caller
+/// that went away before the commit was sent costs nothing (the transaction is rolled
+/// back); one that went away later leaves the answer untaken, and dropping it undoes
+/// the grant or removes the new ticket, after the commit, so a commit can never land
+/// after its clean-up.
+pub(super) async fn attempt_in_task(
     db: &Arc<Db>,
     ask: &Arc<Ask>,
     ticket: Option<i64>,
@@ -209,55 +209,22 @@ pub(super) async fn attempt_to_its_end(
 ) -> Result<AttemptAnswer> {
     let (mut reply, answer) = oneshot::channel();
     let (task_db, task_ask) = (db.clone(), ask.clone());
-    // Counted as a clean-up: a caller that leaves mid-attempt leaves the rest of it to
-    // undo what the attempt commits.
-    let counted = db.cleanups.begin();
-    let mut attempt = FinishedIfLeft {
-        attempt: Some(Box::pin(async move {
-            let _counted = counted;
+    // Counted as a clean-up: a caller that leaves mid-attempt leaves this task to undo
+    // what the attempt commits.
+    db.cleanups
+        .spawn_on(&tokio::runtime::Handle::current(), async move {
             if let Some(answer) =
                 run_attempt(&task_db, &task_ask, ticket, enqueue, &mut reply).await
             {
                 let _ = reply.send(answer);
             }
-        })),
-        runtime: tokio::runtime::Handle::current(),
-    };
-    attempt.run().await;
+        });
     answer
         .await
         .map_err(|_| Error::backend(db.name(), "an acquire attempt ended without an answer"))
 }
 
-type AttemptRun = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
-/// An attempt run in the caller's task, finished in a spawned one if the caller goes
-/// away before it ends. Spawning only then keeps the common path free of a task and
-/// of the two thread hand-offs that waking the caller from it costs.
-struct FinishedIfLeft {
-    attempt: Option<AttemptRun>,
-    runtime: tokio::runtime::Handle,
-}
-
-impl FinishedIfLeft {
-    async fn run(&mut self) {
-        if let Some(attempt) = self.attempt.as_mut() {
-            attempt.await;
-        }
-        self.attempt = None;
-    }
-}
-
-impl Drop for FinishedIfLeft {
-    fn drop(&mut self) {
-        if let Some(attempt) = self.attempt.take() {
-            // A runtime shutting down drops it instead, which rolls back or undoes.
-            self.runtime.spawn(attempt);
-        }
-    }
-}
-
-/// The body of [`attempt_to_its_end`]; `None` if the caller went away before anything
+/// The body of [`attempt_in_task`]; `None` if the caller went away before anything
 /// was committed.
 pub(super) async fn run_attempt(
     db: &Arc<Db>,
@@ -380,7 +347,7 @@ pub(super) fn bind_args(
 /// live lease has left; `None` if the general path must decide.
 ///
 /// The fence is only known from the reply, so nothing could clean up a grant whose
-/// reply would be lost to a dropped future: it runs inside [`attempt_to_its_end`], and a
+/// reply would be lost to a dropped future: it runs inside [`attempt_in_task`], and a
 /// grant is armed in `pending` as soon as it is known.
 pub(super) async fn fast_grant_one_call(
     db: &Db,
