@@ -220,16 +220,15 @@ async fn start_when_due(mut running: Running) {
 /// releases it or drops its guard.
 fn listen_until_stopped(node: &Node, listening: Listening) {
     let node = node.clone();
-    let runtime = listening.runtime.clone();
+    let Listening {
+        shared,
+        keys,
+        kind,
+        value,
+        loss,
+        runtime,
+    } = listening;
     runtime.spawn(async move {
-        let Listening {
-            shared,
-            keys,
-            kind,
-            value,
-            loss,
-            ..
-        } = listening;
         let forced = tokio::select! {
             forced = listen(&node, &keys, kind, &value) => forced,
             () = shared.stop.notified() => return,
