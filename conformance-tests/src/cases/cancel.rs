@@ -141,3 +141,74 @@ fn summary(left: std::result::Result<Vec<String>, String>) -> String {
         Err(err) => format!("(could not look: {err})"),
     }
 }
+
+/// An acquire polled once and then neither polled nor dropped (a future pinned in the
+/// caller's own `select!` that moved on), beside the client's shutdown in the same
+/// task: the shutdown must still end, the acquire must end once polled again (closed,
+/// or with a grant the client gives back), and nothing may stay on the server.
+pub(crate) async fn shutdown_beside_an_acquire_polled_once(ctx: &Ctx) {
+    const NAME: &str = "polled-once";
+    let limit = ctx.slack() * 4;
+    for held_by_another in [false, true] {
+        let holder_client = ctx.client().await;
+        let holder = match held_by_another {
+            true => Some(got(
+                "holder",
+                ok("lock", holder_client.lock(NAME)).try_acquire().await,
+            )),
+            false => None,
+        };
+        let client = ctx.client().await;
+        let lock = ok("lock", client.lock(NAME));
+        let mut acquire = Box::pin(lock.acquire());
+        let first = futures::poll!(acquire.as_mut());
+        let pending = first.is_pending();
+        if let std::task::Poll::Ready(Ok(guard)) = first {
+            // Granted at once (a fast backend): the rest still holds.
+            assert!(!held_by_another, "granted while another held it");
+            ok("release", guard.release().await);
+        }
+        let shutdown = tokio::time::timeout(limit, client.shutdown()).await;
+        assert!(
+            shutdown.is_ok(),
+            "held by another: {held_by_another}: the shutdown did not end within {limit:?} \
+             beside an acquire polled once"
+        );
+        if pending {
+            let answer = tokio::time::timeout(limit, acquire.as_mut()).await;
+            match answer {
+                Err(_) => panic!(
+                    "held by another: {held_by_another}: the acquire did not end within \
+                     {limit:?} after the shutdown"
+                ),
+                Ok(Ok(guard)) => {
+                    assert!(!held_by_another, "granted while another held it");
+                    // The shutdown gives back a grant recorded after it; a release
+                    // now finds it gone or gives it back itself.
+                    let _ = guard.release().await;
+                }
+                Ok(Err(_)) => {}
+            }
+        }
+        drop(acquire);
+        if let Some(held) = holder {
+            ok("holder release", held.release().await);
+        }
+        ok("holder shutdown", holder_client.shutdown().await);
+        let started = Instant::now();
+        loop {
+            let left = ctx.leftovers().await;
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                started.elapsed() < ctx.slack() * 3,
+                "held by another: {held_by_another}: {:?} after the shutdown the server \
+                 still holds {}",
+                started.elapsed(),
+                summary(Ok(left))
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}

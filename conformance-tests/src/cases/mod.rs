@@ -412,6 +412,11 @@ pub fn all_cases() -> Vec<Case> {
             Box::new(|ctx| cancel::storm(ctx, Storm::Read).boxed()),
         ),
         case(
+            "cancel::shutdown_beside_an_acquire_polled_once",
+            NOTHING,
+            Box::new(|ctx| cancel::shutdown_beside_an_acquire_polled_once(ctx).boxed()),
+        ),
+        case(
             "args::invalid_names",
             NOTHING,
             Box::new(|ctx| args::invalid_names(ctx).boxed()),
