@@ -5,6 +5,7 @@
 //! network (SQLite's pool only pings on the way back, a hand-off to the connection's
 //! worker thread). It is one connection beyond the pool's limit.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::any::{AnyArguments, AnyRow};
@@ -12,7 +13,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::query::Query;
 use sqlx::Connection as _;
 use sqlx::{Any, AnyConnection, AnyPool};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio::time::Instant;
 
 /// A hot connection that sat idle this long is pinged before a statement is sent on
@@ -24,7 +25,15 @@ const IDLE_CHECK: Duration = Duration::from_secs(1);
 /// One connection, used by whoever finds it free; the others use the pool.
 #[derive(Debug, Default)]
 pub(crate) struct HotConnection {
-    slot: Mutex<Option<Idle>>,
+    slot: Arc<Mutex<Option<Idle>>>,
+}
+
+/// The hot connection, taken for one statement that needs neither the pool nor a
+/// ping first; see [`HotConnection::take_ready`].
+pub(crate) struct ReadyHot {
+    slot: OwnedMutexGuard<Option<Idle>>,
+    /// Taken by the statement; put back into the slot if none was sent.
+    idle: Option<Idle>,
 }
 
 #[derive(Debug)]
@@ -57,6 +66,23 @@ impl HotConnection {
     /// Dropped mid-statement, the statement may or may not have run, as with any
     /// connection; the connection it ran on, hot or pooled, is then closed, not
     /// reused.
+    /// The hot connection, if it is free, open and was used lately: a statement on it
+    /// waits for nothing but the server, so a caller that stops polling it holds no
+    /// place in the pool's queue.
+    pub(crate) fn take_ready(&self) -> Option<ReadyHot> {
+        let mut slot = self.slot.clone().try_lock_owned().ok()?;
+        match slot.take() {
+            Some(idle) if idle.since.elapsed() < IDLE_CHECK => Some(ReadyHot {
+                slot,
+                idle: Some(idle),
+            }),
+            other => {
+                *slot = other;
+                None
+            }
+        }
+    }
+
     pub(crate) async fn fetch_optional(
         &self,
         pool: &AnyPool,
@@ -72,7 +98,7 @@ impl HotConnection {
             }
             return row;
         };
-        let mut conn = match slot.take() {
+        let conn = match slot.take() {
             Some(idle) if idle.since.elapsed() < IDLE_CHECK => idle.conn,
             Some(mut idle) => {
                 let ping = tokio::time::timeout(limit, idle.conn.ping()).await;
@@ -86,14 +112,48 @@ impl HotConnection {
             }
             None => pool.acquire().await.map_err(HotError::not_sent)?.detach(),
         };
-        // On an error the connection is dropped (closed), not put back.
-        let row = first_after_commit(make(), &mut conn).await?;
-        *slot = Some(Idle {
-            conn,
-            since: Instant::now(),
-        });
-        Ok(row)
+        run_and_keep(&mut slot, conn, make()).await
     }
+}
+
+impl ReadyHot {
+    /// Runs `query` on the hot connection and returns its first row.
+    ///
+    /// # Cancel safety
+    /// As [`HotConnection::fetch_optional`]: dropped mid-statement, the connection is
+    /// closed, and the slot is left empty for the next caller to fill.
+    pub(crate) async fn fetch_optional(
+        mut self,
+        query: Query<'static, Any, AnyArguments>,
+    ) -> Result<Option<AnyRow>, HotError> {
+        let Some(idle) = self.idle.take() else {
+            return Err(HotError::not_sent(sqlx::Error::PoolClosed));
+        };
+        run_and_keep(&mut self.slot, idle.conn, query).await
+    }
+}
+
+impl Drop for ReadyHot {
+    fn drop(&mut self) {
+        if let Some(idle) = self.idle.take() {
+            *self.slot = Some(idle);
+        }
+    }
+}
+
+/// Runs `query` on `conn` and puts `conn` back in `slot` if it answered; on an error
+/// the connection is dropped (closed), not put back.
+async fn run_and_keep(
+    slot: &mut Option<Idle>,
+    mut conn: AnyConnection,
+    query: Query<'static, Any, AnyArguments>,
+) -> Result<Option<AnyRow>, HotError> {
+    let row = first_after_commit(query, &mut conn).await?;
+    *slot = Some(Idle {
+        conn,
+        since: Instant::now(),
+    });
+    Ok(row)
 }
 
 /// A pooled connection that is closed, not given back to the pool, unless its call

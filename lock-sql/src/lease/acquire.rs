@@ -1,6 +1,7 @@
-//! Taking a lease: the wait loop, one attempt in a task of its own, the one-call
-//! grant (PostgreSQL's statement, MariaDB's procedure) and the general transaction
-//! that decides on the key's rows.
+//! Taking a lease: the wait loop; one attempt, whose one-call grant (PostgreSQL's
+//! statement, MariaDB's procedure, SQLite's statements sent together) runs in the
+//! caller's task when the hot connection is ready, and whose general transaction,
+//! which decides on the key's rows, runs in a task of its own.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -26,10 +27,11 @@ use crate::wait::Backoff;
 use crate::wait_line::{Group, Wake};
 use crate::SqlLease;
 
+use super::finished_if_left::FinishedIfLeft;
 use super::transaction::prepare;
 use super::undo::{may_have_landed, PendingWrite, Ticket};
 use super::{millis, Ask, Outcome, Timing};
-use crate::hot::HotError;
+use crate::hot::{HotError, ReadyHot};
 
 /// How long an acquire whose wait ran out waits for its queue ticket's removal before
 /// it answers.
@@ -160,16 +162,16 @@ pub(super) async fn attempt(
     loop {
         let timeout_at = Instant::now() + db.request_timeout;
         let until = cut_at.map_or(timeout_at, |cut| cut.min(timeout_at));
-        let (outcome, next, mut pending) = match tokio::time::timeout_at(
-            until,
-            attempt_in_task(db, ask, *ticket, enqueue),
-        )
-        .await
-        {
-            Ok(answer) => answer?,
-            Err(_) if until < timeout_at => return Ok(Outcome::Blocked { wake_in_ms: None }),
-            Err(_) => return Err(timed_out(db.name(), "acquiring a lock", db.request_timeout)),
-        };
+        if tries > 0 && until <= Instant::now() {
+            // A retry past the cut would be sent and at once undone.
+            return Ok(Outcome::Blocked { wake_in_ms: None });
+        }
+        let (outcome, next, mut pending) =
+            match tokio::time::timeout_at(until, attempt_once(db, ask, *ticket, enqueue)).await {
+                Ok(answer) => answer?,
+                Err(_) if until < timeout_at => return Ok(Outcome::Blocked { wake_in_ms: None }),
+                Err(_) => return Err(timed_out(db.name(), "acquiring a lock", db.request_timeout)),
+            };
         match outcome {
             Ok(outcome) => {
                 *ticket = next;
@@ -195,17 +197,49 @@ pub(super) type AttemptAnswer = (
     PendingWrite,
 );
 
+/// One attempt. A request without a ticket first tries the one-call grant: in the
+/// caller's task when the hot connection is ready (see [`one_call_in_caller`]), else
+/// in the attempt's task.
+async fn attempt_once(
+    db: &Arc<Db>,
+    ask: &Arc<Ask>,
+    ticket: Option<i64>,
+    enqueue: bool,
+) -> Result<AttemptAnswer> {
+    let one_call = ticket.is_none() && one_call_grant(db, ask.kind).is_some();
+    if let Some(hot) = one_call.then(|| db.hot.take_ready()).flatten() {
+        let call = one_call_in_caller(db.clone(), ask.clone(), hot);
+        if let Some(answer) = FinishedIfLeft::new(db, call).await {
+            return Ok(answer);
+        }
+        return attempt_in_task(db, ask, ticket, enqueue, false).await;
+    }
+    attempt_in_task(db, ask, ticket, enqueue, one_call).await
+}
+
+/// The one-call grant on the hot connection, in the caller's task: it waits for
+/// nothing but the server (no pool, no ping), and a caller that leaves once it is sent
+/// leaves its rest to a task of its own ([`FinishedIfLeft`]), which drops its answer,
+/// undoing a grant, only once the call ended. `None` if the transaction must decide.
+async fn one_call_in_caller(db: Arc<Db>, ask: Arc<Ask>, hot: ReadyHot) -> Option<AttemptAnswer> {
+    let grant = one_call_grant(&db, ask.kind)?;
+    let mut pending = PendingWrite::new(&db, &ask);
+    let answer = decide_one_call(&db, grant, &ask, Some(hot), &mut pending).await?;
+    Some((answer, None, pending))
+}
+
 /// Runs one attempt in a task of its own, which always sees how its commit ended: it
 /// hands back the outcome, the ticket, and what it wrote armed for undoing. A caller
 /// that went away before the commit was sent costs nothing (the transaction is rolled
 /// back); one that went away later leaves the answer untaken, and dropping it undoes
 /// the grant or removes the new ticket, after the commit, so a commit can never land
-/// after its clean-up.
+/// after its clean-up. With `one_call`, it first tries the one-call grant.
 pub(super) async fn attempt_in_task(
     db: &Arc<Db>,
     ask: &Arc<Ask>,
     ticket: Option<i64>,
     enqueue: bool,
+    one_call: bool,
 ) -> Result<AttemptAnswer> {
     let (mut reply, answer) = oneshot::channel();
     let (task_db, task_ask) = (db.clone(), ask.clone());
@@ -214,7 +248,7 @@ pub(super) async fn attempt_in_task(
     db.cleanups
         .spawn_on(&tokio::runtime::Handle::current(), async move {
             if let Some(answer) =
-                run_attempt(&task_db, &task_ask, ticket, enqueue, &mut reply).await
+                run_attempt(&task_db, &task_ask, ticket, enqueue, one_call, &mut reply).await
             {
                 let _ = reply.send(answer);
             }
@@ -231,39 +265,17 @@ pub(super) async fn run_attempt(
     ask: &Ask,
     ticket: Option<i64>,
     enqueue: bool,
+    one_call: bool,
     reply: &mut oneshot::Sender<AttemptAnswer>,
 ) -> Option<AttemptAnswer> {
     let mut pending = PendingWrite::new(db, ask);
-    let one_call = ticket
-        .is_none()
-        .then(|| one_call_grant(db, ask.kind))
-        .flatten();
-    if let Some(grant) = one_call {
+    if let Some(grant) = one_call.then(|| one_call_grant(db, ask.kind)).flatten() {
         // The statement commits by itself: once sent, wait for its answer.
         if reply.is_closed() {
             return None;
         }
-        match fast_grant_one_call(db, grant, ask, &mut pending).await {
-            Ok(Some(outcome)) => return Some((Ok(outcome), ticket, pending)),
-            Ok(None) => {} // Blocked: the transaction below learns how long, and queues.
-            Err(HotError { error, .. }) if procedure_unusable(&error) => {
-                // Dropped or forbidden since connect: it did not run. The
-                // transaction grants, now and from now on.
-                tracing::warn!(
-                    error = %error,
-                    "{}: the lease grant procedure cannot be called; acquires take the transaction",
-                    db.scope
-                );
-                db.grant_procedure.store(false, Ordering::Relaxed);
-            }
-            Err(HotError { error, sent }) => {
-                if sent && may_have_landed(&error) {
-                    // Granted perhaps, with a fence we never learnt.
-                    pending.unknown_grant = true;
-                    pending.outcome_unknown();
-                }
-                return Some((Err(error), ticket, pending));
-            }
+        if let Some(answer) = decide_one_call(db, grant, ask, None, &mut pending).await {
+            return Some((answer, ticket, pending));
         }
     }
     // Nothing is committed before `commit` below: dropping the transaction on the
@@ -291,6 +303,41 @@ pub(super) async fn run_attempt(
         }
     }
     Some((Ok(prepared.outcome), prepared.ticket, pending))
+}
+
+/// What the one-call grant answers the caller: `None` if the general transaction must
+/// decide (a refusal it must learn more of, or a procedure that can no longer be
+/// called). A grant, or one that may have landed, is armed in `pending`.
+async fn decide_one_call(
+    db: &Db,
+    grant: &FastGrant,
+    ask: &Ask,
+    hot: Option<ReadyHot>,
+    pending: &mut PendingWrite,
+) -> Option<std::result::Result<Outcome, sqlx::Error>> {
+    match fast_grant_one_call(db, grant, ask, hot, pending).await {
+        Ok(Some(outcome)) => Some(Ok(outcome)),
+        Ok(None) => None, // Blocked: the transaction learns how long, and queues.
+        Err(HotError { error, .. }) if procedure_unusable(&error) => {
+            // Dropped or forbidden since connect: it did not run. The transaction
+            // grants, now and from now on.
+            tracing::warn!(
+                error = %error,
+                "{}: the lease grant procedure cannot be called; acquires take the transaction",
+                db.scope
+            );
+            db.grant_procedure.store(false, Ordering::Relaxed);
+            None
+        }
+        Err(HotError { error, sent }) => {
+            if sent && may_have_landed(&error) {
+                // Granted perhaps, with a fence we never learnt.
+                pending.unknown_grant = true;
+                pending.outcome_unknown();
+            }
+            Some(Err(error))
+        }
+    }
 }
 
 /// The one-statement grant of `kind`, if it has one (a permit's rule counts rows, which
@@ -347,19 +394,30 @@ pub(super) fn bind_args(
 /// live lease has left; `None` if the general path must decide.
 ///
 /// The fence is only known from the reply, so nothing could clean up a grant whose
-/// reply would be lost to a dropped future: it runs inside [`attempt_in_task`], and a
-/// grant is armed in `pending` as soon as it is known.
+/// reply would be lost to a dropped future: it runs in a task of its own
+/// ([`attempt_in_task`]), or in a [`FinishedIfLeft`], and a grant is armed in
+/// `pending` as soon as it is known. It runs on `hot` if given, else on the hot
+/// connection if free, else on a pooled one.
 pub(super) async fn fast_grant_one_call(
     db: &Db,
     grant: &FastGrant,
     ask: &Ask,
+    hot: Option<ReadyHot>,
     pending: &mut PendingWrite,
 ) -> std::result::Result<Option<Outcome>, HotError> {
+    let make = || bind_args(grant, ask, 0);
+    let statement = async {
+        match hot {
+            Some(hot) => hot.fetch_optional(make()).await,
+            None => {
+                db.hot
+                    .fetch_optional(&db.pool, db.request_timeout, make)
+                    .await
+            }
+        }
+    };
     // Bounded like a COMMIT (the call commits), so a server that never answers
-    // cannot keep this task, and the client's shutdown, for ever.
-    let statement = db
-        .hot
-        .fetch_optional(&db.pool, db.request_timeout, || bind_args(grant, ask, 0));
+    // cannot keep the call's task, and the client's shutdown, for ever.
     let row = tokio::time::timeout(db.request_timeout * 3, statement)
         .await
         .unwrap_or_else(|_| {

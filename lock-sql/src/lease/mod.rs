@@ -16,6 +16,7 @@
 
 mod acquire;
 mod admin;
+mod finished_if_left;
 mod release;
 mod transaction;
 mod undo;
