@@ -58,14 +58,6 @@ impl HotError {
 }
 
 impl HotConnection {
-    /// Runs the query `make` builds and returns its first row, on the hot connection
-    /// if it is free, else on a pooled one. The idle connection's ping is bounded by
-    /// `limit`.
-    ///
-    /// # Cancel safety
-    /// Dropped mid-statement, the statement may or may not have run, as with any
-    /// connection; the connection it ran on, hot or pooled, is then closed, not
-    /// reused.
     /// The hot connection, if it is free, open and was used lately: a statement on it
     /// waits for nothing but the server, so a caller that stops polling it holds no
     /// place in the pool's queue.
@@ -83,6 +75,14 @@ impl HotConnection {
         }
     }
 
+    /// Runs the query `make` builds and returns its first row, on the hot connection
+    /// if it is free, else on a pooled one. The idle connection's ping is bounded by
+    /// `limit`.
+    ///
+    /// # Cancel safety
+    /// Dropped mid-statement, the statement may or may not have run, as with any
+    /// connection; the connection it ran on, hot or pooled, is then closed, not
+    /// reused.
     pub(crate) async fn fetch_optional(
         &self,
         pool: &AnyPool,
@@ -120,8 +120,9 @@ impl ReadyHot {
     /// Runs `query` on the hot connection and returns its first row.
     ///
     /// # Cancel safety
-    /// As [`HotConnection::fetch_optional`]: dropped mid-statement, the connection is
-    /// closed, and the slot is left empty for the next caller to fill.
+    /// Dropped mid-statement, the statement may or may not have run; the connection is
+    /// closed, and the slot left empty for the next caller to fill. Dropped before
+    /// its first poll, the connection goes back to the slot.
     pub(crate) async fn fetch_optional(
         mut self,
         query: Query<'static, Any, AnyArguments>,

@@ -85,8 +85,8 @@ pub(crate) async fn acquire(
         let enqueue = waits && queued_kind;
         // The lease's expiry is set by the database during this attempt.
         let attempt_sent = Instant::now();
-        // While it may wait, an attempt is cut short at the deadline (its task undoes
-        // whatever it still commits), so a slow server cannot stretch the wait limit;
+        // While it may wait, an attempt is cut short at the deadline (what finishes it
+        // undoes whatever it still commits), so a slow server cannot stretch the wait limit;
         // a look begun at or near the deadline still gets a moment.
         let cut_at = waits
             .then(|| req.deadline.instant())
@@ -197,9 +197,9 @@ pub(super) type AttemptAnswer = (
     PendingWrite,
 );
 
-/// One attempt. A request without a ticket first tries the one-call grant: in the
-/// caller's task when the hot connection is ready (see [`one_call_in_caller`]), else
-/// in the attempt's task.
+/// One attempt. A request without a ticket first tries the one-call grant: on a
+/// server, in the caller's task when the hot connection is ready (see
+/// [`one_call_in_caller`]); else in the attempt's task.
 async fn attempt_once(
     db: &Arc<Db>,
     ask: &Arc<Ask>,
@@ -207,7 +207,11 @@ async fn attempt_once(
     enqueue: bool,
 ) -> Result<AttemptAnswer> {
     let one_call = ticket.is_none() && one_call_grant(db, ask.kind).is_some();
-    if let Some(hot) = one_call.then(|| db.hot.take_ready()).flatten() {
+    // Not SQLite's: a call that fails between its `BEGIN IMMEDIATE` and `COMMIT`
+    // holds the file's write lock, for every process, until its connection is
+    // closed, which a caller that keeps its acquire without polling it would delay.
+    let in_caller = one_call && db.dialect != Dialect::Sqlite;
+    if let Some(hot) = in_caller.then(|| db.hot.take_ready()).flatten() {
         let call = one_call_in_caller(db.clone(), ask.clone(), hot);
         if let Some(answer) = FinishedIfLeft::new(db, call).await {
             return Ok(answer);
@@ -218,9 +222,11 @@ async fn attempt_once(
 }
 
 /// The one-call grant on the hot connection, in the caller's task: it waits for
-/// nothing but the server (no pool, no ping), and a caller that leaves once it is sent
-/// leaves its rest to a task of its own ([`FinishedIfLeft`]), which drops its answer,
-/// undoing a grant, only once the call ended. `None` if the transaction must decide.
+/// nothing but the server (no pool, no ping), and a caller that leaves after its first
+/// poll leaves the rest to a task of its own ([`FinishedIfLeft`]), which drops its
+/// answer, undoing a grant, only once the call ended. A caller that keeps it without
+/// polling keeps the hot connection: the client's other calls use the pool meanwhile.
+/// `None` if the transaction must decide.
 async fn one_call_in_caller(db: Arc<Db>, ask: Arc<Ask>, hot: ReadyHot) -> Option<AttemptAnswer> {
     let grant = one_call_grant(&db, ask.kind)?;
     let mut pending = PendingWrite::new(&db, &ask);
