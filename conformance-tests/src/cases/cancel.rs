@@ -113,20 +113,7 @@ pub(crate) async fn storm(ctx: &Ctx, storm: Storm) {
     ok("newcomer release", guard.release().await);
 
     // And nothing stays behind (clean-ups of dropped waiters may still be running).
-    let started = Instant::now();
-    loop {
-        let left = ctx.leftovers().await;
-        if left.is_empty() {
-            break;
-        }
-        assert!(
-            started.elapsed() < ctx.slack() * 3,
-            "{storm:?}: {:?} after the storm the server still holds {}",
-            started.elapsed(),
-            summary(Ok(left))
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    nothing_left(ctx, &format!("{storm:?}: after the storm")).await;
     drop(clients);
 }
 
@@ -195,20 +182,29 @@ pub(crate) async fn shutdown_beside_an_acquire_polled_once(ctx: &Ctx) {
             ok("holder release", held.release().await);
         }
         ok("holder shutdown", holder_client.shutdown().await);
-        let started = Instant::now();
-        loop {
-            let left = ctx.leftovers().await;
-            if left.is_empty() {
-                break;
-            }
-            assert!(
-                started.elapsed() < ctx.slack() * 3,
-                "held by another: {held_by_another}: {:?} after the shutdown the server \
-                 still holds {}",
-                started.elapsed(),
-                summary(Ok(left))
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        nothing_left(
+            ctx,
+            &format!("held by another: {held_by_another}: after the shutdown"),
+        )
+        .await;
+    }
+}
+
+/// Waits until the server holds nothing of the case's namespace (clean-ups of dropped
+/// calls may still be running), for three times the backend's slack at most.
+async fn nothing_left(ctx: &Ctx, when: &str) {
+    let started = Instant::now();
+    loop {
+        let left = ctx.leftovers().await;
+        if left.is_empty() {
+            return;
         }
+        assert!(
+            started.elapsed() < ctx.slack() * 3,
+            "{when}, {:?} on, the server still holds {}",
+            started.elapsed(),
+            summary(Ok(left))
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
