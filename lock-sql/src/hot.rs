@@ -220,6 +220,36 @@ mod tests {
             .expect("pool")
     }
 
+    /// The hot connection is taken for a statement in the caller's task only while it
+    /// is free and was used in the last second; one taken and not used goes back.
+    #[tokio::test]
+    async fn only_a_free_and_fresh_hot_connection_is_taken() {
+        sqlx::any::install_default_drivers();
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("hot.db").display());
+        let pool = pool(&url).await;
+        let hot = HotConnection::default();
+        assert!(hot.take_ready().is_none(), "taken before it was made");
+        let one = || sqlx::query("SELECT 1");
+        let row = hot.fetch_optional(&pool, Duration::from_secs(1), one).await;
+        assert!(row.unwrap().is_some());
+        let ready = hot.take_ready().expect("free and fresh");
+        assert!(hot.take_ready().is_none(), "taken twice");
+        drop(ready);
+        let ready = hot.take_ready().expect("given back unused");
+        let row = ready.fetch_optional(sqlx::query("SELECT 2")).await;
+        assert!(row.unwrap().is_some());
+        let ready = hot.take_ready().expect("kept after its statement");
+        drop(ready);
+        tokio::time::sleep(IDLE_CHECK + Duration::from_millis(100)).await;
+        assert!(
+            hot.take_ready().is_none(),
+            "taken unpinged after sitting idle"
+        );
+        let row = hot.fetch_optional(&pool, Duration::from_secs(1), one).await;
+        assert!(row.unwrap().is_some(), "pinged and used again");
+    }
+
     /// A call on the pooled connection (the hot one busy) dropped while SQLite's
     /// `BEGIN IMMEDIATE` waits for the write lock: the connection must not go back to
     /// the pool inside the transaction, where it would keep every other writer out

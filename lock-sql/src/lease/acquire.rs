@@ -1,7 +1,7 @@
 //! Taking a lease: the wait loop; one attempt, whose one-call grant (PostgreSQL's
 //! statement, MariaDB's procedure, SQLite's statements sent together) runs in the
-//! caller's task when the hot connection is ready, and whose general transaction,
-//! which decides on the key's rows, runs in a task of its own.
+//! caller's task on a server when the hot connection is ready, else in a task of its
+//! own, as does the general transaction that decides on the key's rows.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -85,9 +85,9 @@ pub(crate) async fn acquire(
         let enqueue = waits && queued_kind;
         // The lease's expiry is set by the database during this attempt.
         let attempt_sent = Instant::now();
-        // While it may wait, an attempt is cut short at the deadline (what finishes it
-        // undoes whatever it still commits), so a slow server cannot stretch the wait limit;
-        // a look begun at or near the deadline still gets a moment.
+        // While it may wait, an attempt is cut short at the deadline (what finishes
+        // it undoes whatever it still commits), so a slow server cannot stretch the
+        // wait limit; a look begun at or near the deadline still gets a moment.
         let cut_at = waits
             .then(|| req.deadline.instant())
             .flatten()
