@@ -204,6 +204,16 @@ mod tests {
     use super::*;
     use sqlx::any::AnyPoolOptions;
 
+    /// A SQLite file in a directory removed when the first value is dropped: its
+    /// URL, and a pool on it.
+    async fn scratch_database() -> (tempfile::TempDir, String, AnyPool) {
+        sqlx::any::install_default_drivers();
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("hot.db").display());
+        let pool = pool(&url).await;
+        (dir, url, pool)
+    }
+
     async fn pool(url: &str) -> AnyPool {
         AnyPoolOptions::new()
             .max_connections(2)
@@ -224,10 +234,7 @@ mod tests {
     /// is free and was used in the last second; one taken and not used goes back.
     #[tokio::test]
     async fn only_a_free_and_fresh_hot_connection_is_taken() {
-        sqlx::any::install_default_drivers();
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}?mode=rwc", dir.path().join("hot.db").display());
-        let pool = pool(&url).await;
+        let (_dir, _url, pool) = scratch_database().await;
         let hot = HotConnection::default();
         assert!(hot.take_ready().is_none(), "taken before it was made");
         let one = || sqlx::query("SELECT 1");
@@ -256,10 +263,7 @@ mod tests {
     /// and roll back whatever later ran on it.
     #[tokio::test]
     async fn a_dropped_pooled_call_never_leaves_its_transaction_open() {
-        sqlx::any::install_default_drivers();
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}?mode=rwc", dir.path().join("hot.db").display());
-        let pool = pool(&url).await;
+        let (_dir, url, pool) = scratch_database().await;
         sqlx::raw_sql("CREATE TABLE t (x INTEGER)")
             .execute(&pool)
             .await

@@ -211,14 +211,15 @@ async fn attempt_once(
     // holds the file's write lock, for every process, until its connection is
     // closed, which a caller that keeps its acquire without polling it would delay.
     let in_caller = one_call && db.dialect != Dialect::Sqlite;
-    if let Some(hot) = in_caller.then(|| db.hot.take_ready()).flatten() {
+    let hot = in_caller.then(|| db.hot.take_ready()).flatten();
+    let tried = hot.is_some();
+    if let Some(hot) = hot {
         let call = one_call_in_caller(db.clone(), ask.clone(), hot);
         if let Some(answer) = FinishedIfLeft::new(db, call).await {
             return Ok(answer);
         }
-        return attempt_in_task(db, ask, ticket, enqueue, false).await;
     }
-    attempt_in_task(db, ask, ticket, enqueue, one_call).await
+    attempt_in_task(db, ask, ticket, enqueue, one_call && !tried).await
 }
 
 /// The one-call grant on the hot connection, in the caller's task: it waits for
