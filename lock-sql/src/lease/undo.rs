@@ -316,3 +316,41 @@ pub(super) fn may_have_landed(e: &sqlx::Error) -> bool {
         _ => true,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SqlConfig;
+
+    /// A caller whose wait ended asks for its ticket's removal, is polled once while
+    /// every pool connection is busy, and then is kept without being polled (say, in
+    /// a `select!` whose other branch runs long): the client's other calls must still
+    /// get the next free connection.
+    #[tokio::test]
+    async fn a_removal_its_caller_stops_polling_keeps_no_connection_from_the_pool() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("queue.db").display()
+        );
+        let options = SqlConfig::from_url(&url).unwrap().with_max_connections(1);
+        let parsed = crate::url::parse(&options.driver_url().unwrap()).unwrap();
+        let db = Arc::new(Db::connect(&options, parsed).await.unwrap());
+        let busy = db.pool.acquire().await.unwrap();
+        let mut ticket = Ticket {
+            db: db.clone(),
+            key: "a-key".to_owned(),
+            kind: LockKind::Write,
+            id: Some(1),
+            queue_ttl: Duration::from_secs(5),
+        };
+        let mut removal = std::pin::pin!(ticket.remove());
+        assert!(futures::poll!(removal.as_mut()).is_pending());
+        drop(busy);
+        let next = tokio::time::timeout(Duration::from_secs(5), db.pool.acquire()).await;
+        assert!(
+            matches!(next, Ok(Ok(_))),
+            "the pool's free connection stayed with a removal nobody polled"
+        );
+    }
+}
