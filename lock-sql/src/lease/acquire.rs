@@ -111,8 +111,8 @@ pub(crate) async fn acquire(
         };
         if req.deadline.has_passed() {
             // Briefly: a slow server must not stretch the wait limit; a removal not
-            // done by then goes on in the background (the ticket's drop). A wake-up
-            // this look was for is handed on as the place is left.
+            // done by then goes on in its own task. A wake-up this look was for is
+            // handed on as the place is left.
             let _ = tokio::time::timeout(TICKET_REMOVAL_GRACE, ticket.remove()).await;
             return Ok(None);
         }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use lock_core::{LockKind, Result};
 
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::db::{q, Db};
@@ -27,47 +28,49 @@ pub(super) struct Ticket {
 }
 
 impl Ticket {
-    /// Removes the ticket. The id is forgotten only once the delete is done: dropped
-    /// half-way, or failed, the ticket is removed again in the background on drop.
+    /// Removes the ticket, and waits for that. The removal runs in a task of its own,
+    /// so a caller that stops polling holds nothing the client's other calls need (a
+    /// pool connection, or the head of the pool's queue), and one that leaves lets it
+    /// finish.
     pub(super) async fn remove(&mut self) {
-        if let Some(id) = self.id {
-            if dequeue(&self.db, &self.key, self.kind, id).await.is_ok() {
-                self.id = None;
-            }
+        if let Some(removed) = self.spawn_removal() {
+            let _ = removed.await;
         }
+    }
+
+    /// Starts the ticket's removal, retried while the server cannot be reached until
+    /// the ticket expires on its own: nothing refreshes it after this acquire, and every
+    /// writer or permit waiter behind it waits for it until then. Tells when done.
+    fn spawn_removal(&mut self) -> Option<oneshot::Receiver<()>> {
+        let rt = tokio::runtime::Handle::try_current().ok()?;
+        let id = self.id.take()?;
+        let until = Instant::now() + self.queue_ttl + EXPIRY_MARGIN;
+        let undo = Undo {
+            db: self.db.clone(),
+            key: self.key.clone(),
+            kind: self.kind,
+            owner: String::new(),
+            grant: None,
+            ticket: Some(id),
+        };
+        let (done, removed) = oneshot::channel();
+        self.db.cleanups.spawn_on(&rt, async move {
+            undo.run(false, until).await;
+            let _ = done.send(());
+        });
+        Some(removed)
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
-            // Removed again and again while the server cannot be reached, until the
-            // ticket expires on its own: nothing refreshes it after this acquire, and
-            // every writer or permit waiter behind it waits for it until then.
-            let until = Instant::now() + self.queue_ttl + EXPIRY_MARGIN;
-            let undo = Undo {
-                db: self.db.clone(),
-                key: self.key.clone(),
-                kind: self.kind,
-                owner: String::new(),
-                grant: None,
-                ticket: Some(id),
-            };
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                let cleanups = self.db.cleanups.clone();
-                cleanups.spawn_on(&rt, undo.run(false, until));
-            }
-        }
+        self.spawn_removal();
     }
 }
 
 /// Past the time a lease or ticket lives by the server's clock, counted here from a
 /// moment after its statement ran: room for the two clocks' rates to differ.
 const EXPIRY_MARGIN: Duration = Duration::from_secs(1);
-
-pub(super) async fn dequeue(db: &Db, key: &str, kind: LockKind, id: i64) -> Result<()> {
-    remove_ticket(db, key, kind, id).await.map(drop)
-}
 
 /// Deletes one queue ticket and tells whoever was behind it; returns whether it was
 /// there.
