@@ -24,6 +24,8 @@ use conformance_tests::server::Source;
 
 #[path = "etcd_support/mod.rs"]
 mod etcd_support;
+#[path = "redis_support/mod.rs"]
+mod redis_support;
 #[path = "sql_support/servers.rs"]
 mod servers;
 #[path = "zookeeper/backend.rs"]
@@ -400,8 +402,8 @@ impl CutOff for MemberFaults {
     }
 }
 
-/// The randomized history checker (docs/checker.md) on a cluster of three, with a
-/// member cut off, frozen or killed and restarted at a random moment of most runs.
+/// The randomized history checker (docs/checker.md) on a cluster, with a member cut
+/// off, frozen or killed and restarted at a random moment of most runs.
 async fn check_cluster(
     backend: Arc<dyn conformance_tests::Backend>,
     cluster: Arc<Cluster>,
@@ -418,7 +420,7 @@ async fn redlock_five_masters_under_faults() {
     if !containers_or_skip("RedLock faults") {
         return;
     }
-    let cluster = Cluster::redis_masters(5).await.expect("five redis masters");
+    let cluster = Arc::new(Cluster::redis_masters(5).await.expect("five redis masters"));
     header();
     let all = [
         Fault::IsolateMasters(2),
@@ -436,6 +438,14 @@ async fn redlock_five_masters_under_faults() {
         &faults,
     )
     .await;
+    // Then generated histories on the same masters.
+    let urls = cluster
+        .nodes
+        .iter()
+        .map(|node| format!("redis://127.0.0.1:{}", node.port()))
+        .collect();
+    let backend = Arc::new(redis_support::RedLock::new(urls));
+    check_cluster(backend, cluster, Consensus::Independent).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,17 +2,12 @@
 #![cfg(feature = "redis")]
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use async_trait::async_trait;
 mod redis_support;
 use conformance_tests::checker::{self, Budget};
+use conformance_tests::run_suite;
 use conformance_tests::server::{specs::REDIS, SharedServer, TestServer};
-use conformance_tests::{run_suite, Backend, ClientOptions};
-use lock_core::backend::LockBackend;
-use lock_core::{LockFamily, LockKey, LockProvider};
-use lock_redis::{RedLockBackend, RedisConfig};
-use redis_support::{leftovers, Inspect, Redis};
+use redis_support::{Inspect, RedLock, Redis};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_conformance() {
@@ -48,52 +43,6 @@ async fn redis_conformance() {
     .await;
 }
 
-/// RedLock over five masters: the exclusive-lock cases (fair and read-write locks are
-/// not offered on RedLock, so the suite skips them).
-struct RedLock {
-    urls: Vec<String>,
-    admin: RedLockBackend,
-}
-
-impl RedLock {
-    fn backend(&self) -> lock_core::Result<RedLockBackend> {
-        RedLockBackend::new(self.urls.iter().map(|url| {
-            RedisConfig::from_url(url)
-                .expect("valid URL")
-                .with_connect_timeout(Duration::from_secs(1))
-                .with_request_timeout(Duration::from_secs(1))
-        }))
-    }
-}
-
-#[async_trait]
-impl Backend for RedLock {
-    fn name(&self) -> &str {
-        "redlock"
-    }
-
-    async fn client(&self, options: ClientOptions) -> lock_core::Result<Arc<dyn LockProvider>> {
-        options.client(self.backend()?)
-    }
-
-    async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, String> {
-        let mut left = Vec::new();
-        for url in &self.urls {
-            let keys = leftovers(url, namespace).await?;
-            left.extend(keys.into_iter().map(|k| format!("{url} {k}")));
-        }
-        Ok(left)
-    }
-
-    async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
-        self.admin
-            .force_unlock(key, family)
-            .await
-            .map(drop)
-            .map_err(|e| e.to_string())
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_conformance() {
     let mut servers = Vec::new();
@@ -105,8 +54,7 @@ async fn redlock_conformance() {
         );
     }
     let urls: Vec<String> = servers.iter().map(TestServer::url).collect();
-    let admin = RedLockBackend::from_urls(&urls).unwrap();
-    let redlock = Arc::new(RedLock { urls, admin });
+    let redlock = Arc::new(RedLock::new(urls));
     let report = run_suite(redlock.clone()).await;
     assert!(report.failed.is_empty(), "{}", report.summary());
     checker::check(redlock, Budget::seeds(checker::SERVER_SEEDS))

@@ -164,8 +164,8 @@ pub(crate) struct Plan {
     pub(crate) member: Option<MemberPlan>,
 }
 
-/// A fault on one member of a replicated cluster (etcd, ZooKeeper), healed before the
-/// run ends: the others go on, and the clients must find them.
+/// A fault on one member of a cluster (etcd, ZooKeeper, RedLock's masters), healed
+/// before the run ends: the others go on, and the clients must find them.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct MemberPlan {
     /// When, in ms into the run.

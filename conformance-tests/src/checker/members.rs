@@ -1,6 +1,7 @@
-//! Faults on one member of a replicated cluster during a checker run, on the
-//! topologies of the fault suite (`tests/cluster.rs`): the leader or a follower cut
-//! off, the leader frozen, the leader killed and started again with its data.
+//! Faults on one member of a cluster during a checker run, on the topologies of the
+//! fault suite (`tests/cluster.rs`): the leader or a follower cut off, the leader
+//! frozen, the leader killed and started again with its data. On RedLock's masters,
+//! which elect nobody, the first master takes the leader's faults.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +31,9 @@ pub enum Consensus {
     Etcd,
     /// A ZooKeeper ensemble (zab).
     ZooKeeper,
+    /// Masters that elect nobody, each deciding alone (RedLock's): the first counts as
+    /// the leader, the second as a follower.
+    Independent,
 }
 
 /// A cluster whose members a run may fault, one at a time.
@@ -49,6 +53,7 @@ impl Members {
         match self.consensus {
             Consensus::Etcd => self.cluster.etcd_leader().await,
             Consensus::ZooKeeper => self.cluster.zookeeper_leader().await,
+            Consensus::Independent => Some(0),
         }
     }
 

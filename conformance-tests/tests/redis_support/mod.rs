@@ -11,7 +11,7 @@ use conformance_tests::server::sentinel::SentinelDeployment;
 use conformance_tests::{Backend, ClientOptions, HolderSpec};
 use lock_core::backend::LockBackend;
 use lock_core::{DistributedLockExt, LockClient, LockFamily, LockKey, LockProvider};
-use lock_redis::{redis, RedisBackend, RedisConfig};
+use lock_redis::{redis, RedLockBackend, RedisBackend, RedisConfig};
 use tokio::time::Instant;
 
 /// Every key of `namespace` on the server at `url` but the fencing counters, which stay
@@ -246,4 +246,56 @@ where
         got_at.saturating_duration_since(released_at)
     );
     guard.release().await.expect("release");
+}
+
+/// RedLock over several masters: the exclusive-lock cases (fair and read-write locks
+/// are not offered on RedLock, so the suite skips them).
+pub struct RedLock {
+    urls: Vec<String>,
+    admin: RedLockBackend,
+}
+
+impl RedLock {
+    /// RedLock over the masters at `urls`.
+    pub fn new(urls: Vec<String>) -> Self {
+        let admin = RedLockBackend::from_urls(&urls).expect("valid URLs");
+        RedLock { urls, admin }
+    }
+
+    fn backend(&self) -> lock_core::Result<RedLockBackend> {
+        RedLockBackend::new(self.urls.iter().map(|url| {
+            RedisConfig::from_url(url)
+                .expect("valid URL")
+                .with_connect_timeout(Duration::from_secs(1))
+                .with_request_timeout(Duration::from_secs(1))
+        }))
+    }
+}
+
+#[async_trait]
+impl Backend for RedLock {
+    fn name(&self) -> &str {
+        "redlock"
+    }
+
+    async fn client(&self, options: ClientOptions) -> lock_core::Result<Arc<dyn LockProvider>> {
+        options.client(self.backend()?)
+    }
+
+    async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, String> {
+        let mut left = Vec::new();
+        for url in &self.urls {
+            let keys = leftovers(url, namespace).await?;
+            left.extend(keys.into_iter().map(|k| format!("{url} {k}")));
+        }
+        Ok(left)
+    }
+
+    async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
+        self.admin
+            .force_unlock(key, family)
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
 }
