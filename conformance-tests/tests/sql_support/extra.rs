@@ -1184,6 +1184,49 @@ pub async fn a_ticket_the_server_missed_the_removal_of_goes(sql: &Sql) {
     );
 }
 
+/// A downgrade asked again while the first try's call still waits for its reply (cut
+/// off, then timed out at the caller; the statement is given longer) carries the same
+/// owner: when that call ends without knowing whether it was granted, its undo must
+/// not delete the read lease the second try was granted. Else the holder of that read
+/// lease believes it holds while a writer is let in.
+pub async fn a_downgrade_asked_again_keeps_its_read_side(sql: &Sql) {
+    let ns = ns();
+    let url = with_short_timeouts(&sql.url);
+    let (cut_off, proxy) = proxied_client(sql, &url, &ns, Duration::from_secs(30)).await;
+    let other = client(sql, &ns, sql.options()).await;
+    let lock = cut_off.rw_lock("downgraded").unwrap();
+    let write = lock
+        .write_with(AcquireOptions::try_once().lease(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    proxy.cut();
+    let first_asked = Instant::now();
+    let first = write.downgrade().await;
+    assert!(first.is_err(), "a downgrade cut off: {first:?}");
+    proxy.heal();
+    let read = write.downgrade().await.expect("the downgrade asked again");
+    write.release().await.unwrap();
+    // The first try's call ends by its statement's limit (three request timeouts);
+    // then its undo runs. Watch past both, with slack.
+    let writers = other.rw_lock("downgraded").unwrap();
+    while first_asked.elapsed() < Duration::from_secs(8) {
+        assert!(read.is_held(), "the read side was lost");
+        if let Some(writer) = writers.try_write().await.unwrap() {
+            let after = first_asked.elapsed();
+            let _ = writer.release().await;
+            panic!("a writer was granted {after:.1?} after the first downgrade, beside the read side of the second, which still believed it held");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    read.release().await.unwrap();
+    let _ = cut_off.shutdown().await;
+    let _ = other.shutdown().await;
+    println!(
+        "sql-extra[{}] PASS a_downgrade_asked_again_keeps_its_read_side",
+        sql.label
+    );
+}
+
 /// FOR UPDATE: `inspect` names the holder of a row lock (its owner and token), and
 /// a holder cut off for good, whose release never reaches the server, is no holder
 /// once the server has let its connection go: `inspect` names nobody and forgets the

@@ -396,6 +396,7 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     extra::a_silent_holder_lets_go(&for_update).await;
     extra::a_release_the_server_missed_still_forgets_its_holder(&for_update).await;
     extra::a_ticket_the_server_missed_the_removal_of_goes(&lease).await;
+    extra::a_downgrade_asked_again_keeps_its_read_side(&lease).await;
     extra::a_holder_cut_off_for_good_is_forgotten(&for_update).await;
     extra::inspect_never_names_an_earlier_grant(&for_update).await;
     extra::force_unlock_spares_a_reused_connection_id(&for_update).await;
