@@ -48,19 +48,24 @@ pub(crate) async fn acquire(
     timing: Timing,
     req: AcquireRequest<'_>,
 ) -> Result<Option<Grant<SqlLease>>> {
+    let key = KeyId::of(req.key);
+    // Before any call: a downgrade asked again carries the owner of an earlier one,
+    // whose grant may still be being undone, or its call still be under way.
+    let blind = db
+        .blind_undos
+        .arm(&key.hash, req.kind, req.owner.as_str())
+        .await;
     let ask = Arc::new(Ask {
-        key: KeyId::of(req.key),
+        key,
         kind: req.kind,
         owner: req.owner.as_str().to_owned(),
         ttl_ms: millis(req.ttl),
         queue_ttl_ms: millis(timing.queue_ttl),
         description: req.holder.to_owned(),
         permits: req.permits,
+        blind,
     });
     let key = &ask.key;
-    // A downgrade asked again carries the owner of an earlier one, whose grant may
-    // still be being undone.
-    db.blind_undos.stop(&key.hash, ask.kind, &ask.owner).await;
     let waits = !req.deadline.has_passed();
     let queued_kind = matches!(
         req.kind,

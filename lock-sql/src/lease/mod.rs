@@ -16,6 +16,7 @@
 
 mod acquire;
 mod admin;
+mod blind_undos;
 mod finished_if_left;
 mod release;
 mod transaction;
@@ -23,9 +24,9 @@ mod undo;
 
 pub(crate) use acquire::acquire;
 pub(crate) use admin::{force_unlock, force_unlock_holder, inspect, is_locked};
+pub(crate) use blind_undos::BlindUndos;
 pub(crate) use release::{proclaim, release, renew};
 pub(crate) use transaction::{bump_key, last_insert_id};
-pub(crate) use undo::BlindUndos;
 
 use std::time::Duration;
 
@@ -58,6 +59,9 @@ pub(super) struct Ask {
     pub(super) description: String,
     /// A semaphore's count (1 for locks).
     pub(super) permits: u32,
+    /// Stops the undos by owner alone of this acquire's calls once the same owner asks
+    /// again.
+    pub(super) blind: blind_undos::BlindSwitch,
 }
 
 pub(super) enum Outcome {

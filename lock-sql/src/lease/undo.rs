@@ -13,6 +13,7 @@ use crate::db::{q, Db};
 use crate::error::{classify, Class};
 use crate::key::kind_code;
 
+use super::blind_undos::BlindSwitch;
 use super::release::{delete_lease, notify};
 use super::Ask;
 
@@ -52,6 +53,7 @@ impl Ticket {
             owner: String::new(),
             grant: None,
             ticket: Some(id),
+            blind: None,
         };
         let (done, removed) = oneshot::channel();
         self.db.cleanups.spawn_on(&rt, async move {
@@ -111,6 +113,8 @@ pub(super) struct PendingWrite {
     /// A grant may have committed although its reply never came back, so its fence is
     /// unknown: the undo removes this owner's lease whatever its fence.
     pub(super) unknown_grant: bool,
+    /// The acquire's switch, which stops an undo by owner alone (see [`BlindSwitch`]).
+    pub(super) blind: BlindSwitch,
     /// Whether the write may still land after the undo starts (a commit or statement
     /// that failed or timed out at the client, not at the server).
     pub(super) uncertain: bool,
@@ -125,6 +129,7 @@ impl PendingWrite {
             owner: ask.owner.clone(),
             ttl_ms: ask.ttl_ms,
             queue_ttl_ms: ask.queue_ttl_ms,
+            blind: ask.blind.clone(),
             fence: None,
             ticket: None,
             unknown_grant: false,
@@ -161,6 +166,7 @@ impl Drop for PendingWrite {
             key: self.key.clone(),
             kind: self.kind,
             owner: self.owner.clone(),
+            blind: matches!(grant, Some(None)).then(|| self.blind.clone()),
             grant,
             ticket,
         };
@@ -190,6 +196,9 @@ pub(super) struct Undo {
     /// The granted lease: `Some(fence)`, or `None` when its fence is unknown.
     grant: Option<Option<i64>>,
     ticket: Option<i64>,
+    /// For a grant whose fence is unknown: its acquire's switch, turned when the same
+    /// owner asks again.
+    blind: Option<BlindSwitch>,
 }
 
 impl Undo {
@@ -199,13 +208,11 @@ impl Undo {
     /// holds (a synchronous standby that does not answer, a stalled disk) lands after a
     /// first delete found nothing, and would then block the lock for its whole lease.
     async fn run(mut self, uncertain: bool, until: Instant) {
-        // Deleting by owner alone would also delete the lease of a downgrade asked
-        // again (it carries the same owner): such an acquire stops this undo first.
-        let blind = matches!(self.grant, Some(None))
-            .then(|| self.db.blind_undos.start(&self.key, self.kind, &self.owner));
         let mut pause = Duration::from_millis(100);
         loop {
-            let stopped = match &blind {
+            // Deleting by owner alone would also delete the lease of a downgrade asked
+            // again (it carries the same owner): such an acquire turns this switch.
+            let stopped = match &self.blind {
                 Some(entry) => Some(entry.clone().lock_owned().await),
                 None => None,
             };
@@ -233,70 +240,6 @@ impl Undo {
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(2));
-        }
-        if let Some(entry) = blind {
-            self.db
-                .blind_undos
-                .finish(&self.key, self.kind, &self.owner, &entry);
-        }
-    }
-}
-
-/// The owner key of a blind undo: lock key hash, kind and owner.
-type BlindKey = (String, i64, String);
-
-/// Undos that delete an owner's lease whatever its fence (a grant whose fence never
-/// came back), by key, kind and owner. Each holds an async lock around every delete
-/// it makes, with `true` in it once stopped.
-#[derive(Debug, Default)]
-pub(crate) struct BlindUndos(
-    std::sync::Mutex<std::collections::HashMap<BlindKey, Arc<tokio::sync::Mutex<bool>>>>,
-);
-
-impl BlindUndos {
-    fn entries(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<BlindKey, Arc<tokio::sync::Mutex<bool>>>>
-    {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn start(&self, key: &str, kind: LockKind, owner: &str) -> Arc<tokio::sync::Mutex<bool>> {
-        let entry = Arc::new(tokio::sync::Mutex::new(false));
-        let id = (key.to_owned(), kind_code(kind), owner.to_owned());
-        self.entries().insert(id, entry.clone());
-        entry
-    }
-
-    fn finish(
-        &self,
-        key: &str,
-        kind: LockKind,
-        owner: &str,
-        entry: &Arc<tokio::sync::Mutex<bool>>,
-    ) {
-        let id = (key.to_owned(), kind_code(kind), owner.to_owned());
-        let mut entries = self.entries();
-        if entries.get(&id).is_some_and(|e| Arc::ptr_eq(e, entry)) {
-            entries.remove(&id);
-        }
-    }
-
-    /// Stops the blind undo of this key, kind and owner, if one runs, once its delete
-    /// under way (if any) is done: called before the same owner asks for the lease
-    /// again.
-    pub(super) async fn stop(&self, key: &str, kind: LockKind, owner: &str) {
-        let entry = {
-            let mut entries = self.entries();
-            if entries.is_empty() {
-                return; // nearly always: no allocation on the acquire path
-            }
-            entries.remove(&(key.to_owned(), kind_code(kind), owner.to_owned()))
-        };
-        if let Some(entry) = entry {
-            *entry.lock().await = true;
         }
     }
 }
