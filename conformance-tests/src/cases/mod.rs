@@ -297,6 +297,11 @@ pub fn all_cases() -> Vec<Case> {
             Box::new(|ctx| rwlock::downgrade(ctx).boxed()),
         ),
         case(
+            "rw::downgrade_twice",
+            RW,
+            Box::new(|ctx| rwlock::downgrade_twice(ctx).boxed()),
+        ),
+        case(
             "rw::downgrade_with_queued_writer",
             RW,
             Box::new(|ctx| rwlock::downgrade_with_queued_writer(ctx).boxed()),

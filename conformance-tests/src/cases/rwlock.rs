@@ -102,6 +102,40 @@ pub(crate) async fn downgrade(ctx: &Ctx) {
         .expect("release");
 }
 
+/// The writer takes the read side twice: each read guard holds until it is released,
+/// so releasing the second (and the write side) leaves the first reading, and no
+/// writer gets in until it goes too.
+pub(crate) async fn downgrade_twice(ctx: &Ctx) {
+    let owner = rw(&*ctx.client().await);
+    let other = rw(&*ctx.client().await);
+    let write = ok("write", owner.write().await);
+    let first = ok("first downgrade", write.downgrade().await);
+    let second = ok("second downgrade", write.downgrade().await);
+    assert_eq!(owner.read_hold_count(), 2);
+    ok("release the second read", second.release().await);
+    ok("release write", write.release().await);
+    assert!(first.is_held(), "the first read guard was lost");
+    assert_eq!(owner.read_hold_count(), 1);
+    if let Some(writer) = other.try_write().await.ok().flatten() {
+        let token = writer.fencing_token();
+        let _ = writer.release().await;
+        panic!(
+            "another writer was granted (token {token}) while the first read guard (token {}) still said held: {}",
+            first.fencing_token(),
+            first.is_held()
+        );
+    }
+    got("other read beside the first", other.try_read().await)
+        .release()
+        .await
+        .expect("release");
+    ok("release the first read", first.release().await);
+    got("other write at the end", other.try_write().await)
+        .release()
+        .await
+        .expect("release");
+}
+
 /// Another owner's writer is already queued when the holder of the write lock takes
 /// the read side (its read entry comes after the queued writer) and then releases
 /// the write side: the queued writer must go on waiting while the read side is held,
