@@ -1,7 +1,7 @@
 //! One acquisition: a granted lease, the guards that share it (the first, and those
 //! made by re-entry), and how it is given back.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -32,6 +32,9 @@ pub(crate) struct Acquisition<B: LockBackend> {
     /// Guards not yet released or dropped. Zero once the acquisition was given back
     /// (its last guard went, or a shutdown released it): guards left then are stale.
     holds: Mutex<u32>,
+    /// A write acquisition's downgrades, one at a time, and the read acquisition the
+    /// last one made.
+    read_side: tokio::sync::Mutex<Weak<Acquisition<B>>>,
 }
 
 /// What giving up one hold did.
@@ -55,6 +58,7 @@ impl<B: LockBackend> Acquisition<B> {
             lease,
             asked,
             holds: Mutex::new(1),
+            read_side: tokio::sync::Mutex::new(Weak::new()),
         })
     }
 
@@ -453,8 +457,15 @@ impl<B: LockBackend> Acquisition<B> {
                 self.name()
             )));
         }
+        // While the read side an earlier downgrade made is held, another downgrade
+        // re-enters it: a backend keeps one read lease per owner, which a second grant
+        // would share and its release end.
+        let mut read_side = self.read_side.lock().await;
         if *self.holds() == 0 || !self.lease.state.is_held() {
             return Err(self.lease_lost());
+        }
+        if let Some(Ok(guard)) = read_side.upgrade().map(|read| read.reenter()) {
+            return Ok(guard);
         }
         let options = AcquireOptions::try_once().with_lease(self.asked);
         let owner = Some(self.lease.held.owner.clone());
@@ -463,8 +474,14 @@ impl<B: LockBackend> Acquisition<B> {
             .acquire_as(LockKind::Read, options, owner, None)
             .await
         {
+            Ok(guard) => {
+                if let Some(hold) = guard.ops().as_any().downcast_ref::<GuardHold<B>>() {
+                    *read_side = Arc::downgrade(&hold.acquisition);
+                }
+                Ok(guard)
+            }
             Err(Error::Timeout { .. }) if !self.lease.state.is_held() => Err(self.lease_lost()),
-            other => other,
+            Err(err) => Err(err),
         }
     }
 }
@@ -509,6 +526,10 @@ impl<B: LockBackend> HoldOps for GuardHold<B> {
 
     fn reenter(&self) -> Result<LockGuard> {
         self.acquisition.reenter()
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 
     fn read_as_writer(&self) -> BoxFuture<'_, Result<LockGuard>> {

@@ -19,6 +19,8 @@ pub(crate) trait HoldOps: Send + Sync + fmt::Debug {
     fn release_on_drop(&self);
     fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<()>>;
     fn reenter(&self) -> Result<LockGuard>;
+    /// The implementation, for the acquisition a guard belongs to.
+    fn as_any(&self) -> &dyn std::any::Any;
     fn read_as_writer(&self) -> BoxFuture<'_, Result<LockGuard>>;
     fn proclaim<'a>(&'a self, value: &'a str) -> BoxFuture<'a, Result<()>>;
     fn lock_id(&self) -> LockId;
@@ -93,6 +95,10 @@ impl LockGuard {
             ops,
             done: false,
         }
+    }
+
+    pub(crate) fn ops(&self) -> &dyn HoldOps {
+        &*self.ops
     }
 
     /// The lock's name.
@@ -184,7 +190,9 @@ impl LockGuard {
     /// owners' writers queued meanwhile wait for it). This guard stays held: release it
     /// afterwards to keep only reading, a downgrade. The read guard has a fencing token
     /// of its own and a lease of the same kind as this one (a watchdog lease, or a fixed
-    /// lease as long as this one was asked for, counted from now).
+    /// lease as long as this one was asked for, counted from now). Asked again while a
+    /// read guard an earlier downgrade of this acquisition made is held, it re-enters
+    /// that read hold (same token, released with its last guard), with no round trip.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a guard that is not
