@@ -4,28 +4,43 @@
 //! would delete the new lease too.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use lock_core::LockKind;
 
 use crate::key::kind_code;
 
-/// An acquire's stop switch, which every blind undo of its calls holds across each
-/// delete and checks first: `true` once a later acquire of the same owner turned it.
-pub(crate) type BlindSwitch = Arc<tokio::sync::Mutex<bool>>;
+/// An acquire's stop switch: every blind undo of its calls takes `deleting` across
+/// each delete and looks at `stopped` first.
+#[derive(Debug, Default)]
+pub(crate) struct BlindSwitch {
+    /// Turned (for good) when the same owner asks again.
+    stopped: AtomicBool,
+    deleting: tokio::sync::Mutex<()>,
+}
+
+impl BlindSwitch {
+    /// Waits for a delete under way, if any; then, unless the switch was turned, holds
+    /// off its turning from completing until the returned guard is dropped.
+    pub(super) async fn may_delete(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        let deleting = self.deleting.lock().await;
+        (!self.stopped.load(Ordering::SeqCst)).then_some(deleting)
+    }
+}
 
 /// The owner key of a switch: lock key hash, kind and owner.
 type Owner = (String, i64, String);
 
-/// The switch of the latest acquire of each key, kind and owner, while that acquire,
-/// a call of it or an undo of its grant still holds it.
+/// The switches of each key, kind and owner that an acquire, a call of one or an undo
+/// of its grant still holds.
 #[derive(Debug, Default)]
 pub(crate) struct BlindUndos(Mutex<Switches>);
 
 #[derive(Debug, Default)]
 struct Switches {
-    by_owner: HashMap<Owner, Weak<tokio::sync::Mutex<bool>>>,
-    /// How many were kept at the last sweep of those nobody holds.
+    by_owner: HashMap<Owner, Vec<Weak<BlindSwitch>>>,
+    /// How many owners were kept at the last sweep of those nobody holds.
     kept: usize,
 }
 
@@ -36,32 +51,42 @@ impl BlindUndos {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The switch of a new acquire of `key`'s `kind` by `owner`. Registered before
-    /// any call of the acquire is sent, so a later acquire of the same owner finds it
-    /// whatever the call's task does. An earlier acquire's switch is turned first,
-    /// once its undo's delete under way (if any) is done.
-    pub(super) async fn arm(&self, key: &str, kind: LockKind, owner: &str) -> BlindSwitch {
-        let switch = BlindSwitch::default();
-        let earlier = {
+    /// The switch of a new acquire of `key`'s `kind` by `owner`, registered before any
+    /// call of it is sent. Every earlier switch of the same owner is turned at once (so
+    /// a caller that leaves half-way still stops them), and its delete under way, if
+    /// any, awaited: one sent before could otherwise land after this acquire's grant.
+    pub(super) async fn arm(&self, key: &str, kind: LockKind, owner: &str) -> Arc<BlindSwitch> {
+        let switch = Arc::new(BlindSwitch::default());
+        let earlier: Vec<Arc<BlindSwitch>> = {
             let mut switches = self.switches();
             let id = (key.to_owned(), kind_code(kind), owner.to_owned());
-            let earlier = switches.by_owner.insert(id, Arc::downgrade(&switch));
+            let list = switches.by_owner.entry(id).or_default();
+            let earlier: Vec<_> = list.iter().filter_map(Weak::upgrade).collect();
+            for switch in &earlier {
+                switch.stopped.store(true, Ordering::SeqCst);
+            }
+            // Kept while held: a later acquire waits for their deletes under way too.
+            list.retain(|switch| switch.strong_count() > 0);
+            list.push(Arc::downgrade(&switch));
             switches.sweep();
-            earlier.and_then(|earlier| earlier.upgrade())
+            earlier
         };
-        if let Some(earlier) = earlier {
-            *earlier.lock().await = true;
+        for switch in earlier {
+            drop(switch.deleting.lock().await);
         }
         switch
     }
 }
 
 impl Switches {
-    /// Forgets the switches nobody holds any more, once their number has doubled
-    /// since the last sweep: amortized, a constant cost per acquire.
+    /// Forgets the owners whose switches nobody holds any more, once their number has
+    /// doubled since the last sweep: amortized, a constant cost per acquire.
     fn sweep(&mut self) {
         if self.by_owner.len() > 2 * self.kept.max(32) {
-            self.by_owner.retain(|_, switch| switch.strong_count() > 0);
+            self.by_owner.retain(|_, list| {
+                list.retain(|switch| switch.strong_count() > 0);
+                !list.is_empty()
+            });
             self.kept = self.by_owner.len();
         }
     }
@@ -71,17 +96,47 @@ impl Switches {
 mod tests {
     use super::*;
 
+    fn turned(switch: &BlindSwitch) -> bool {
+        switch.stopped.load(Ordering::SeqCst)
+    }
+
     #[tokio::test]
-    async fn a_later_acquire_of_the_same_owner_turns_the_earlier_switch() {
+    async fn a_later_acquire_of_the_same_owner_turns_every_earlier_switch() {
         let undos = BlindUndos::default();
         let first = undos.arm("k", LockKind::Read, "o").await;
+        let second = undos.arm("k", LockKind::Read, "o").await;
         let other_owner = undos.arm("k", LockKind::Read, "p").await;
         let other_kind = undos.arm("k", LockKind::Write, "o").await;
-        assert!(!*first.lock().await);
-        let again = undos.arm("k", LockKind::Read, "o").await;
-        assert!(*first.lock().await, "the earlier switch is turned");
-        assert!(!*again.lock().await);
-        assert!(!*other_owner.lock().await && !*other_kind.lock().await);
+        assert!(turned(&first) && !turned(&second));
+        let third = undos.arm("k", LockKind::Read, "o").await;
+        assert!(turned(&first) && turned(&second) && !turned(&third));
+        assert!(!turned(&other_owner) && !turned(&other_kind));
+        assert!(third.may_delete().await.is_some());
+        assert!(first.may_delete().await.is_none());
+    }
+
+    /// An acquire that leaves while it waits for an earlier delete has still turned
+    /// the earlier switch, and the next acquire waits for that delete as well.
+    #[tokio::test]
+    async fn an_acquire_that_leaves_still_stops_the_earlier_undo() {
+        let undos = BlindUndos::default();
+        let first = undos.arm("k", LockKind::Read, "o").await;
+        let deleting = first.may_delete().await.expect("not turned yet");
+        let left = tokio::time::timeout(
+            std::time::Duration::from_millis(50),
+            undos.arm("k", LockKind::Read, "o"),
+        )
+        .await;
+        assert!(left.is_err(), "waited for the delete under way");
+        assert!(turned(&first));
+        let mut next = std::pin::pin!(undos.arm("k", LockKind::Read, "o"));
+        assert!(
+            futures::poll!(next.as_mut()).is_pending(),
+            "the next waits too"
+        );
+        drop(deleting);
+        let next = next.await;
+        assert!(!turned(&next));
     }
 
     #[tokio::test]
@@ -91,12 +146,10 @@ mod tests {
         for n in 0..1_000 {
             drop(undos.arm("k", LockKind::Read, &n.to_string()).await);
         }
-        assert!(undos.switches().by_owner.len() <= 70);
-        assert!(undos.switches().by_owner.contains_key(&(
-            "k".into(),
-            kind_code(LockKind::Read),
-            "held".into()
-        )));
+        let switches = undos.switches();
+        assert!(switches.by_owner.len() <= 70, "{}", switches.by_owner.len());
+        let id = ("k".to_owned(), kind_code(LockKind::Read), "held".to_owned());
+        assert!(switches.by_owner.contains_key(&id));
         drop(held);
     }
 }

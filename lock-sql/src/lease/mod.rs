@@ -28,6 +28,7 @@ pub(crate) use blind_undos::BlindUndos;
 pub(crate) use release::{proclaim, release, renew};
 pub(crate) use transaction::{bump_key, last_insert_id};
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::LockKind;
@@ -61,7 +62,7 @@ pub(super) struct Ask {
     pub(super) permits: u32,
     /// Stops the undos by owner alone of this acquire's calls once the same owner asks
     /// again.
-    pub(super) blind: blind_undos::BlindSwitch,
+    pub(super) blind: Arc<blind_undos::BlindSwitch>,
 }
 
 pub(super) enum Outcome {

@@ -114,7 +114,7 @@ pub(super) struct PendingWrite {
     /// unknown: the undo removes this owner's lease whatever its fence.
     pub(super) unknown_grant: bool,
     /// The acquire's switch, which stops an undo by owner alone (see [`BlindSwitch`]).
-    pub(super) blind: BlindSwitch,
+    pub(super) blind: Arc<BlindSwitch>,
     /// Whether the write may still land after the undo starts (a commit or statement
     /// that failed or timed out at the client, not at the server).
     pub(super) uncertain: bool,
@@ -198,7 +198,7 @@ pub(super) struct Undo {
     ticket: Option<i64>,
     /// For a grant whose fence is unknown: its acquire's switch, turned when the same
     /// owner asks again.
-    blind: Option<BlindSwitch>,
+    blind: Option<Arc<BlindSwitch>>,
 }
 
 impl Undo {
@@ -212,13 +212,16 @@ impl Undo {
         loop {
             // Deleting by owner alone would also delete the lease of a downgrade asked
             // again (it carries the same owner): such an acquire turns this switch.
-            let stopped = match &self.blind {
-                Some(entry) => Some(entry.clone().lock_owned().await),
-                None => None,
+            let deleting = match (&self.blind, self.grant) {
+                (Some(switch), Some(_)) => {
+                    let deleting = switch.may_delete().await;
+                    if deleting.is_none() {
+                        self.grant = None;
+                    }
+                    deleting
+                }
+                _ => None,
             };
-            if stopped.as_deref() == Some(&true) {
-                break;
-            }
             let mut again = false;
             if let Some(fence) = self.grant {
                 match delete_lease(&self.db, &self.key, self.kind, &self.owner, fence).await {
@@ -234,7 +237,7 @@ impl Undo {
                     _ => again = true,
                 }
             }
-            drop(stopped);
+            drop(deleting);
             if !again || Instant::now() + pause > until {
                 break;
             }
