@@ -55,8 +55,13 @@ impl BlindUndos {
     /// call of it is sent. Every earlier switch of the same owner is turned at once (so
     /// a caller that leaves half-way still stops them), and its delete under way, if
     /// any, awaited: one sent before could otherwise land after this acquire's grant.
+    /// Only the read side is asked again by its owner (a downgrade): another kind's
+    /// switch is not registered, and nothing turns it.
     pub(super) async fn arm(&self, key: &str, kind: LockKind, owner: &str) -> Arc<BlindSwitch> {
         let switch = Arc::new(BlindSwitch::default());
+        if kind != LockKind::Read {
+            return switch;
+        }
         let earlier: Vec<Arc<BlindSwitch>> = {
             let mut switches = self.switches();
             let id = (key.to_owned(), kind_code(kind), owner.to_owned());
@@ -106,11 +111,14 @@ mod tests {
         let first = undos.arm("k", LockKind::Read, "o").await;
         let second = undos.arm("k", LockKind::Read, "o").await;
         let other_owner = undos.arm("k", LockKind::Read, "p").await;
-        let other_kind = undos.arm("k", LockKind::Write, "o").await;
+        let other_key = undos.arm("l", LockKind::Read, "o").await;
         assert!(turned(&first) && !turned(&second));
         let third = undos.arm("k", LockKind::Read, "o").await;
         assert!(turned(&first) && turned(&second) && !turned(&third));
-        assert!(!turned(&other_owner) && !turned(&other_kind));
+        assert!(!turned(&other_owner) && !turned(&other_key));
+        let write = undos.arm("k", LockKind::Write, "o").await;
+        drop(undos.arm("k", LockKind::Write, "o").await);
+        assert!(!turned(&write), "only the read side is asked again");
         assert!(third.may_delete().await.is_some());
         assert!(first.may_delete().await.is_none());
     }
