@@ -385,7 +385,13 @@ impl Worker {
                 };
                 let (text, _) = outcome(&ended);
                 if let Ended::Done(Ok(read)) = ended {
-                    let new = shared.grant(self.task, id, self.client, &read, Some(hold));
+                    // Asked while the read side an earlier downgrade made is held, a
+                    // downgrade re-enters it.
+                    let token = read.fencing_token();
+                    let new = match self.history().reentered_read(hold, token) {
+                        Some(earlier) => earlier,
+                        None => shared.grant(self.task, id, self.client, &read, Some(hold)),
+                    };
                     self.held.push(Held::One(read, new));
                 }
                 self.history().returned(self.task, id, text, false);

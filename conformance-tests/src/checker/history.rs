@@ -216,6 +216,19 @@ impl History {
         self.lock().holds[hold].name
     }
 
+    /// The read hold that a downgrade of `write` re-entered, if its answer has the
+    /// token of a read hold of the same owner still held (the read side an earlier
+    /// downgrade made): it counts one more guard there instead of a grant.
+    pub(crate) fn reentered_read(&self, write: HoldId, token: u64) -> Option<HoldId> {
+        let mut inner = self.lock();
+        let owner = inner.holds[write].owner;
+        let hold = inner.holds.iter().position(|h| {
+            h.owner == owner && h.kind == LockKind::Read && h.token == token && h.guards > 0
+        })?;
+        inner.holds[hold].guards += 1;
+        Some(hold)
+    }
+
     /// One more guard on `hold` (a re-entry).
     pub(crate) fn add_guard(&self, hold: HoldId) {
         self.lock().holds[hold].guards += 1;
