@@ -192,7 +192,8 @@ impl LockGuard {
     /// of its own and a lease of the same kind as this one (a watchdog lease, or a fixed
     /// lease as long as this one was asked for, counted from now). Asked again while a
     /// read guard an earlier downgrade of this acquisition made is held, it re-enters
-    /// that read hold (same token, released with its last guard), with no round trip.
+    /// that read hold (same token and lease, released with its last guard), with no
+    /// round trip.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a guard that is not

@@ -12,20 +12,18 @@ use lock_core::LockKind;
 use crate::key::kind_code;
 
 /// An acquire's stop switch: every blind undo of its calls takes `deleting` across
-/// each delete and looks at `stopped` first.
+/// each delete (and from a failed one on, until it ends) and looks at `stopped` first.
 #[derive(Debug, Default)]
 pub(crate) struct BlindSwitch {
     /// Turned (for good) when the same owner asks again.
     stopped: AtomicBool,
-    deleting: tokio::sync::Mutex<()>,
+    pub(super) deleting: tokio::sync::Mutex<()>,
 }
 
 impl BlindSwitch {
-    /// Waits for a delete under way, if any; then, unless the switch was turned, holds
-    /// off its turning from completing until the returned guard is dropped.
-    pub(super) async fn may_delete(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
-        let deleting = self.deleting.lock().await;
-        (!self.stopped.load(Ordering::SeqCst)).then_some(deleting)
+    /// Whether the same owner asked again.
+    pub(super) fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
     }
 }
 
@@ -52,9 +50,10 @@ impl BlindUndos {
     }
 
     /// The switch of a new acquire of `key`'s `kind` by `owner`, registered before any
-    /// call of it is sent. Every earlier switch of the same owner is turned at once (so
-    /// a caller that leaves half-way still stops them), and its delete under way, if
-    /// any, awaited: one sent before could otherwise land after this acquire's grant.
+    /// call of it is sent. Every earlier switch of the same owner still held is turned,
+    /// each between its undo's deletes, once none of them can land any more (a delete
+    /// sent before could otherwise land after this acquire's grant). An acquire that
+    /// leaves while it waits turns the rest no more: the next finds them still listed.
     /// Only the read side is asked again by its owner (a downgrade): another kind's
     /// switch is not registered, and nothing turns it.
     pub(super) async fn arm(&self, key: &str, kind: LockKind, owner: &str) -> Arc<BlindSwitch> {
@@ -67,17 +66,14 @@ impl BlindUndos {
             let id = (key.to_owned(), kind_code(kind), owner.to_owned());
             let list = switches.by_owner.entry(id).or_default();
             let earlier: Vec<_> = list.iter().filter_map(Weak::upgrade).collect();
-            for switch in &earlier {
-                switch.stopped.store(true, Ordering::SeqCst);
-            }
-            // Kept while held: a later acquire waits for their deletes under way too.
             list.retain(|switch| switch.strong_count() > 0);
             list.push(Arc::downgrade(&switch));
             switches.sweep();
             earlier
         };
         for switch in earlier {
-            drop(switch.deleting.lock().await);
+            let _deleting = switch.deleting.lock().await;
+            switch.stopped.store(true, Ordering::SeqCst);
         }
         switch
     }
@@ -101,10 +97,6 @@ impl Switches {
 mod tests {
     use super::*;
 
-    fn turned(switch: &BlindSwitch) -> bool {
-        switch.stopped.load(Ordering::SeqCst)
-    }
-
     #[tokio::test]
     async fn a_later_acquire_of_the_same_owner_turns_every_earlier_switch() {
         let undos = BlindUndos::default();
@@ -112,31 +104,29 @@ mod tests {
         let second = undos.arm("k", LockKind::Read, "o").await;
         let other_owner = undos.arm("k", LockKind::Read, "p").await;
         let other_key = undos.arm("l", LockKind::Read, "o").await;
-        assert!(turned(&first) && !turned(&second));
+        assert!(first.is_stopped() && !second.is_stopped());
         let third = undos.arm("k", LockKind::Read, "o").await;
-        assert!(turned(&first) && turned(&second) && !turned(&third));
-        assert!(!turned(&other_owner) && !turned(&other_key));
+        assert!(first.is_stopped() && second.is_stopped() && !third.is_stopped());
+        assert!(!other_owner.is_stopped() && !other_key.is_stopped());
         let write = undos.arm("k", LockKind::Write, "o").await;
         drop(undos.arm("k", LockKind::Write, "o").await);
-        assert!(!turned(&write), "only the read side is asked again");
-        assert!(third.may_delete().await.is_some());
-        assert!(first.may_delete().await.is_none());
+        assert!(!write.is_stopped(), "only the read side is asked again");
     }
 
-    /// An acquire that leaves while it waits for an earlier delete has still turned
-    /// the earlier switch, and the next acquire waits for that delete as well.
+    /// An acquire waits for an earlier undo's delete under way before it turns that
+    /// switch; one that leaves meanwhile turns nothing, and the next still finds it.
     #[tokio::test]
-    async fn an_acquire_that_leaves_still_stops_the_earlier_undo() {
+    async fn a_switch_is_turned_between_deletes_by_whichever_acquire_stays() {
         let undos = BlindUndos::default();
         let first = undos.arm("k", LockKind::Read, "o").await;
-        let deleting = first.may_delete().await.expect("not turned yet");
+        let deleting = first.deleting.lock().await;
         let left = tokio::time::timeout(
             std::time::Duration::from_millis(50),
             undos.arm("k", LockKind::Read, "o"),
         )
         .await;
         assert!(left.is_err(), "waited for the delete under way");
-        assert!(turned(&first));
+        assert!(!first.is_stopped(), "turned during a delete");
         let mut next = std::pin::pin!(undos.arm("k", LockKind::Read, "o"));
         assert!(
             futures::poll!(next.as_mut()).is_pending(),
@@ -144,7 +134,7 @@ mod tests {
         );
         drop(deleting);
         let next = next.await;
-        assert!(!turned(&next));
+        assert!(first.is_stopped() && !next.is_stopped());
     }
 
     #[tokio::test]

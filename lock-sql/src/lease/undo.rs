@@ -208,26 +208,34 @@ impl Undo {
     /// holds (a synchronous standby that does not answer, a stalled disk) lands after a
     /// first delete found nothing, and would then block the lock for its whole lease.
     async fn run(mut self, uncertain: bool, until: Instant) {
+        let blind = self.blind.take();
+        // Held across each delete of a grant of unknown fence, and from a failed one on
+        // until the undo ends: that delete may still land on the server, and must not
+        // land after a grant of the same owner's next acquire, which waits for it.
+        let mut deleting = None;
+        let mut in_doubt = false;
         let mut pause = Duration::from_millis(100);
         loop {
-            // Deleting by owner alone would also delete the lease of a downgrade asked
-            // again (it carries the same owner): such an acquire turns this switch.
-            let deleting = match (&self.blind, self.grant) {
-                (Some(switch), Some(_)) => {
-                    let deleting = switch.may_delete().await;
-                    if deleting.is_none() {
-                        self.grant = None;
-                    }
-                    deleting
+            if let (Some(switch), Some(_)) = (&blind, self.grant) {
+                if deleting.is_none() {
+                    deleting = Some(switch.deleting.lock().await);
                 }
-                _ => None,
-            };
+                // Deleting by owner alone would also delete the lease of a downgrade
+                // asked again (it carries the same owner): such an acquire turns this.
+                if switch.is_stopped() {
+                    self.grant = None;
+                }
+            }
             let mut again = false;
             if let Some(fence) = self.grant {
                 match delete_lease(&self.db, &self.key, self.kind, &self.owner, fence).await {
                     Ok(true) => self.grant = None,
                     Ok(false) if !uncertain => self.grant = None,
-                    _ => again = true,
+                    Ok(false) => again = true,
+                    Err(_) => {
+                        again = true;
+                        in_doubt |= fence.is_none();
+                    }
                 }
             }
             if let Some(id) = self.ticket {
@@ -237,12 +245,17 @@ impl Undo {
                     _ => again = true,
                 }
             }
-            drop(deleting);
+            if !in_doubt {
+                deleting = None;
+            }
             if !again || Instant::now() + pause > until {
                 break;
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(2));
+        }
+        if deleting.is_some() {
+            tokio::time::sleep_until(until).await;
         }
     }
 }
@@ -271,20 +284,56 @@ mod tests {
     use super::*;
     use crate::SqlConfig;
 
+    async fn scratch_db(max_connections: u32) -> (tempfile::TempDir, Arc<Db>) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("locks.db").display()
+        );
+        let options = SqlConfig::from_url(&url)
+            .unwrap()
+            .with_max_connections(max_connections);
+        let parsed = crate::url::parse(&options.driver_url().unwrap()).unwrap();
+        let db = Arc::new(Db::connect(&options, parsed).await.unwrap());
+        (dir, db)
+    }
+
+    /// An undo by owner alone whose delete failed (it may still land on the server)
+    /// keeps the same owner's next acquire waiting until the undo ends.
+    #[tokio::test]
+    async fn a_delete_that_may_still_land_holds_off_the_owner_until_the_undo_ends() {
+        let (_dir, db) = scratch_db(2).await;
+        let switch = db.blind_undos.arm("a-key", LockKind::Read, "o").await;
+        let undo = Undo {
+            db: db.clone(),
+            key: "a-key".to_owned(),
+            kind: LockKind::Read,
+            owner: "o".to_owned(),
+            grant: Some(None),
+            ticket: None,
+            blind: Some(switch),
+        };
+        // Every delete fails.
+        db.pool.close().await;
+        let until = Instant::now() + Duration::from_millis(1_500);
+        let run = tokio::spawn(undo.run(true, until));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let again = db.blind_undos.arm("a-key", LockKind::Read, "o").await;
+        assert!(Instant::now() >= until, "asked again before the undo ended");
+        assert!(!again.is_stopped());
+        tokio::time::timeout(Duration::from_secs(5), run)
+            .await
+            .expect("the undo ends")
+            .unwrap();
+    }
+
     /// A caller whose wait ended asks for its ticket's removal, is polled once while
     /// every pool connection is busy, and then is kept without being polled (say, in
     /// a `select!` whose other branch runs long): the client's other calls must still
     /// get the next free connection.
     #[tokio::test]
     async fn a_removal_its_caller_stops_polling_keeps_no_connection_from_the_pool() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!(
-            "sqlite://{}?mode=rwc",
-            dir.path().join("queue.db").display()
-        );
-        let options = SqlConfig::from_url(&url).unwrap().with_max_connections(1);
-        let parsed = crate::url::parse(&options.driver_url().unwrap()).unwrap();
-        let db = Arc::new(Db::connect(&options, parsed).await.unwrap());
+        let (_dir, db) = scratch_db(1).await;
         let busy = db.pool.acquire().await.unwrap();
         let mut ticket = Ticket {
             db: db.clone(),
