@@ -458,8 +458,8 @@ impl<B: LockBackend> Acquisition<B> {
             )));
         }
         // While the read side an earlier downgrade made is held, another downgrade
-        // re-enters it: a backend keeps one read lease per owner, which a second grant
-        // would share and its release end.
+        // re-enters it, alike on every backend: the SQL tables keep one read lease per
+        // owner, and would refuse a second.
         let mut read_side = self.read_side.lock().await;
         if *self.holds() == 0 || !self.lease.state.is_held() {
             return Err(self.lease_lost());
