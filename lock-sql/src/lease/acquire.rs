@@ -53,8 +53,15 @@ pub(crate) async fn acquire(
     // whose grant may still be being undone, or its call still be under way.
     let blind = db
         .blind_undos
-        .arm(&key.hash, req.kind, req.owner.as_str())
-        .await;
+        .arm(&key.hash, req.kind, req.owner.as_str(), db.request_timeout)
+        .await
+        .ok_or_else(|| {
+            timed_out(
+                db.name(),
+                "the clean-up of this owner's earlier try",
+                db.request_timeout,
+            )
+        })?;
     let ask = Arc::new(Ask {
         key,
         kind: req.kind,

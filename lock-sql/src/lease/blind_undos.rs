@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
 
 use lock_core::LockKind;
 
@@ -56,10 +57,19 @@ impl BlindUndos {
     /// leaves while it waits turns the rest no more: the next finds them still listed.
     /// Only the read side is asked again by its owner (a downgrade): another kind's
     /// switch is not registered, and nothing turns it.
-    pub(super) async fn arm(&self, key: &str, kind: LockKind, owner: &str) -> Arc<BlindSwitch> {
+    ///
+    /// `None` if an earlier undo still holds its switch after `limit`: one of its
+    /// deletes failed and may still land, so this acquire must not be granted yet.
+    pub(super) async fn arm(
+        &self,
+        key: &str,
+        kind: LockKind,
+        owner: &str,
+        limit: Duration,
+    ) -> Option<Arc<BlindSwitch>> {
         let switch = Arc::new(BlindSwitch::default());
         if kind != LockKind::Read {
-            return switch;
+            return Some(switch);
         }
         let earlier: Vec<Arc<BlindSwitch>> = {
             let mut switches = self.switches();
@@ -71,11 +81,14 @@ impl BlindUndos {
             switches.sweep();
             earlier
         };
+        let until = tokio::time::Instant::now() + limit;
         for switch in earlier {
-            let _deleting = switch.deleting.lock().await;
+            let _deleting = tokio::time::timeout_at(until, switch.deleting.lock())
+                .await
+                .ok()?;
             switch.stopped.store(true, Ordering::SeqCst);
         }
-        switch
+        Some(switch)
     }
 }
 
@@ -97,19 +110,21 @@ impl Switches {
 mod tests {
     use super::*;
 
+    const LIMIT: Duration = Duration::from_secs(5);
+
     #[tokio::test]
     async fn a_later_acquire_of_the_same_owner_turns_every_earlier_switch() {
         let undos = BlindUndos::default();
-        let first = undos.arm("k", LockKind::Read, "o").await;
-        let second = undos.arm("k", LockKind::Read, "o").await;
-        let other_owner = undos.arm("k", LockKind::Read, "p").await;
-        let other_key = undos.arm("l", LockKind::Read, "o").await;
+        let first = undos.arm("k", LockKind::Read, "o", LIMIT).await.unwrap();
+        let second = undos.arm("k", LockKind::Read, "o", LIMIT).await.unwrap();
+        let other_owner = undos.arm("k", LockKind::Read, "p", LIMIT).await.unwrap();
+        let other_key = undos.arm("l", LockKind::Read, "o", LIMIT).await.unwrap();
         assert!(first.is_stopped() && !second.is_stopped());
-        let third = undos.arm("k", LockKind::Read, "o").await;
+        let third = undos.arm("k", LockKind::Read, "o", LIMIT).await.unwrap();
         assert!(first.is_stopped() && second.is_stopped() && !third.is_stopped());
         assert!(!other_owner.is_stopped() && !other_key.is_stopped());
-        let write = undos.arm("k", LockKind::Write, "o").await;
-        drop(undos.arm("k", LockKind::Write, "o").await);
+        let write = undos.arm("k", LockKind::Write, "o", LIMIT).await.unwrap();
+        drop(undos.arm("k", LockKind::Write, "o", LIMIT).await.unwrap());
         assert!(!write.is_stopped(), "only the read side is asked again");
     }
 
@@ -118,31 +133,46 @@ mod tests {
     #[tokio::test]
     async fn a_switch_is_turned_between_deletes_by_whichever_acquire_stays() {
         let undos = BlindUndos::default();
-        let first = undos.arm("k", LockKind::Read, "o").await;
+        let first = undos.arm("k", LockKind::Read, "o", LIMIT).await.unwrap();
         let deleting = first.deleting.lock().await;
         let left = tokio::time::timeout(
             std::time::Duration::from_millis(50),
-            undos.arm("k", LockKind::Read, "o"),
+            undos.arm("k", LockKind::Read, "o", LIMIT),
         )
         .await;
         assert!(left.is_err(), "waited for the delete under way");
         assert!(!first.is_stopped(), "turned during a delete");
-        let mut next = std::pin::pin!(undos.arm("k", LockKind::Read, "o"));
+        let mut next = std::pin::pin!(undos.arm("k", LockKind::Read, "o", LIMIT));
         assert!(
             futures::poll!(next.as_mut()).is_pending(),
             "the next waits too"
         );
         drop(deleting);
-        let next = next.await;
+        let next = next.await.expect("within the limit");
         assert!(first.is_stopped() && !next.is_stopped());
+    }
+
+    /// An earlier undo that holds its switch past the limit (a delete that may still
+    /// land) keeps the acquire from going on.
+    #[tokio::test]
+    async fn an_acquire_gives_up_on_a_switch_held_past_its_limit() {
+        let undos = BlindUndos::default();
+        let first = undos.arm("k", LockKind::Read, "o", LIMIT).await.unwrap();
+        let in_doubt = first.deleting.lock().await;
+        let short = Duration::from_millis(50);
+        assert!(undos.arm("k", LockKind::Read, "o", short).await.is_none());
+        assert!(!first.is_stopped());
+        drop(in_doubt);
+        assert!(undos.arm("k", LockKind::Read, "o", short).await.is_some());
+        assert!(first.is_stopped());
     }
 
     #[tokio::test]
     async fn switches_nobody_holds_are_forgotten() {
         let undos = BlindUndos::default();
-        let held = undos.arm("k", LockKind::Read, "held").await;
+        let held = undos.arm("k", LockKind::Read, "held", LIMIT).await.unwrap();
         for n in 0..1_000 {
-            drop(undos.arm("k", LockKind::Read, &n.to_string()).await);
+            drop(undos.arm("k", LockKind::Read, &n.to_string(), LIMIT).await);
         }
         let switches = undos.switches();
         assert!(switches.by_owner.len() <= 70, "{}", switches.by_owner.len());

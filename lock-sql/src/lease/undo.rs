@@ -214,6 +214,8 @@ impl Undo {
         // land after a grant of the same owner's next acquire, which waits for it.
         let mut deleting = None;
         let mut in_doubt = false;
+        // A failed delete is given one request timeout more than the undo.
+        let mut hold_until = until;
         let mut pause = Duration::from_millis(100);
         loop {
             if let (Some(switch), Some(_)) = (&blind, self.grant) {
@@ -235,6 +237,7 @@ impl Undo {
                     Err(_) => {
                         again = true;
                         in_doubt |= fence.is_none();
+                        hold_until = hold_until.max(Instant::now() + self.db.request_timeout);
                     }
                 }
             }
@@ -255,7 +258,7 @@ impl Undo {
             pause = (pause * 2).min(Duration::from_secs(2));
         }
         if deleting.is_some() {
-            tokio::time::sleep_until(until).await;
+            tokio::time::sleep_until(hold_until).await;
         }
     }
 }
@@ -303,7 +306,12 @@ mod tests {
     #[tokio::test]
     async fn a_delete_that_may_still_land_holds_off_the_owner_until_the_undo_ends() {
         let (_dir, db) = scratch_db(2).await;
-        let switch = db.blind_undos.arm("a-key", LockKind::Read, "o").await;
+        let limit = Duration::from_secs(30);
+        let switch = db
+            .blind_undos
+            .arm("a-key", LockKind::Read, "o", limit)
+            .await;
+        let switch = switch.unwrap();
         let undo = Undo {
             db: db.clone(),
             key: "a-key".to_owned(),
@@ -318,9 +326,12 @@ mod tests {
         let until = Instant::now() + Duration::from_millis(1_500);
         let run = tokio::spawn(undo.run(true, until));
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let again = db.blind_undos.arm("a-key", LockKind::Read, "o").await;
+        let again = db
+            .blind_undos
+            .arm("a-key", LockKind::Read, "o", limit)
+            .await;
         assert!(Instant::now() >= until, "asked again before the undo ended");
-        assert!(!again.is_stopped());
+        assert!(!again.expect("within the limit").is_stopped());
         tokio::time::timeout(Duration::from_secs(5), run)
             .await
             .expect("the undo ends")
