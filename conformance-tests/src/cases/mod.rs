@@ -302,6 +302,11 @@ pub fn all_cases() -> Vec<Case> {
             Box::new(|ctx| rwlock::downgrade_twice(ctx).boxed()),
         ),
         case(
+            "rw::downgrade_after_dropping_the_read_side",
+            RW,
+            Box::new(|ctx| rwlock::downgrade_after_dropping_the_read_side(ctx).boxed()),
+        ),
+        case(
             "rw::downgrade_with_queued_writer",
             RW,
             Box::new(|ctx| rwlock::downgrade_with_queued_writer(ctx).boxed()),

@@ -136,6 +136,46 @@ pub(crate) async fn downgrade_twice(ctx: &Ctx) {
         .expect("release");
 }
 
+/// The writer drops (does not release) the read guard a downgrade made and at once
+/// downgrades again: the second downgrade is granted (after the dropped guard's release
+/// has reached the backend, where that matters), and holds the read side alone.
+pub(crate) async fn downgrade_after_dropping_the_read_side(ctx: &Ctx) {
+    let owner = rw(&*ctx.client().await);
+    let other = rw(&*ctx.client().await);
+    let write = ok("write", owner.write().await);
+    let first = ok("first downgrade", write.downgrade().await);
+    let first_token = first.fencing_token();
+    drop(first);
+    let (second, _) = within("second downgrade", ctx.slack(), write.downgrade()).await;
+    let second = ok(
+        "downgrade right after dropping the first read guard",
+        second,
+    );
+    assert!(
+        second.fencing_token() > first_token,
+        "the second downgrade re-entered the dropped read hold (token {first_token})"
+    );
+    assert_eq!((owner.write_hold_count(), owner.read_hold_count()), (1, 1));
+    ok("release write", write.release().await);
+    // The dropped guard's release, however late, must leave the second read hold.
+    settle().await;
+    assert!(second.is_held(), "the second read guard was lost");
+    if let Some(writer) = other.try_write().await.ok().flatten() {
+        let token = writer.fencing_token();
+        let _ = writer.release().await;
+        panic!(
+            "another writer was granted (token {token}) while the second read guard (token {}) still said held: {}",
+            second.fencing_token(),
+            second.is_held()
+        );
+    }
+    ok("release the second read", second.release().await);
+    got("other write at the end", other.try_write().await)
+        .release()
+        .await
+        .expect("release");
+}
+
 /// Another owner's writer is already queued when the holder of the write lock takes
 /// the read side (its read entry comes after the queued writer) and then releases
 /// the write side: the queued writer must go on waiting while the read side is held,
