@@ -35,6 +35,9 @@ pub(crate) struct Acquisition<B: LockBackend> {
     /// A write acquisition's downgrades, one at a time, and the read acquisition the
     /// last one made.
     read_side: tokio::sync::Mutex<Weak<Acquisition<B>>>,
+    /// Turns true once a release of this acquisition was answered, or can no longer
+    /// be sent: a downgrade waits for it on the read side an earlier one made.
+    release_answered: tokio::sync::watch::Sender<bool>,
 }
 
 /// What giving up one hold did.
@@ -59,6 +62,7 @@ impl<B: LockBackend> Acquisition<B> {
             asked,
             holds: Mutex::new(1),
             read_side: tokio::sync::Mutex::new(Weak::new()),
+            release_answered: tokio::sync::watch::Sender::new(false),
         })
     }
 
@@ -166,6 +170,7 @@ impl<B: LockBackend> Acquisition<B> {
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::debug!(key = %self.lease.held.key, "guard dropped outside a runtime; the lease will expire");
+            self.release_answered.send_replace(true);
             return;
         };
         let acquisition = self.clone();
@@ -222,6 +227,7 @@ impl<B: LockBackend> Acquisition<B> {
         let mut unfinished = Unfinished(Some(self.clone()));
         let result = self.handle.backend().release(held).instrument(span).await;
         unfinished.0 = None;
+        self.release_answered.send_replace(true);
         match self.outcome(result, lost_before, attempt) {
             Outcome::Done(result) => result,
             Outcome::Retry(err) => {
@@ -297,6 +303,7 @@ impl<B: LockBackend> Acquisition<B> {
     /// the backend answered.
     fn finish_in_background(self: &Arc<Self>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.release_answered.send_replace(true);
             return;
         };
         let acquisition = self.clone();
@@ -464,8 +471,11 @@ impl<B: LockBackend> Acquisition<B> {
         if *self.holds() == 0 || !self.lease.state.is_held() {
             return Err(self.lease_lost());
         }
-        if let Some(Ok(guard)) = read_side.upgrade().map(|read| read.reenter()) {
-            return Ok(guard);
+        if let Some(read) = read_side.upgrade() {
+            if let Ok(guard) = read.reenter() {
+                return Ok(guard);
+            }
+            self.await_release_of(&read).await;
         }
         let options = AcquireOptions::try_once().with_lease(self.asked);
         let owner = Some(self.lease.held.owner.clone());
@@ -483,6 +493,22 @@ impl<B: LockBackend> Acquisition<B> {
             Err(Error::Timeout { .. }) if !self.lease.state.is_held() => Err(self.lease_lost()),
             Err(err) => Err(err),
         }
+    }
+
+    /// Waits until the release of `read`, the read side an earlier downgrade made, has
+    /// been answered, if all its guards are gone: its lease may still be on the backend
+    /// (a dropped guard's release runs in the background), and the SQL tables keep one
+    /// read lease per owner, so a downgrade asked before that would be refused. Each
+    /// backend bounds a release by its request timeout; this also ends with the write
+    /// lease, after which the downgrade is refused anyway.
+    async fn await_release_of(&self, read: &Acquisition<B>) {
+        if *read.holds() > 0 {
+            // Held but lost: no release is under way.
+            return;
+        }
+        let mut answered = read.release_answered.subscribe();
+        let expiry = self.lease.state.expires_at();
+        let _ = tokio::time::timeout_at(expiry, answered.wait_for(|done| *done)).await;
     }
 }
 
