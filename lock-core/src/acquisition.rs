@@ -484,11 +484,9 @@ impl<B: LockBackend> Acquisition<B> {
             .acquire_as(LockKind::Read, options, owner, None)
             .await
         {
-            Ok(guard) => {
-                if let Some(hold) = guard.ops().as_any().downcast_ref::<GuardHold<B>>() {
-                    *read_side = Arc::downgrade(&hold.acquisition);
-                }
-                Ok(guard)
+            Ok(read) => {
+                *read_side = Arc::downgrade(&read);
+                Ok(read.guard())
             }
             Err(Error::Timeout { .. }) if !self.lease.state.is_held() => Err(self.lease_lost()),
             Err(err) => Err(err),
@@ -552,10 +550,6 @@ impl<B: LockBackend> HoldOps for GuardHold<B> {
 
     fn reenter(&self) -> Result<LockGuard> {
         self.acquisition.reenter()
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
     }
 
     fn read_as_writer(&self) -> BoxFuture<'_, Result<LockGuard>> {

@@ -351,7 +351,8 @@ impl<B: LockBackend> Election for ElectionHandle<B> {
         let guard = self
             .handle
             .acquire_as(LockKind::Leader, options, None, Some(value))
-            .await?;
+            .await?
+            .guard();
         Ok(Leadership { guard })
     }
 

@@ -19,8 +19,6 @@ pub(crate) trait HoldOps: Send + Sync + fmt::Debug {
     fn release_on_drop(&self);
     fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<()>>;
     fn reenter(&self) -> Result<LockGuard>;
-    /// The implementation, for the acquisition a guard belongs to.
-    fn as_any(&self) -> &dyn std::any::Any;
     fn read_as_writer(&self) -> BoxFuture<'_, Result<LockGuard>>;
     fn proclaim<'a>(&'a self, value: &'a str) -> BoxFuture<'a, Result<()>>;
     fn lock_id(&self) -> LockId;
@@ -95,10 +93,6 @@ impl LockGuard {
             ops,
             done: false,
         }
-    }
-
-    pub(crate) fn ops(&self) -> &dyn HoldOps {
-        &*self.ops
     }
 
     /// The lock's name.

@@ -118,7 +118,7 @@ impl<B: LockBackend> Handle<B> {
         kind: LockKind,
         options: AcquireOptions,
     ) -> Result<LockGuard> {
-        self.acquire_as(kind, options, None, None).await
+        Ok(self.acquire_as(kind, options, None, None).await?.guard())
     }
 
     /// Acquires `kind` for `owner` (a downgrade takes the read side with the write
@@ -130,7 +130,7 @@ impl<B: LockBackend> Handle<B> {
         options: AcquireOptions,
         owner: Option<OwnerToken>,
         value: Option<&str>,
-    ) -> Result<LockGuard> {
+    ) -> Result<Arc<Acquisition<B>>> {
         let deadline = options.validate(Instant::now())?;
         self.check_supported(kind, options.lease_policy())?;
         let client = &self.client;
@@ -221,7 +221,7 @@ impl<B: LockBackend> Handle<B> {
                 return Err(Error::Closed);
             }
             tracing::debug!("lock acquired");
-            Ok(acquisition.guard())
+            Ok(acquisition)
         }
         .instrument(span)
         .await;
@@ -276,7 +276,7 @@ impl<'a, B: LockBackend> AcquireEnded<'a, B> {
         );
     }
 
-    fn with(&mut self, result: &Result<LockGuard>) {
+    fn with<T>(&mut self, result: &Result<T>) {
         let outcome = match result {
             Ok(_) => Outcome::Granted,
             Err(Error::Timeout { .. }) if self.wait == Wait::No => Outcome::Refused,
