@@ -61,6 +61,15 @@ pub struct HolderSpec {
     pub watchdog_lease: Duration,
 }
 
+/// What [`Backend::revoke`] answers for an operator's force-unlock that ended with
+/// `forced` (how many it removed is of no interest to the fault cases).
+///
+/// # Errors
+/// The force-unlock's error, as text.
+pub fn revoked<T>(forced: lock_core::Result<T>) -> Result<(), String> {
+    forced.map(drop).map_err(|e| e.to_string())
+}
+
 /// A backend under test.
 #[async_trait]
 pub trait Backend: Send + Sync {

@@ -41,6 +41,6 @@ mod runner;
 pub mod server;
 pub mod slow_network;
 
-pub use backend::{Backend, ClientOptions, HolderSpec};
+pub use backend::{revoked, Backend, ClientOptions, HolderSpec};
 pub use cases::{all_cases, Case, Needs};
 pub use runner::{run_cases, run_suite, run_transport_suite, Ctx, Report};

@@ -59,11 +59,7 @@ impl Backend for Etcd {
     }
 
     async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
-        self.admin
-            .force_unlock(key, family)
-            .await
-            .map(drop)
-            .map_err(|e| e.to_string())
+        conformance_tests::revoked(self.admin.force_unlock(key, family).await)
     }
 
     fn holder_command(&self, spec: &HolderSpec) -> Option<tokio::process::Command> {

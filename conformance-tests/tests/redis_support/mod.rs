@@ -139,11 +139,7 @@ impl Backend for Redis {
     }
 
     async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
-        self.admin
-            .force_unlock(key, family)
-            .await
-            .map(drop)
-            .map_err(|e| e.to_string())
+        conformance_tests::revoked(self.admin.force_unlock(key, family).await)
     }
 
     fn holder_command(&self, spec: &HolderSpec) -> Option<tokio::process::Command> {
@@ -292,10 +288,6 @@ impl Backend for RedLock {
     }
 
     async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
-        self.admin
-            .force_unlock(key, family)
-            .await
-            .map(drop)
-            .map_err(|e| e.to_string())
+        conformance_tests::revoked(self.admin.force_unlock(key, family).await)
     }
 }

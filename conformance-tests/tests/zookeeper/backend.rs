@@ -82,11 +82,7 @@ impl Backend for Zk {
 
     async fn revoke(&self, key: &LockKey, family: LockFamily) -> Result<(), String> {
         // Deletes the holders' nodes, as an operator would.
-        self.operator
-            .force_unlock(key, family)
-            .await
-            .map(drop)
-            .map_err(|e| e.to_string())
+        conformance_tests::revoked(self.operator.force_unlock(key, family).await)
     }
 
     fn holder_command(&self, spec: &HolderSpec) -> Option<tokio::process::Command> {
