@@ -360,7 +360,7 @@ impl Worker {
                 };
                 self.history().returned(self.task, id, text, false);
             }
-            Op::Downgrade { pick } => {
+            Op::Downgrade { pick, cut_ms } => {
                 let writers: Vec<usize> = (0..self.held.len())
                     .filter(|&i| matches!(&self.held[i], Held::One(g, _) if g.kind() == LockKind::Write))
                     .collect();
@@ -372,29 +372,46 @@ impl Worker {
                     unreachable!("picked among single guards");
                 };
                 let hold = *hold;
-                let id = self.history().call(
-                    self.task,
-                    self.client,
-                    format!("downgrade h{hold}"),
-                    vec![self.name_of(hold)],
-                    None,
-                );
-                let ended = match timeout(CALL_LIMIT, guard.downgrade()).await {
-                    Ok(out) => Ended::Done(out),
-                    Err(_) => Ended::OuterTimeout,
-                };
-                let (text, _) = outcome(&ended);
-                if let Ended::Done(Ok(read)) = ended {
-                    // Asked while the read side an earlier downgrade made is held, a
-                    // downgrade re-enters it.
-                    let token = read.fencing_token();
-                    let new = match self.history().reentered_read(hold, token) {
-                        Some(earlier) => earlier,
-                        None => shared.grant(self.task, id, self.client, &read, Some(hold)),
+                // The first ask cut short, if the plan says so, then one in full if the
+                // first did not answer or failed retryably.
+                let cut = cut_ms.map(Duration::from_millis);
+                let mut granted = None;
+                for limit in cut.into_iter().chain([CALL_LIMIT]) {
+                    let id = self.history().call(
+                        self.task,
+                        self.client,
+                        format!("downgrade h{hold}"),
+                        vec![self.name_of(hold)],
+                        None,
+                    );
+                    let ended = match timeout(limit, guard.downgrade()).await {
+                        Ok(out) => Ended::Done(out),
+                        Err(_) if limit < CALL_LIMIT => Ended::Cancelled,
+                        Err(_) => Ended::OuterTimeout,
                     };
-                    self.held.push(Held::One(read, new));
+                    let (text, _) = outcome(&ended);
+                    // Cut short or failed for now: a user asks again.
+                    let answered = match &ended {
+                        Ended::Cancelled => false,
+                        Ended::Done(Err(err)) => !err.is_retryable(),
+                        _ => true,
+                    };
+                    if let Ended::Done(Ok(read)) = ended {
+                        // Asked while the read side an earlier downgrade made is held, a
+                        // downgrade re-enters it.
+                        let token = read.fencing_token();
+                        let new = match self.history().reentered_read(hold, token) {
+                            Some(earlier) => earlier,
+                            None => shared.grant(self.task, id, self.client, &read, Some(hold)),
+                        };
+                        granted = Some(Held::One(read, new));
+                    }
+                    self.history().returned(self.task, id, text, false);
+                    if answered {
+                        break;
+                    }
                 }
-                self.history().returned(self.task, id, text, false);
+                self.held.extend(granted);
             }
             Op::Release { pick } => {
                 if let Some(held) = self.take(pick) {

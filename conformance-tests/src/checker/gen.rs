@@ -100,8 +100,13 @@ pub(crate) enum Op {
     Reenter {
         pick: usize,
     },
+    /// Downgrade a write guard. With `cut_ms`, the first ask is cut short after that
+    /// long (its future dropped, its calls perhaps still on their way) and, if it had
+    /// not answered or failed retryably, asked again at once: the same owner asking
+    /// twice.
     Downgrade {
         pick: usize,
+        cut_ms: Option<u64>,
     },
     Release {
         pick: usize,
@@ -387,7 +392,8 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
 /// random name, through two handles of their own (two clients, or now and then one
 /// client), a holder task takes the write side, and a contender task asks for that
 /// lock (mostly the write side) with a long wait a moment later, so it is queued
-/// behind the writer. The holder then downgrades and either
+/// behind the writer. The holder then downgrades (now and then cut short and asked
+/// again at once) and either
 ///
 /// - releases the write side, keeping only the read side for a while (the queued
 ///   writer must go on waiting for it), or
@@ -451,7 +457,10 @@ fn episode(
             ms: rng.pick(&[200, 400]),
         },
         // Held: [write]; then [write, read].
-        Op::Downgrade { pick: 0 },
+        Op::Downgrade {
+            pick: 0,
+            cut_ms: rng.chance(40).then(|| rng.pick(&[0, 1, 3, 10, 30, 5_000])),
+        },
     ];
     if releases_write_first {
         ops.push(Op::Hold {
@@ -584,7 +593,7 @@ fn op(rng: &mut Rng, handles: &[HandlePlan], mine: &[usize], caps: Capabilities)
             }
         }
         43..=49 => Op::Reenter { pick },
-        50..=56 if caps.read_write => Op::Downgrade { pick },
+        50..=56 if caps.read_write => Op::Downgrade { pick, cut_ms: None },
         57..=67 => Op::Release { pick },
         68..=72 => Op::Drop { pick },
         73..=78 if caps.fixed_lease => Op::Extend {
