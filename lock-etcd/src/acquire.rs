@@ -45,7 +45,8 @@ struct Contender {
     /// Its create revision: its place in the queue, and the guard of its removal.
     revision: i64,
     /// The grant's fencing token: the create revision when granted on the first look,
-    /// else the revision of a write at grant time (see [`queries::restamp`]).
+    /// else the revision of a write at grant time (see [`queries::claim`] and
+    /// [`queries::restamp`]).
     fence: i64,
     lease: Arc<Lease>,
 }
@@ -57,6 +58,16 @@ enum Interrupt {
     Anytime,
     /// Only between requests: for writes, whose outcome must be known.
     BetweenRequests,
+}
+
+/// How a wait for the turn ended.
+enum Turn {
+    /// The contender holds the lock; a grant after a wait still needs its fence.
+    Granted,
+    /// The contender holds the lock, fenced by the revision of the claim that found it.
+    Claimed(i64),
+    /// Its own key is gone.
+    Vanished,
 }
 
 /// How waiting ended, short of a grant.
@@ -311,8 +322,14 @@ impl Job {
             let (mut contender, position) = self.place(prefix, reply).await?;
             let waited = position != Position::Granted;
             let held = match self.wait(prefix, &contender, position, reply).await {
-                Ok(true) if waited => self.restamp(&mut contender).await,
-                other => other,
+                Ok(Turn::Claimed(fence)) => {
+                    contender.fence = fence;
+                    Ok(true)
+                }
+                Ok(Turn::Granted) if waited => self.restamp(&mut contender).await,
+                Ok(Turn::Granted) => Ok(true),
+                Ok(Turn::Vanished) => Ok(false),
+                Err(stop) => Err(stop),
             };
             match held {
                 Ok(true) => return Ok(contender),
@@ -436,6 +453,12 @@ impl Job {
     /// Draws a fresh revision for a grant that came after a wait (`Ok(true)`), or finds
     /// the key gone (`Ok(false)`: its lease ended meanwhile, etcd #11456).
     async fn restamp(&self, contender: &mut Contender) -> Result<bool, Stop> {
+        if self.kind == LockKind::Leader {
+            // A term is the leader key's create revision, which every reader of the
+            // election (etcdctl's too) sees; queue order makes it increase. The look
+            // that found the key first saw it alive, all etcd's own election checks.
+            return Ok(true);
+        }
         let txn = queries::restamp(
             contender.key.as_bytes(),
             contender.revision,
@@ -446,11 +469,6 @@ impl Job {
         if !reply.succeeded() {
             return Ok(false);
         }
-        if self.kind == LockKind::Leader {
-            // A term is the leader key's create revision, which every reader of the
-            // election (etcdctl's too) sees; queue order makes it increase.
-            return Ok(true);
-        }
         contender.fence = reply
             .header()
             .map(|h| h.revision())
@@ -458,21 +476,20 @@ impl Job {
         Ok(true)
     }
 
-    /// Waits until `contender` holds the lock (`Ok(true)`) or its key vanished
-    /// (`Ok(false)`).
+    /// Waits until `contender` holds the lock or its key vanished.
     async fn wait(
         &self,
         prefix: &Prefix,
         contender: &Contender,
         mut position: Position,
         reply: &mut Reply,
-    ) -> Result<bool, Stop> {
+    ) -> Result<Turn, Stop> {
         loop {
             // What to watch: the predecessor's key, or for the first permit waiter,
             // the deletions of the whole range.
             let watched = match &position {
-                Position::Granted => return Ok(true),
-                Position::Vanished => return Ok(false),
+                Position::Granted => return Ok(Turn::Granted),
+                Position::Vanished => return Ok(Turn::Vanished),
                 Position::Unknown => {
                     position = self
                         .patiently(contender, reply, || self.locate(prefix, contender))
@@ -560,7 +577,7 @@ impl Job {
                                 }
                             }
                             Ok(true) => {}
-                            Ok(false) => return Ok(false),
+                            Ok(false) => return Ok(Turn::Vanished),
                             // A slow etcd: try again at the next refresh while the
                             // lease surely lasts.
                             Err(err) if err.is_retryable()
@@ -572,9 +589,53 @@ impl Job {
                 }
             }
             drop(watch);
-            position = self
-                .patiently(contender, reply, || self.locate(prefix, contender))
+            if !self.claims() {
+                position = self
+                    .patiently(contender, reply, || self.locate(prefix, contender))
+                    .await?;
+                continue;
+            }
+            // One request both looks and, for a waiter found first, fences the grant.
+            let (now, fence) = self
+                .patiently(contender, reply, || self.claim(prefix, contender))
                 .await?;
+            if let Some(fence) = fence {
+                return Ok(Turn::Claimed(fence));
+            }
+            position = now;
+        }
+    }
+
+    /// Whether a wake-up looks with [`queries::claim`] rather than
+    /// [`queries::locate`].
+    fn claims(&self) -> bool {
+        matches!(
+            self.kind,
+            LockKind::Exclusive | LockKind::Fair | LockKind::Read | LockKind::Write
+        )
+    }
+
+    /// Where the contender stands after a wake-up and, if first, its grant's fence;
+    /// see [`queries::claim`].
+    async fn claim(
+        &self,
+        prefix: &Prefix,
+        contender: &Contender,
+    ) -> Result<(Position, Option<i64>)> {
+        let txn = queries::claim(
+            prefix,
+            self.kind,
+            &contender.key,
+            contender.revision,
+            &self.value(),
+            contender.lease.id(),
+        );
+        let reply = self.inner.txn("claim", txn).await?;
+        match queries::claimed(&reply, prefix, contender.revision) {
+            // Keys of a nested lock name in the way: the write proves nothing, and a
+            // grant found by the scan is fenced afterwards.
+            (Position::Unknown, _) => Ok((self.scan(prefix, contender).await?, None)),
+            answer => Ok(answer),
         }
     }
 
@@ -687,11 +748,17 @@ impl Job {
         if position != Position::Unknown {
             return Ok((position, revision));
         }
+        Ok((self.scan(prefix, contender).await?, revision))
+    }
+
+    /// Where the contender stands, found among every key of the range created before
+    /// it: for when keys of a nested lock name are in the way.
+    async fn scan(&self, prefix: &Prefix, contender: &Contender) -> Result<Position> {
         let (range, options) = queries::scan(prefix, contender.revision);
         let mut kv = self.inner.client.kv_client();
         let timeout = self.inner.config.request_timeout();
         let found = within("scan contenders", timeout, kv.get(range, Some(options))).await?;
-        Ok((queries::scanned(found.kvs(), prefix), revision))
+        Ok(queries::scanned(found.kvs(), prefix))
     }
 }
 

@@ -291,6 +291,11 @@ pub(crate) fn placed(
 /// conflicting key created before it is the newest? A writer also looks for any
 /// downgrade reader, created before or after it.
 pub(crate) fn locate(prefix: &Prefix, kind: LockKind, key: &str, revision: i64) -> Txn {
+    Txn::new().and_then(checks(prefix, kind, key, revision))
+}
+
+/// The reads of [`locate`]: the own key, then the conflicting keys to look for.
+fn checks(prefix: &Prefix, kind: LockKind, key: &str, revision: i64) -> Vec<TxnOp> {
     let own = TxnOp::get(key, Some(GetOptions::new().with_keys_only()));
     let before = |range: String| {
         TxnOp::get(
@@ -298,7 +303,7 @@ pub(crate) fn locate(prefix: &Prefix, kind: LockKind, key: &str, revision: i64) 
             Some(newest_before(revision, Some(1)).with_keys_only()),
         )
     };
-    let ops = match kind {
+    match kind {
         LockKind::Exclusive | LockKind::Fair | LockKind::Permit | LockKind::Leader => {
             vec![own, before(prefix.range().to_owned())]
         }
@@ -308,8 +313,50 @@ pub(crate) fn locate(prefix: &Prefix, kind: LockKind, key: &str, revision: i64) 
             TxnOp::get(prefix.downgrades(), Some(any())),
         ],
         LockKind::Read => vec![own, before(prefix.writers())],
+    }
+}
+
+/// The check after a wake-up of an exclusive, fair, read or write waiter, and its
+/// grant's fence, in one transaction: if the own key is still the one created at
+/// `revision`, write it again (same value, same lease) and, in the same revision, read
+/// what [`locate`] reads. When that finds the key first, the write's revision fences
+/// the grant, as [`restamp`]'s would: keys created before it can only have gone since.
+/// A waiter not yet first has written its key again for nothing, which its own waiters
+/// (watching for its deletion) do not notice. Not for permits, whose waiters take a
+/// write of the key before theirs as its grant, nor for leaderships, whose term is the
+/// key's create revision.
+pub(crate) fn claim(
+    prefix: &Prefix,
+    kind: LockKind,
+    key: &str,
+    revision: i64,
+    value: &[u8],
+    lease: i64,
+) -> Txn {
+    let rewrite = TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease)));
+    let mut ops = vec![rewrite];
+    ops.extend(checks(prefix, kind, key, revision));
+    Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, revision)])
+        .and_then(ops)
+}
+
+/// Reads the answer to [`claim`]: where the waiter stands, and for a waiter found first
+/// the revision that fences its grant.
+pub(crate) fn claimed(
+    reply: &TxnResponse,
+    prefix: &Prefix,
+    revision: i64,
+) -> (Position, Option<i64>) {
+    if !reply.succeeded() {
+        return (Position::Vanished, None);
+    }
+    let position = located(reply, prefix, revision);
+    let fence = match position {
+        Position::Granted => reply.header().map(|h| h.revision()),
+        _ => None,
     };
-    Txn::new().and_then(ops)
+    (position, fence)
 }
 
 /// Reads the answer to [`locate`]. `Unknown` means the newest earlier key belongs to a
