@@ -29,7 +29,11 @@
 //!   here, but `etcdctl lock ns/a` also counts the keys of our lock `a/b` as
 //!   contenders.)
 //! * **Holder**: the key with the lowest create revision. The **fencing token** is the
-//!   holder key's create revision: etcd's revisions only grow, across all keys.
+//!   holder key's create revision when granted at once, else the revision of the
+//!   transaction that found it first after a wait, which writes the key again (same
+//!   value and lease): etcd's revisions only grow, across all keys, so tokens follow
+//!   grant order, also across the lock kinds of one name. An election's term stays the
+//!   leader key's create revision, as etcd's own election has it.
 //! * **Uncontended acquire: one transaction** (create the key if absent, and read the
 //!   oldest key in the same revision). **Release: one** transaction, deleting the key
 //!   only if its create revision is still the granted one, so a stale release never
@@ -40,7 +44,8 @@
 //!   the predecessor still exists. After every wake-up it re-checks, in one
 //!   transaction, that its own key still exists with its create revision (so its lease
 //!   is alive: the bug Jepsen found in etcd 3.4.3, #11456) and that nothing earlier
-//!   remains. A key that vanished while waiting is written again, at the back.
+//!   remains; the same transaction writes the key again, for the fence. A key that
+//!   vanished while waiting is written again, at the back.
 //!
 //! # Leases
 //!
