@@ -173,10 +173,10 @@ impl<B: LockBackend> Acquisition<B> {
             self.release_answered.send_replace(true);
             return;
         };
-        let acquisition = self.clone();
+        let acquisition = AnsweredWhenDropped(self.clone());
         let cleanups = self.handle.client().cleanups.clone();
         cleanups.spawn_on(&runtime, async move {
-            let _ = acquisition.give_back().await;
+            let _ = acquisition.0.give_back().await;
         });
     }
 
@@ -306,10 +306,10 @@ impl<B: LockBackend> Acquisition<B> {
             self.release_answered.send_replace(true);
             return;
         };
-        let acquisition = self.clone();
+        let acquisition = AnsweredWhenDropped(self.clone());
         let cleanups = self.handle.client().cleanups.clone();
         cleanups.spawn_on(&runtime, async move {
-            let _ = acquisition.send_release(Attempt::Again).await;
+            let _ = acquisition.0.send_release(Attempt::Again).await;
         });
     }
 
@@ -476,6 +476,9 @@ impl<B: LockBackend> Acquisition<B> {
                 return Ok(guard);
             }
             self.await_release_of(&read).await;
+            if *self.holds() == 0 || !self.lease.state.is_held() {
+                return Err(self.lease_lost());
+            }
         }
         let options = AcquireOptions::try_once().with_lease(self.asked);
         let owner = Some(self.lease.held.owner.clone());
@@ -497,8 +500,8 @@ impl<B: LockBackend> Acquisition<B> {
     /// been answered, if all its guards are gone: its lease may still be on the backend
     /// (a dropped guard's release runs in the background), and the SQL tables keep one
     /// read lease per owner, so a downgrade asked before that would be refused. Each
-    /// backend bounds a release by its request timeout; this also ends with the write
-    /// lease, after which the downgrade is refused anyway.
+    /// backend bounds a release by its request timeout; this also ends when the write
+    /// lease ends, after which the downgrade is refused anyway.
     async fn await_release_of(&self, read: &Acquisition<B>) {
         if *read.holds() > 0 {
             // Held but lost: no release is under way.
@@ -506,7 +509,22 @@ impl<B: LockBackend> Acquisition<B> {
         }
         let mut answered = read.release_answered.subscribe();
         let expiry = self.lease.state.expires_at();
-        let _ = tokio::time::timeout_at(expiry, answered.wait_for(|done| *done)).await;
+        tokio::select! {
+            _ = answered.wait_for(|done| *done) => {}
+            _ = self.lease.state.ended_future() => {}
+            () = tokio::time::sleep_until(expiry) => {}
+        }
+    }
+}
+
+/// A release sent in a task of its own: the release counts as answered once that task
+/// ends, even one dropped before it ever ran (its runtime shutting down), so that a
+/// downgrade never waits for it.
+struct AnsweredWhenDropped<B: LockBackend>(Arc<Acquisition<B>>);
+
+impl<B: LockBackend> Drop for AnsweredWhenDropped<B> {
+    fn drop(&mut self) {
+        self.0.release_answered.send_replace(true);
     }
 }
 
