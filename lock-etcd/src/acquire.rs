@@ -453,12 +453,6 @@ impl Job {
     /// Draws a fresh revision for a grant that came after a wait (`Ok(true)`), or finds
     /// the key gone (`Ok(false)`: its lease ended meanwhile, etcd #11456).
     async fn restamp(&self, contender: &mut Contender) -> Result<bool, Stop> {
-        if self.kind == LockKind::Leader {
-            // A term is the leader key's create revision, which every reader of the
-            // election (etcdctl's too) sees; queue order makes it increase. The look
-            // that found the key first saw it alive, all etcd's own election checks.
-            return Ok(true);
-        }
         let txn = queries::restamp(
             contender.key.as_bytes(),
             contender.revision,
@@ -468,6 +462,11 @@ impl Job {
         let reply = self.inner.txn("fence", txn).await?;
         if !reply.succeeded() {
             return Ok(false);
+        }
+        if self.kind == LockKind::Leader {
+            // A term is the leader key's create revision, which every reader of the
+            // election (etcdctl's too) sees; queue order makes it increase.
+            return Ok(true);
         }
         contender.fence = reply
             .header()
@@ -622,14 +621,7 @@ impl Job {
         prefix: &Prefix,
         contender: &Contender,
     ) -> Result<(Position, Option<i64>)> {
-        let txn = queries::claim(
-            prefix,
-            self.kind,
-            &contender.key,
-            contender.revision,
-            &self.value(),
-            contender.lease.id(),
-        );
+        let txn = queries::claim(prefix, self.kind, &contender.key, contender.revision);
         let reply = self.inner.txn("claim", txn).await?;
         match queries::claimed(&reply, prefix, contender.revision) {
             // Keys of a nested lock name in the way: the write proves nothing, and a

@@ -32,7 +32,7 @@
 //!   holder key's create revision when granted at once, else the revision of the
 //!   transaction that found it first after a wait, which writes the key again (same
 //!   value and lease): etcd's revisions only grow, across all keys, so tokens follow
-//!   grant order, also across the lock kinds of one name. An election's term stays the
+//!   grant order, also across the lock kinds of one name. An election's term is the
 //!   leader key's create revision, as etcd's own election has it.
 //! * **Uncontended acquire: one transaction** (create the key if absent, and read the
 //!   oldest key in the same revision). **Release: one** transaction, deleting the key
