@@ -211,14 +211,56 @@ impl RedLockBackend {
                 release_everywhere(&nodes, &attempt_request.keys, value, None).await;
             }
         });
-        let outcome = rx
-            .await
+        let mut answer = RoundAnswer {
+            rx,
+            nodes: self.nodes.clone(),
+            request: request.clone(),
+            lease: lease.clone(),
+            read: false,
+        };
+        let outcome = (&mut answer.rx).await;
+        answer.read = true;
+        let outcome = outcome
             .map_err(|_| Error::backend(BACKEND, "the RedLock round ended without an answer"))??;
         Ok((outcome, lease))
     }
 
     fn per_node_timeout(&self, node: &Node, ttl: Duration) -> Duration {
         node.config().call_timeout().min(ttl)
+    }
+}
+
+/// The acquire's end of a round's answer. Dropped unread (the acquire future dropped
+/// just as the round answered, e.g. by lock-core's shutdown racing it), it gives back
+/// a grant the round already sent, which the round took as delivered.
+struct RoundAnswer {
+    rx: oneshot::Receiver<Result<Round>>,
+    nodes: Arc<[Node]>,
+    request: Request,
+    lease: RedisLease,
+    read: bool,
+}
+
+impl Drop for RoundAnswer {
+    fn drop(&mut self) {
+        if self.read {
+            return;
+        }
+        // From here on the round's send fails, and the round gives the grant back.
+        self.rx.close();
+        let Ok(Ok(Round::Granted(fence))) = self.rx.try_recv() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let nodes = self.nodes.clone();
+        let keys = self.request.keys.clone();
+        let value = lease_value(&self.request.owner, &self.lease, fence);
+        let cleanups = nodes[0].cleanups().clone();
+        cleanups.spawn_on(&runtime, async move {
+            release_everywhere(&nodes, &keys, value, None).await;
+        });
     }
 }
 
