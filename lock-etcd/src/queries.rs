@@ -320,8 +320,9 @@ fn checks(prefix: &Prefix, kind: LockKind, key: &str, revision: i64) -> Vec<TxnO
 /// grant's fence, in one transaction: if the own key is still the one created at
 /// `revision`, write it again (keeping its value and whichever lease it is on: a claim
 /// whose answer was lost may land after the grant, and an `extend` may have moved the
-/// key meanwhile) and, in the same revision, read what [`locate`] reads. When that finds the key first, the write's revision fences
-/// the grant, as [`restamp`]'s would: keys created before it can only have gone since.
+/// key meanwhile) and, in the same revision, read what [`locate`] reads. When that
+/// finds the key first, the write's revision fences the grant, as [`restamp`]'s would:
+/// keys created before it can only have gone since.
 /// A waiter not yet first has written its key again for nothing, which its own waiters
 /// (watching for its deletion) do not notice. Not for permits, whose waiters take a
 /// write of the key before theirs as its grant, nor for leaderships, whose term is the

@@ -207,14 +207,15 @@ impl RedLockBackend {
             .await;
             if let Err(Ok(Round::Granted(fence))) = tx.send(outcome) {
                 // The acquire future is gone: give the majority back.
-                let value = lease_value(&attempt_request.owner, &round_lease, fence);
-                release_everywhere(&nodes, &attempt_request.keys, value, None).await;
+                let (keys, owner) = (&attempt_request.keys, &attempt_request.owner);
+                give_back(&nodes, keys, owner, &round_lease, fence).await;
             }
         });
         let mut answer = RoundAnswer {
             rx,
             nodes: self.nodes.clone(),
-            request: request.clone(),
+            keys: request.keys.clone(),
+            owner: request.owner.clone(),
             lease: lease.clone(),
             read: false,
         };
@@ -236,7 +237,8 @@ impl RedLockBackend {
 struct RoundAnswer {
     rx: oneshot::Receiver<Result<Round>>,
     nodes: Arc<[Node]>,
-    request: Request,
+    keys: Keys,
+    owner: String,
     lease: RedisLease,
     read: bool,
 }
@@ -254,14 +256,24 @@ impl Drop for RoundAnswer {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let nodes = self.nodes.clone();
-        let keys = self.request.keys.clone();
-        let value = lease_value(&self.request.owner, &self.lease, fence);
+        let (nodes, keys, owner, lease) = (
+            self.nodes.clone(),
+            self.keys.clone(),
+            self.owner.clone(),
+            self.lease.clone(),
+        );
         let cleanups = nodes[0].cleanups().clone();
         cleanups.spawn_on(&runtime, async move {
-            release_everywhere(&nodes, &keys, value, None).await;
+            give_back(&nodes, &keys, &owner, &lease, fence).await;
         });
     }
+}
+
+/// Releases on every master the grant a round won with `lease` for `owner`, which
+/// nobody will hold.
+async fn give_back(nodes: &[Node], keys: &Keys, owner: &str, lease: &RedisLease, fence: u64) {
+    let value = lease_value(owner, lease, fence);
+    release_everywhere(nodes, keys, value, None).await;
 }
 
 /// What one round across the masters found.
