@@ -12,6 +12,7 @@ use lock_core::{
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
 
+use super::client_cut::ClientCut;
 use super::gen::{CallPlan, Family, LeasePlan, Op, Plan, WaitPlan, PERMITS};
 use super::history::{History, HoldId, Recorded, What};
 use crate::backend::{Backend, ClientOptions};
@@ -20,11 +21,13 @@ use crate::server::Freezer;
 /// The longest a release, extend, downgrade or shutdown may take before the run stops
 /// waiting for it (a cut-off client's calls wait for their command timeout).
 const CALL_LIMIT: Duration = Duration::from_secs(30);
+/// How many times a downgrade is asked in full while it fails retryably.
+const DOWNGRADE_ASKS: usize = 4;
 /// How long all the tasks of a run may take before it counts as hung. Every op is
 /// bounded, so only a call that ignores its own limits gets here.
 const RUN_LIMIT: Duration = Duration::from_secs(180);
 /// The run itself, in the history's task column.
-const RUN: usize = usize::MAX;
+pub(super) const RUN: usize = usize::MAX;
 
 /// A client that can be cut off from its server: the backend it is made from, and
 /// the proxy its connections go through.
@@ -179,6 +182,8 @@ struct Shared {
     history: Arc<History>,
     plan: Plan,
     locks: Vec<Lock>,
+    /// Client 0's network fault, if the plan has one.
+    client_cut: Option<Arc<ClientCut>>,
     watchers: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -372,11 +377,17 @@ impl Worker {
                     unreachable!("picked among single guards");
                 };
                 let hold = *hold;
-                // The first ask cut short, if the plan says so, then one in full if the
-                // first did not answer or failed retryably.
+                if self.client == 0 {
+                    if let Some(cut) = &shared.client_cut {
+                        cut.downgrade_asked();
+                    }
+                }
+                // The first ask cut short, if the plan says so, then asked again in full
+                // while it did not answer or failed retryably, as a user would.
                 let cut = cut_ms.map(Duration::from_millis);
                 let mut granted = None;
-                for limit in cut.into_iter().chain([CALL_LIMIT]) {
+                let asks = std::iter::repeat_n(CALL_LIMIT, DOWNGRADE_ASKS);
+                for limit in cut.into_iter().chain(asks) {
                     let id = self.history().call(
                         self.task,
                         self.client,
@@ -556,10 +567,15 @@ pub(crate) async fn run(
         locks.push(lock.map_err(|err| format!("lock handle: {err}"))?);
     }
     let history = Arc::new(History::new(plan.names.clone()));
+    let client_cut = match (plan.cut, cut) {
+        (Some(fault), Some(proxy)) => Some(ClientCut::new(proxy, fault, history.clone())),
+        _ => None,
+    };
     let shared = Arc::new(Shared {
         history: history.clone(),
         plan: plan.clone(),
         locks,
+        client_cut: client_cut.clone(),
         watchers: std::sync::Mutex::new(Vec::new()),
     });
     let mut failures = Vec::new();
@@ -596,37 +612,8 @@ pub(crate) async fn run(
             history.probe_client(RUN, client);
         }));
     }
-    if let (Some(fault), Some(proxy)) = (plan.cut, cut) {
-        let history = history.clone();
-        side.push(tokio::spawn(async move {
-            sleep(Duration::from_millis(fault.at_ms)).await;
-            if let Some(ms) = fault.delay_ms {
-                history.record(RUN, What::Delayed { client: 0, ms });
-                proxy.delay_replies(Duration::from_millis(ms));
-            } else {
-                history.record(
-                    RUN,
-                    What::Cut {
-                        client: 0,
-                        replies_only: fault.replies_only,
-                    },
-                );
-                if fault.replies_only {
-                    proxy.cut_replies();
-                } else {
-                    proxy.cut();
-                }
-            }
-            if let Some(ms) = fault.heal_after_ms {
-                sleep(Duration::from_millis(ms)).await;
-                history.record(RUN, What::Healed { client: 0 });
-                if fault.delay_ms.is_some() {
-                    proxy.undelay();
-                } else {
-                    proxy.heal();
-                }
-            }
-        }));
+    if let Some(cut) = &client_cut {
+        side.push(tokio::spawn(cut.clone().run()));
     }
     if let (Some(pause), Some(freezer)) = (plan.pause, faults.freezer) {
         let history = history.clone();

@@ -43,6 +43,12 @@ impl Rng {
 
 /// How many permits every semaphore of a run has.
 pub(crate) const PERMITS: u32 = 2;
+/// How long the holder of an episode whose downgrade a fault is aimed at keeps the read
+/// side, in ms: past the end of the downgrade's earlier asks on a client with 1 s
+/// request timeouts (a call's statement may run on for three of them).
+const AIMED_HOLD_MS: u64 = 5_000;
+/// The fixed write lease of such an episode, in ms: longer than the fault and the asks.
+const AIMED_WRITE_LEASE_MS: u64 = 10_000;
 
 /// Which lock a handle is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,9 +107,9 @@ pub(crate) enum Op {
         pick: usize,
     },
     /// Downgrade a write guard. With `cut_ms`, the first ask is cut short after that
-    /// long (its future dropped, its calls perhaps still on their way) and, if it had
-    /// not answered or failed retryably, asked again at once: the same owner asking
-    /// twice.
+    /// long (its future dropped, its calls perhaps still on their way). An ask that did
+    /// not answer or failed retryably is asked again at once, a few times: the same
+    /// owner asking while its earlier calls may still be on their way.
     Downgrade {
         pick: usize,
         cut_ms: Option<u64>,
@@ -228,6 +234,11 @@ pub(crate) struct CutPlan {
     /// Instead of a cut, every reply reaches the client this many ms late, in order
     /// (nothing is lost; replies arrive after calls timed out), until the heal.
     pub(crate) delay_ms: Option<u64>,
+    /// The fault starts as client 0 first asks to downgrade, before that request goes
+    /// out (a while after `at_ms` if it never does): the downgrade fails for a while
+    /// and is asked again, as the network comes back, while the earlier asks' calls
+    /// may still be on their way.
+    pub(crate) at_downgrade: bool,
 }
 
 impl Plan {
@@ -328,14 +339,28 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
         replies_only: rng.chance(50),
         heal_after_ms: rng.chance(50).then(|| rng.range(200, 3_000)),
         delay_ms: None,
+        at_downgrade: false,
     });
     // Drawn last, so the rest of a seed's workload is what it was without them.
     if caps.read_write {
-        for _ in 0..rng.range(1, 2) {
+        // Now and then the cut is aimed at the downgrade of an episode client 0 holds.
+        let aimed = match cut.as_mut() {
+            Some(cut) if rng.chance(40) => {
+                cut.at_downgrade = true;
+                cut.heal_after_ms = Some(rng.range(300, 2_500));
+                true
+            }
+            _ => false,
+        };
+        for i in 0..rng.range(1, 2) {
             episode(
                 &mut rng,
                 names.len(),
                 clients.len(),
+                (aimed && i == 0).then(|| Aim {
+                    holder: 0,
+                    shut_down: shutdown.map(|(client, _)| client),
+                }),
                 &mut handles,
                 &mut tasks,
                 caps,
@@ -388,6 +413,14 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
     }
 }
 
+/// A fault aimed at an episode's downgrade: the client it cuts off, who holds the
+/// episode, and the client the run shuts down, if any.
+#[derive(Clone, Copy, Debug)]
+struct Aim {
+    holder: usize,
+    shut_down: Option<usize>,
+}
+
 /// A read-write episode: the interleavings single random ops rarely line up. On a
 /// random name, through two handles of their own (two clients, or now and then one
 /// client), a holder task takes the write side, and a contender task asks for that
@@ -401,20 +434,39 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
 ///   side, mostly once its fixed write lease ran out (shortened by an extend, where
 ///   leases can be fixed) while its write guard is still alive: that acquire is
 ///   another owner and must wait for the read side.
+///
+/// With an [`Aim`], the holder's write lease is a fixed one of 10 s where leases can be
+/// fixed, it releases the write side once downgraded and keeps the read side, and the
+/// contender, of a client that neither the fault nor the run's shutdown touches, waits
+/// for longer than the downgrade's earlier asks may take to end.
 fn episode(
     rng: &mut Rng,
     names: usize,
     clients: usize,
+    aim: Option<Aim>,
     handles: &mut Vec<HandlePlan>,
     tasks: &mut Vec<TaskPlan>,
     caps: Capabilities,
 ) {
     let name = rng.below(names as u64) as usize;
-    let holder = rng.below(clients as u64) as usize;
-    let other = if rng.chance(80) {
+    let aimed = aim.is_some();
+    let drawn = rng.below(clients as u64) as usize;
+    let holder = aim.map_or(drawn, |aim| aim.holder);
+    let shut_down = aim.and_then(|aim| aim.shut_down);
+    let drawn = if rng.chance(80) {
         (holder + 1 + rng.below(clients as u64 - 1) as usize) % clients
     } else {
         holder
+    };
+    // Aimed at by a fault, the contender is of a client that neither the fault nor the
+    // run's shutdown touches.
+    let spared: Vec<usize> = (0..clients)
+        .filter(|&c| c != holder && Some(c) != shut_down)
+        .collect();
+    let other = if aimed {
+        spared[drawn % spared.len()]
+    } else {
+        drawn
     };
     let mine = handles.len();
     handles.push(HandlePlan {
@@ -428,15 +480,21 @@ fn episode(
         family: Family::ReadWrite,
         name,
     });
-    let releases_write_first = rng.chance(50);
+    // Aimed at by a fault, the downgrade is followed by the write side's release: the
+    // read side alone then keeps the contender out.
+    let releases_write_first = rng.chance(50) || aimed;
     // Asking again once the write lease ran out needs a fixed lease: a watchdog lease
     // is renewed until it is released.
     let write_runs_out = !releases_write_first && caps.fixed_lease && rng.chance(70);
-    let lease = if write_runs_out || (caps.fixed_lease && rng.chance(30)) {
+    let mut lease = if write_runs_out || (caps.fixed_lease && rng.chance(30)) {
         LeasePlan::Fixed(rng.pick(&[1_000, 2_000]))
     } else {
         LeasePlan::Watchdog
     };
+    if aimed && caps.fixed_lease {
+        // A write lease that outlasts the fault, which its renewals would not.
+        lease = LeasePlan::Fixed(AIMED_WRITE_LEASE_MS);
+    }
     let waiting = |ms: u64| CallPlan {
         wait: WaitPlan::For(ms),
         lease: LeasePlan::Watchdog,
@@ -485,8 +543,9 @@ fn episode(
         // The new write guard, if it was granted.
         ops.push(Op::Release { pick: 2 });
     }
+    let last_hold = rng.pick(&[400, 1_200]);
     ops.push(Op::Hold {
-        ms: rng.pick(&[400, 1_200]),
+        ms: if aimed { AIMED_HOLD_MS } else { last_hold },
     });
     tasks.push(TaskPlan {
         client: holder,
@@ -508,7 +567,7 @@ fn episode(
             Op::Acquire {
                 handle: theirs,
                 kind,
-                call: waiting(2_500),
+                call: waiting(if aimed { 2 * AIMED_HOLD_MS } else { 2_500 }),
             },
             Op::Hold {
                 ms: rng.pick(&[10, 100]),
@@ -681,6 +740,32 @@ mod tests {
         assert!(
             (8..=32).contains(&restarted),
             "{restarted} of 80 seeds restarted"
+        );
+    }
+
+    #[test]
+    fn a_fault_aimed_at_a_downgrade_comes_with_client_0_downgrading() {
+        let mut aimed = Vec::new();
+        for seed in 1..=200 {
+            let plan = generate(seed, limits([true, false, false]));
+            let Some(cut) = plan.cut.filter(|cut| cut.at_downgrade) else {
+                continue;
+            };
+            aimed.push(seed);
+            assert!(cut.heal_after_ms.is_some(), "seed {seed}: never healed");
+            let downgrades = plan
+                .tasks
+                .iter()
+                .filter(|task| task.client == 0)
+                .flat_map(|task| &task.ops)
+                .any(|op| matches!(op, Op::Downgrade { .. }));
+            assert!(downgrades, "seed {seed}: client 0 never downgrades");
+        }
+        // A cut in half the seeds, aimed in 4 of 10 of those.
+        assert!(
+            (20..=60).contains(&aimed.len()),
+            "{} of 200 seeds aimed: {aimed:?}",
+            aimed.len()
         );
     }
 }

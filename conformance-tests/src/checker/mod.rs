@@ -23,6 +23,7 @@
 //! from a random start; `LOCK_CHECK_MINUTES=<m>` keeps running random seeds for that
 //! long (a soak).
 
+mod client_cut;
 mod exec;
 mod gen;
 mod history;

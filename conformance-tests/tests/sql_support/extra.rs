@@ -1104,7 +1104,7 @@ pub async fn a_silent_holder_lets_go(sql: &Sql) {
 /// again, though the lock itself went with the connection.
 pub async fn a_release_the_server_missed_still_forgets_its_holder(sql: &Sql) {
     let ns = ns();
-    let url = with_short_timeouts(&sql.url);
+    let url = super::with_short_timeouts(&sql.url);
     let (cut_off, proxy) = proxied_client(sql, &url, &ns, Duration::from_secs(30)).await;
     let held = cut_off.lock("missed").unwrap().acquire().await.unwrap();
     proxy.cut();
@@ -1134,7 +1134,7 @@ pub async fn a_release_the_server_missed_still_forgets_its_holder(sql: &Sql) {
 pub async fn a_ticket_the_server_missed_the_removal_of_goes(sql: &Sql) {
     let ns = ns();
     // A ticket left alone lives a minute, far longer than the test waits for it.
-    let url = format!("{}&queue_ttl=60s", with_short_timeouts(&sql.url));
+    let url = format!("{}&queue_ttl=60s", super::with_short_timeouts(&sql.url));
     let (cut_off, proxy) = proxied_client(sql, &url, &ns, Duration::from_secs(30)).await;
     let holder = client(sql, &ns, sql.options()).await;
     let checker = sql.backend().await.unwrap();
@@ -1191,7 +1191,7 @@ pub async fn a_ticket_the_server_missed_the_removal_of_goes(sql: &Sql) {
 /// lease believes it holds while a writer is let in.
 pub async fn a_downgrade_asked_again_keeps_its_read_side(sql: &Sql) {
     let ns = ns();
-    let url = with_short_timeouts(&sql.url);
+    let url = super::with_short_timeouts(&sql.url);
     let (cut_off, proxy) = proxied_client(sql, &url, &ns, Duration::from_secs(30)).await;
     let other = client(sql, &ns, sql.options()).await;
     let lock = cut_off.rw_lock("downgraded").unwrap();
@@ -1233,7 +1233,7 @@ pub async fn a_downgrade_asked_again_keeps_its_read_side(sql: &Sql) {
 /// holder record the cut-off release could not delete.
 pub async fn a_holder_cut_off_for_good_is_forgotten(sql: &Sql) {
     let ns = ns();
-    let url = with_short_timeouts(&sql.url);
+    let url = super::with_short_timeouts(&sql.url);
     let (cut_off, proxy) = proxied_client(sql, &url, &ns, Duration::from_millis(600)).await;
     let observer = client(sql, &ns, sql.options()).await;
     let lock = observer.lock("cut-off").unwrap();
@@ -1311,13 +1311,6 @@ pub async fn inspect_never_names_an_earlier_grant(sql: &Sql) {
         "sql-extra[{}] PASS inspect_never_names_an_earlier_grant",
         sql.label
     );
-}
-
-/// `url` with 1 s request and connect timeouts, so that a cut-off client gives up
-/// soon.
-fn with_short_timeouts(url: &str) -> String {
-    let separator = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{separator}request_timeout=1s&connect_timeout=1s")
 }
 
 /// A client of `sql`'s tables through `url` (`sql`'s server, perhaps with other

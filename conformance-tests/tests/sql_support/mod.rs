@@ -296,11 +296,13 @@ pub async fn run_suite(sql: Sql, min_passed: usize) {
 
 /// The history checker again, with one client of some seeds behind a proxy that is cut
 /// at a random moment (both ways, or only the server's replies), healed or not, and
-/// `server` frozen or killed and restarted now and then (if it was started here).
+/// `server` frozen or killed and restarted now and then (if it was started here). That
+/// client gives up on a call after 1 s, so its calls fail, and are asked again, while
+/// their statements may still run.
 pub async fn check_with_cut_off(sql: Sql, server: &conformance_tests::server::SharedServer) {
     use conformance_tests::checker::{self, Budget, ProxiedUrl};
     let (strategy, prefix, label) = (sql.strategy, sql.prefix.clone(), sql.label.clone());
-    let cut_off = ProxiedUrl::new(&sql.url, move |through| {
+    let cut_off = ProxiedUrl::new(&with_short_timeouts(&sql.url), move |through| {
         Arc::new(Sql::new(&through, strategy, &prefix).labelled(label.clone()))
     })
     .expect("a loopback URL")
@@ -312,6 +314,13 @@ pub async fn check_with_cut_off(sql: Sql, server: &conformance_tests::server::Sh
         Budget::seeds(checker::CUT_OFF_SEEDS),
     )
     .await;
+}
+
+/// `url` with 1 s request and connect timeouts, so that a cut-off client gives up
+/// soon.
+pub fn with_short_timeouts(url: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}request_timeout=1s&connect_timeout=1s")
 }
 
 /// What a server keeps of a strategy's locks when it is killed and restarted. Lease
