@@ -40,8 +40,12 @@ impl ClientCut {
     /// Client 0 is about to ask for a downgrade: a fault aimed at that starts now,
     /// before the request goes out, unless it has started.
     pub(crate) fn downgrade_asked(&self) {
-        if self.plan.at_downgrade && self.start() {
-            self.started_by_downgrade.notify_one();
+        if self.plan.at_downgrade && !self.started.load(Ordering::SeqCst) {
+            self.history
+                .record(RUN, What::AimedAtDowngrade { client: 0 });
+            if self.start() {
+                self.started_by_downgrade.notify_one();
+            }
         }
     }
 

@@ -68,6 +68,8 @@ pub(crate) enum What {
     Delayed { client: usize, ms: u64 },
     /// The network between that client and its server came back.
     Healed { client: usize },
+    /// That client's network fault, aimed at a downgrade, starts as it asks for one.
+    AimedAtDowngrade { client: usize },
     /// The server was frozen for this many ms: no client gets an answer meanwhile.
     Paused { ms: u64 },
     /// The server was thawed.
@@ -389,6 +391,9 @@ impl fmt::Display for Show<'_> {
                 write!(f, "c{client}'s replies {ms} ms late from now on")
             }
             What::Healed { client } => write!(f, "c{client}'s network back"),
+            What::AimedAtDowngrade { client } => {
+                write!(f, "c{client} asks to downgrade: its network fault starts")
+            }
             What::Paused { ms } => write!(f, "the server frozen for {ms} ms"),
             What::Killed => write!(f, "the server killed"),
             What::Restarted => write!(f, "the server started again, serving"),

@@ -21,7 +21,7 @@
 //!
 //! `LOCK_CHECK_SEED=<n>` replays one seed; `LOCK_CHECK_SEEDS=<n>` runs that many seeds
 //! from a random start; `LOCK_CHECK_MINUTES=<m>` keeps running random seeds for that
-//! long (a soak).
+//! long (a soak). With `LOCK_CHECK_HISTORY` set, every run's whole history is printed.
 
 mod client_cut;
 mod exec;
@@ -158,6 +158,8 @@ pub struct Report {
     pub restarts: usize,
     /// How many runs faulted a member of the cluster.
     pub member_faults: usize,
+    /// How many runs started client 0's network fault as it asked to downgrade.
+    pub aimed: usize,
     /// How long it took (wall clock).
     pub elapsed: Duration,
     /// The failing seeds.
@@ -174,6 +176,12 @@ impl Report {
         }
         if self.restarts > 0 {
             faults.push_str(&format!(", {} with the server restarted", self.restarts));
+        }
+        if self.aimed > 0 {
+            faults.push_str(&format!(
+                ", {} with a client's network fault aimed at its downgrade",
+                self.aimed
+            ));
         }
         if self.member_faults > 0 {
             faults.push_str(&format!(
@@ -329,6 +337,12 @@ impl Runner {
             Ok(ran) => ran,
             Err(err) => return (vec![setup(err)], Counts::default()),
         };
+        if std::env::var_os("LOCK_CHECK_HISTORY").is_some() {
+            println!("checker[{}] seed {} history:", self.run, plan.seed);
+            for event in &ran.rec.events {
+                println!("    {}", ran.rec.line(event));
+            }
+        }
         let mut violations = verify::verify(&ran.rec, self.backend.slack());
         for (check, message) in ran.failures {
             violations.push(Violation {
@@ -447,6 +461,7 @@ struct Counts {
     pauses: usize,
     restarts: usize,
     member_faults: usize,
+    aimed: usize,
 }
 
 impl Counts {
@@ -468,6 +483,7 @@ impl Counts {
                 What::Paused { .. } => counts.pauses += 1,
                 What::Killed => counts.restarts += 1,
                 What::Member { .. } => counts.member_faults += 1,
+                What::AimedAtDowngrade { .. } => counts.aimed += 1,
                 _ => {}
             }
         }
@@ -587,6 +603,7 @@ async fn check_inner(
         report.pauses += counts.pauses;
         report.restarts += counts.restarts;
         report.member_faults += counts.member_faults;
+        report.aimed += counts.aimed;
         if matches!(which, Seeds::One(_)) {
             println!(
                 "checker[{name}] seed {seed}: {} ops, {counts:?}",

@@ -410,6 +410,7 @@ pub(crate) fn excerpt(
             | What::Cut { .. }
             | What::Delayed { .. }
             | What::Healed { .. }
+            | What::AimedAtDowngrade { .. }
             | What::Paused { .. }
             | What::Resumed
             | What::Killed

@@ -298,22 +298,33 @@ pub async fn run_suite(sql: Sql, min_passed: usize) {
 /// at a random moment (both ways, or only the server's replies), healed or not, and
 /// `server` frozen or killed and restarted now and then (if it was started here). That
 /// client gives up on a call after 1 s, so its calls fail, and are asked again, while
-/// their statements may still run.
+/// their statements may still run. Then the wait-limit check under late replies, with
+/// the default timeouts, which outlast its wait.
 pub async fn check_with_cut_off(sql: Sql, server: &conformance_tests::server::SharedServer) {
     use conformance_tests::checker::{self, Budget, ProxiedUrl};
-    let (strategy, prefix, label) = (sql.strategy, sql.prefix.clone(), sql.label.clone());
-    let cut_off = ProxiedUrl::new(&with_short_timeouts(&sql.url), move |through| {
-        Arc::new(Sql::new(&through, strategy, &prefix).labelled(label.clone()))
-    })
-    .expect("a loopback URL")
-    .with_server(server.clone())
-    .restarting(after_restart(strategy));
-    checker::check_behind_proxy(
-        Arc::new(sql),
+    let hook = |url: &str| {
+        let (strategy, prefix, label) = (sql.strategy, sql.prefix.clone(), sql.label.clone());
+        ProxiedUrl::new(url, move |through| {
+            Arc::new(Sql::new(&through, strategy, &prefix).labelled(label.clone()))
+        })
+        .expect("a loopback URL")
+    };
+    let cut_off = hook(&with_short_timeouts(&sql.url))
+        .with_server(server.clone())
+        .restarting(after_restart(sql.strategy));
+    let late_replies = hook(&sql.url);
+    let sql: Arc<dyn conformance_tests::Backend> = Arc::new(sql);
+    checker::check_with_cut_off(
+        sql.clone(),
         Arc::new(cut_off),
         Budget::seeds(checker::CUT_OFF_SEEDS),
     )
-    .await;
+    .await
+    .assert_ok();
+    let name = sql.name().to_owned();
+    conformance_tests::slow_network::wait_limit_holds_under_late_replies(sql, &late_replies)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
 }
 
 /// `url` with 1 s request and connect timeouts, so that a cut-off client gives up
