@@ -413,7 +413,7 @@ pub(crate) fn generate(seed: u64, limits: Limits) -> Plan {
     }
 }
 
-/// A fault aimed at an episode's downgrade: the client it cuts off, who holds the
+/// A fault aimed at an episode's downgrade: the client it cuts off, which holds the
 /// episode, and the client the run shuts down, if any.
 #[derive(Clone, Copy, Debug)]
 struct Aim {
@@ -450,10 +450,10 @@ fn episode(
 ) {
     let name = rng.below(names as u64) as usize;
     let aimed = aim.is_some();
-    let drawn = rng.below(clients as u64) as usize;
-    let holder = aim.map_or(drawn, |aim| aim.holder);
+    let drawn_holder = rng.below(clients as u64) as usize;
+    let holder = aim.map_or(drawn_holder, |aim| aim.holder);
     let shut_down = aim.and_then(|aim| aim.shut_down);
-    let drawn = if rng.chance(80) {
+    let drawn_other = if rng.chance(80) {
         (holder + 1 + rng.below(clients as u64 - 1) as usize) % clients
     } else {
         holder
@@ -464,9 +464,9 @@ fn episode(
         .filter(|&c| c != holder && Some(c) != shut_down)
         .collect();
     let other = if aimed {
-        spared[drawn % spared.len()]
+        spared[drawn_other % spared.len()]
     } else {
-        drawn
+        drawn_other
     };
     let mine = handles.len();
     handles.push(HandlePlan {
