@@ -49,6 +49,8 @@ pub(crate) const PERMITS: u32 = 2;
 const AIMED_HOLD_MS: u64 = 5_000;
 /// The fixed write lease of such an episode, in ms: longer than the fault and the asks.
 const AIMED_WRITE_LEASE_MS: u64 = 10_000;
+/// How long the contender of such an episode sleeps before it asks, in ms.
+const AIMED_CONTENDER_SLEEP_MS: u64 = 1_500;
 
 /// Which lock a handle is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -495,6 +497,9 @@ fn episode(
         // A write lease that outlasts the fault, which its renewals would not.
         lease = LeasePlan::Fixed(AIMED_WRITE_LEASE_MS);
     }
+    let first_hold = rng.pick(&[200, 400]);
+    // Now and then the first ask to downgrade is cut short, and always when aimed at.
+    let cut_ms = rng.chance(40).then(|| rng.pick(&[0, 1, 3, 10, 30, 5_000]));
     let waiting = |ms: u64| CallPlan {
         wait: WaitPlan::For(ms),
         lease: LeasePlan::Watchdog,
@@ -511,13 +516,16 @@ fn episode(
             },
         },
         // Long enough for the contender to be queued first.
-        Op::Hold {
-            ms: rng.pick(&[200, 400]),
-        },
+        Op::Hold { ms: first_hold },
         // Held: [write]; then [write, read].
         Op::Downgrade {
             pick: 0,
-            cut_ms: rng.chance(40).then(|| rng.pick(&[0, 1, 3, 10, 30, 5_000])),
+            cut_ms: if aimed {
+                // Its call runs on unanswered in the fault while the next asks are made.
+                Some(cut_ms.filter(|&ms| ms < 5_000).unwrap_or(3))
+            } else {
+                cut_ms
+            },
         },
     ];
     if releases_write_first {
@@ -551,18 +559,26 @@ fn episode(
         client: holder,
         ops,
     });
-    let kind = if rng.chance(75) {
+    // Aimed at, the contender asks for the side the read side keeps out.
+    let kind = if rng.chance(75) || aimed {
         LockKind::Write
     } else {
         LockKind::Read
     };
+    let contender_sleep = rng.pick(&[50, 100]);
     tasks.push(TaskPlan {
         client: other,
         ops: vec![
             // Long enough for the holder's write to be granted on a real server
-            // (a ZooKeeper grant takes about 10 ms).
+            // (a ZooKeeper grant takes about 10 ms); aimed at, past the write's wait
+            // and the hold before the downgrade, so that it is queued behind the
+            // downgrade's read side.
             Op::Sleep {
-                ms: rng.pick(&[50, 100]),
+                ms: if aimed {
+                    AIMED_CONTENDER_SLEEP_MS
+                } else {
+                    contender_sleep
+                },
             },
             Op::Acquire {
                 handle: theirs,
