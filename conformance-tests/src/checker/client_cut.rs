@@ -40,19 +40,20 @@ impl ClientCut {
     /// Client 0 is about to ask for a downgrade: a fault aimed at that starts now,
     /// before the request goes out, unless it has started.
     pub(crate) fn downgrade_asked(&self) {
-        if self.plan.at_downgrade && !self.started.load(Ordering::SeqCst) {
-            self.history
-                .record(RUN, What::AimedAtDowngrade { client: 0 });
-            if self.start() {
-                self.started_by_downgrade.notify_one();
-            }
+        if self.plan.at_downgrade && self.start(true) {
+            self.started_by_downgrade.notify_one();
         }
     }
 
-    /// Starts the fault unless it has started; whether this call started it.
-    fn start(&self) -> bool {
+    /// Starts the fault unless it has started (as client 0 asks to downgrade, if
+    /// `at_downgrade`); whether this call started it.
+    fn start(&self, at_downgrade: bool) -> bool {
         if self.started.swap(true, Ordering::SeqCst) {
             return false;
+        }
+        if at_downgrade {
+            self.history
+                .record(RUN, What::AimedAtDowngrade { client: 0 });
         }
         if let Some(ms) = self.plan.delay_ms {
             self.history.record(RUN, What::Delayed { client: 0, ms });
@@ -81,12 +82,12 @@ impl ClientCut {
             tokio::select! {
                 () = self.started_by_downgrade.notified() => {}
                 () = sleep(at + AIM_FALLBACK) => {
-                    self.start();
+                    self.start(false);
                 }
             }
         } else {
             sleep(at).await;
-            self.start();
+            self.start(false);
         }
         if let Some(ms) = self.plan.heal_after_ms {
             sleep(Duration::from_millis(ms)).await;

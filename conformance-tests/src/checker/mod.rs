@@ -288,11 +288,26 @@ pub async fn check_behind_proxy(
     cut_off: Arc<dyn CutOff>,
     budget: Budget,
 ) {
-    check_with_cut_off(backend.clone(), cut_off.clone(), budget)
+    check_behind_proxies(backend, cut_off.clone(), &*cut_off, budget).await;
+}
+
+/// As [`check_behind_proxy`], with the wait-limit check's client made through
+/// `late_replies` instead: a hook whose clients wait for a reply longer than that
+/// check's wait, where `cut_off`'s give up sooner.
+///
+/// # Panics
+/// On a failing seed or a failed check, naming the backend.
+pub async fn check_behind_proxies(
+    backend: Arc<dyn Backend>,
+    cut_off: Arc<dyn CutOff>,
+    late_replies: &dyn CutOff,
+    budget: Budget,
+) {
+    check_with_cut_off(backend.clone(), cut_off, budget)
         .await
         .assert_ok();
     let name = backend.name().to_owned();
-    crate::slow_network::wait_limit_holds_under_late_replies(backend, &*cut_off)
+    crate::slow_network::wait_limit_holds_under_late_replies(backend, late_replies)
         .await
         .unwrap_or_else(|e| panic!("{name}: {e}"));
 }

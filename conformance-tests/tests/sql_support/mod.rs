@@ -313,18 +313,13 @@ pub async fn check_with_cut_off(sql: Sql, server: &conformance_tests::server::Sh
         .with_server(server.clone())
         .restarting(after_restart(sql.strategy));
     let late_replies = hook(&sql.url);
-    let sql: Arc<dyn conformance_tests::Backend> = Arc::new(sql);
-    checker::check_with_cut_off(
-        sql.clone(),
+    checker::check_behind_proxies(
+        Arc::new(sql),
         Arc::new(cut_off),
+        &late_replies,
         Budget::seeds(checker::CUT_OFF_SEEDS),
     )
-    .await
-    .assert_ok();
-    let name = sql.name().to_owned();
-    conformance_tests::slow_network::wait_limit_holds_under_late_replies(sql, &late_replies)
-        .await
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    .await;
 }
 
 /// `url` with 1 s request and connect timeouts, so that a cut-off client gives up
