@@ -45,6 +45,7 @@ use tokio::time::Instant;
 
 pub mod container;
 mod probe;
+mod process_tree;
 #[cfg(feature = "redis")]
 pub mod redis_cluster;
 #[cfg(feature = "redis")]
@@ -81,6 +82,9 @@ pub struct ServerSpec {
 
 /// How long a server may take to serve.
 const READY_LIMIT: Duration = Duration::from_secs(60);
+
+/// How long [`ServerProcess::stop`] waits for a killed server's processes to go.
+const STOP_LIMIT: Duration = Duration::from_secs(5);
 /// How many times to try another port if the server dies at start (a port taken
 /// between picking and binding).
 pub(crate) const START_ATTEMPTS: usize = 3;
@@ -306,7 +310,7 @@ impl Freezer {
                 // the process started here, which would answer on otherwise.
                 let mut c = Command::new("kill");
                 c.arg(format!("-{signal}"));
-                c.args(process_tree(*pid).iter().map(u32::to_string));
+                c.args(process_tree::tree(*pid).iter().map(u32::to_string));
                 c
             }
             Freezer::Container(id) => {
@@ -325,35 +329,6 @@ impl Freezer {
             ))
         }
     }
-}
-
-/// `pid` and every process descended from it, read from `/proc`.
-fn process_tree(pid: u32) -> Vec<u32> {
-    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let child: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-            // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
-            let parent = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?;
-            Some((child, parent.parse().ok()?))
-        })
-        .collect();
-    let mut tree = vec![pid];
-    let mut next = 0;
-    while next < tree.len() {
-        let parent = tree[next];
-        tree.extend(
-            parents
-                .iter()
-                .filter(|(_, p)| *p == parent)
-                .map(|(c, _)| *c),
-        );
-        next += 1;
-    }
-    tree
 }
 
 /// A server process started for tests.
@@ -461,12 +436,26 @@ impl ServerProcess {
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
 
-    /// Kills it (SIGKILL, by PID) and reaps it; its data directory stays until drop.
+    /// Kills it (SIGKILL, by PID) with every process it started, reaps it and waits
+    /// (at most 5 s) until those are gone too; its data directory stays until
+    /// drop.
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        // Reaped already (it died at start): its PID may be another process's by now.
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return;
         }
+        // Frozen, the tree stops growing while it is read; children first, so one that
+        // exits meanwhile stays a zombie of a live parent and its PID is not reused.
+        let frozen = process_tree::freeze(child.id());
+        for &pid in frozen.iter().skip(1).rev() {
+            process_tree::signal(pid, libc::SIGKILL);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        process_tree::wait_gone(frozen.get(1..).unwrap_or_default(), STOP_LIMIT);
     }
 
     /// Sends `signal` (`STOP`, `CONT`, ...) to the server's process.
@@ -570,6 +559,42 @@ mod tests {
             "server still running after drop"
         );
         assert!(TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err());
+    }
+
+    /// The stand-in with a helper process of its own, as PostgreSQL has a backend per
+    /// connection: `sleep` is the HTTP server's child.
+    const HTTP_WITH_HELPER: ServerSpec = ServerSpec {
+        command: |port, dir| {
+            let mut cmd = Command::new("sh");
+            cmd.arg("-c")
+                .arg(format!(
+                    "sleep 300 & exec python3 -m http.server --bind 127.0.0.1 {port}"
+                ))
+                .current_dir(dir);
+            cmd
+        },
+        ..HTTP
+    };
+
+    #[tokio::test]
+    async fn stop_kills_the_processes_the_server_started() {
+        if Command::new("python3").arg("--version").output().is_err() {
+            println!("SKIP stop_kills_the_processes_the_server_started: no python3");
+            return;
+        }
+        let mut server = ServerProcess::start(&HTTP_WITH_HELPER)
+            .await
+            .expect("start");
+        let pid = server.pid().expect("running");
+        let children = process_tree::tree(pid).split_off(1);
+        assert!(!children.is_empty(), "the stand-in started no helper");
+        server.stop();
+        for child in children {
+            assert!(
+                !process_tree::running(child),
+                "process {child}, started by the server, outlived stop"
+            );
+        }
     }
 
     #[tokio::test]
