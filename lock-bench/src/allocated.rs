@@ -1,13 +1,16 @@
-//! The process's heap in use, counted by a global allocator that wraps the system's:
-//! what the held-locks measurement reads a client's memory per lock from. Counting is
-//! switched on for a run that measures held locks only, so the other measurements pay
-//! no shared counter on every allocation.
+//! The process's heap in use and its allocations, counted by a global allocator that
+//! wraps the system's: what the held-locks measurement reads a client's memory per lock
+//! from, and `--count-allocations` the allocations of each uncontended cycle. Counting
+//! is switched on for those runs only, so the other measurements pay no shared counter
+//! on every allocation.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, Ordering};
 
 /// Bytes requested and not yet freed, while counting.
 static IN_USE: AtomicIsize = AtomicIsize::new(0);
+/// Allocations (and reallocations) made, while counting.
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 /// Whether to count; set once, before anything is allocated that is measured.
 static COUNTING: AtomicBool = AtomicBool::new(false);
 
@@ -20,13 +23,21 @@ fn add(bytes: isize) {
     }
 }
 
+/// One more allocation, of `bytes`.
+fn allocated(bytes: isize) {
+    if COUNTING.load(Ordering::Relaxed) {
+        IN_USE.fetch_add(bytes, Ordering::Relaxed);
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 // SAFETY: every call goes to the system allocator unchanged; only a counter is added.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's contract is passed on as it is.
         let ptr = unsafe { System.alloc(layout) };
         if !ptr.is_null() {
-            add(layout.size() as isize);
+            allocated(layout.size() as isize);
         }
         ptr
     }
@@ -35,7 +46,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: as above.
         let ptr = unsafe { System.alloc_zeroed(layout) };
         if !ptr.is_null() {
-            add(layout.size() as isize);
+            allocated(layout.size() as isize);
         }
         ptr
     }
@@ -50,7 +61,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: as above.
         let new = unsafe { System.realloc(ptr, layout, new_size) };
         if !new.is_null() {
-            add(new_size as isize - layout.size() as isize);
+            allocated(new_size as isize - layout.size() as isize);
         }
         new
     }
@@ -64,4 +75,24 @@ pub fn start_counting() {
 /// Heap bytes requested and not yet freed since counting started.
 pub fn in_use() -> isize {
     IN_USE.load(Ordering::Relaxed)
+}
+
+/// Allocations and reallocations made since counting started.
+pub fn allocations() -> u64 {
+    ALLOCATIONS.load(Ordering::Relaxed)
+}
+
+/// Whether uncontended cycles report their allocations (`--count-allocations`).
+static PER_CYCLE: AtomicBool = AtomicBool::new(false);
+
+/// Starts counting, and has each contender's uncontended cycles report their
+/// allocations.
+pub fn count_per_cycle() {
+    PER_CYCLE.store(true, Ordering::Relaxed);
+    start_counting();
+}
+
+/// Whether uncontended cycles report their allocations.
+pub fn per_cycle() -> bool {
+    PER_CYCLE.load(Ordering::Relaxed)
 }

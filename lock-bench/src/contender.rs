@@ -17,6 +17,10 @@ pub enum Role {
     Floor,
     /// Another library or a common hand-rolled recipe.
     Peer,
+    /// The floor, plus by hand the server work this library's promises take there (a
+    /// fencing token per grant, a receipt per release): the part of the distance
+    /// between ours and the floor that is the server's, apart from the client's.
+    FloorWithPromises,
 }
 
 /// One lock implementation on one server.

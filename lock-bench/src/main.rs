@@ -66,6 +66,13 @@ struct Args {
     /// client's heap per held lock and its watchdog's traffic per renewal tick.
     #[arg(long, default_value_t = 0)]
     held: usize,
+    /// Count the heap allocations of the whole process (every thread: the caller's, the
+    /// clients' connection tasks) over each contender's uncontended cycles, and print
+    /// them per cycle (for contenders driven in this process). Counting costs every
+    /// allocation two shared increments: read the times of such a run with that in
+    /// mind.
+    #[arg(long)]
+    count_allocations: bool,
     /// Also pass one lock through this many waiting handles of one client at each
     /// server: each handoff's time and the waiting client's traffic per handoff.
     #[arg(long, default_value_t = 0)]
@@ -104,6 +111,9 @@ async fn main() {
     let args = Args::parse();
     if args.held > 0 {
         allocated::start_counting();
+    }
+    if args.count_allocations {
+        allocated::count_per_cycle();
     }
     if let Err(err) = run(args).await {
         eprintln!("lock-bench: {err}");

@@ -157,6 +157,7 @@ fn row(target: &Target, m: &Measured) -> String {
         Role::Ours => format!("**{}**", m.name),
         Role::Floor => format!("{} (floor)", m.name),
         Role::Peer => m.name.clone(),
+        Role::FloorWithPromises => format!("{} (floor + promises)", m.name),
     };
     let dash = |spread: Option<crate::stats::Spread>| {
         spread.map_or_else(|| "—".to_owned(), |s| s.to_string())

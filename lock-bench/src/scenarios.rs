@@ -27,11 +27,20 @@ pub async fn uncontended(
         return Ok(Samples::from(timed));
     }
     let mut cycles = Samples::default();
+    let allocations_before = crate::allocated::allocations();
     for _ in 0..iterations {
         let started = Instant::now();
         worker.acquire().await?;
         worker.release().await?;
         cycles.push(started.elapsed());
+    }
+    if crate::allocated::per_cycle() && iterations > 0 {
+        let made = crate::allocated::allocations() - allocations_before;
+        eprintln!(
+            "lock-bench: {}: {:.1} heap allocations per uncontended cycle",
+            contender.name(),
+            made as f64 / iterations as f64
+        );
     }
     Ok(cycles)
 }

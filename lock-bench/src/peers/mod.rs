@@ -34,6 +34,7 @@ pub fn for_url(url: &str) -> Vec<Box<dyn Contender>> {
         #[cfg(feature = "redis")]
         "redis" => vec![
             Box::new(redis_raw::RawRedis::new(url)),
+            Box::new(redis_raw::RawRedis::with_promises(url)),
             Box::new(rslock::Rslock::new(url)),
         ],
         #[cfg(feature = "etcd")]
