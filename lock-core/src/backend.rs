@@ -21,6 +21,7 @@ pub use crate::lease::LossNotifier;
 use crate::name::LockKey;
 pub use crate::options::{check_duration, Deadline};
 pub use crate::settings::QuerySettings;
+pub use crate::text::push_decimal;
 
 /// Who holds a lock: one acquisition of one client (see
 /// [`LockGuard`](crate::LockGuard#owners-and-re-entry)). Formatted as
@@ -31,7 +32,14 @@ pub struct OwnerToken(Arc<str>);
 
 impl OwnerToken {
     pub(crate) fn new(client: &uuid::Uuid, acquisition: u64) -> Self {
-        OwnerToken(format!("{client}:{acquisition}").into())
+        // One per acquisition: encoded directly rather than through `format!`.
+        let mut uuid = [0; uuid::fmt::Hyphenated::LENGTH];
+        let client = client.hyphenated().encode_lower(&mut uuid);
+        let mut token = String::with_capacity(client.len() + 1 + 20);
+        token.push_str(client);
+        token.push(':');
+        push_decimal(&mut token, acquisition);
+        OwnerToken(token.into())
     }
 
     /// A token from its text, for backends that read owners back and for tests.

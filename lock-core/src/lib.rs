@@ -97,6 +97,7 @@ mod options;
 mod semaphore;
 mod settings;
 mod telemetry;
+mod text;
 mod watchdog;
 
 /// The traits you call lock methods through: `use lock_core::prelude::*;`.

@@ -165,11 +165,14 @@ impl LockKey {
     /// [`NAMESPACE_SEPARATORS`] this is injective: the namespace cannot contain it, so
     /// the first separator in the result ends the namespace.
     pub fn joined(&self, separator: char) -> String {
-        format!(
-            "{}{separator}{}",
-            self.namespace.as_str(),
-            self.name.as_str()
-        )
+        // Built by hand: backends call this on every acquire and release, and
+        // `format!` would grow the string more than once.
+        let (namespace, name) = (self.namespace.as_str(), self.name.as_str());
+        let mut joined = String::with_capacity(namespace.len() + separator.len_utf8() + name.len());
+        joined.push_str(namespace);
+        joined.push(separator);
+        joined.push_str(name);
+        joined
     }
 }
 

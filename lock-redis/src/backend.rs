@@ -13,7 +13,7 @@ use lock_core::backend::{AcquireRequest, Grant, HeldLease, LockBackend, Renewal}
 use tokio::sync::{OwnedRwLockReadGuard, RwLock};
 use tokio::time::Instant;
 
-use crate::calls::{self, Call, Request};
+use crate::calls::{self, Call, Request, Undo};
 use crate::config::{RedisConfig, ReplicaAcks, TooFewReplicas};
 use crate::error::{self as err, BACKEND};
 use crate::holder_watch::HolderWatch;
@@ -145,8 +145,12 @@ impl RedisBackend {
             permits: req.permits,
             owner: req.owner.as_str().to_owned(),
             ttl: req.ttl,
-            waiter: format!("{}/{n}", self.inbox),
-            inbox: self.inbox.to_string(),
+            waiter: {
+                let mut waiter = crate::keys::concat(&[&self.inbox, "/"]);
+                lock_core::backend::push_decimal(&mut waiter, n);
+                waiter
+            },
+            inbox: self.inbox.clone(),
             waiter_lease: self.node.config().waiter_lease(),
         }
     }
@@ -170,7 +174,7 @@ pub(crate) async fn attempt(
     node: &Node,
     call: Call,
     lease: Duration,
-    undo: Call,
+    undo: Undo,
     permit: Option<Permit>,
 ) -> Result<Attempt> {
     let call_node = node.clone();
@@ -179,7 +183,6 @@ pub(crate) async fn attempt(
     let call_timeout = node.call_timeout() + acks_wait;
     // A grant that arrives after its lease would have run out needs no undo.
     let reply_limit = call_timeout + lease;
-    let undo = Arc::new(undo);
     let call_undo = undo.clone();
     let mut in_flight = InFlight {
         call: Some(Box::pin(async move {
@@ -223,10 +226,11 @@ pub(crate) async fn attempt(
 /// Runs `undo` (the release of whatever one acquire call's request holds) until it
 /// gets through, with backoff, or until `give_up`, when the grant it would free has
 /// run out anyway.
-async fn undo_until(node: &Node, undo: &Call, give_up: Instant) {
+async fn undo_until(node: &Node, undo: &Undo, give_up: Instant) {
+    let undo = undo.call();
     let mut pause = Duration::from_millis(50);
     loop {
-        match node.call::<i64>("undo", undo).await {
+        match node.call::<i64>("undo", &undo).await {
             Ok(_) => return,
             Err(error) if error.is_retryable() && Instant::now() + pause < give_up => {
                 tracing::debug!(%error, "could not undo a grant nobody heard of yet; trying again");
@@ -252,7 +256,7 @@ async fn acquire_acked(
     call: &Call,
     acks: ReplicaAcks,
     limit: Duration,
-    undo: &Call,
+    undo: &Undo,
 ) -> Result<Attempt> {
     let mut conn = node.acks_conn().await?;
     let invocation = call.invocation();
@@ -314,7 +318,7 @@ async fn acquire_acked(
         return Ok(attempt);
     }
     // Inside the call: a dropped acquire finishes this release in its spawned task.
-    if let Err(error) = node.call::<i64>("release", undo).await {
+    if let Err(error) = node.call::<i64>("release", &undo.call()).await {
         tracing::warn!(%error, "could not release a grant too few replicas have; its lease will run out");
     }
     Err(err::Error::TooFewReplicas(format!("{shortfall}; released it")).into())
@@ -327,7 +331,7 @@ struct InFlight {
     call: Option<AttemptCall>,
     node: Node,
     /// Frees whatever the call's request holds.
-    undo: Option<Arc<Call>>,
+    undo: Option<Undo>,
     lease: Duration,
     permit: Option<Permit>,
 }
@@ -375,12 +379,14 @@ pub(crate) type Permit = OwnedRwLockReadGuard<()>;
 /// deadline.
 pub(crate) struct Place {
     node: Node,
-    leave: Option<Call>,
+    /// The request whose place this is, until a grant consumed it: its removal
+    /// ([`Request::leave`]) is built only if it is needed.
+    leave: Option<Arc<Request>>,
     in_flight: Arc<RwLock<()>>,
 }
 
 impl Place {
-    pub(crate) fn new(node: &Node, leave: Option<Call>) -> Self {
+    pub(crate) fn new(node: &Node, leave: Option<Arc<Request>>) -> Self {
         Place {
             node: node.clone(),
             leave,
@@ -406,7 +412,7 @@ impl Place {
             // Dropping the place hands the removal to a task.
             return;
         };
-        if let Some(call) = self.leave.take() {
+        if let Some(call) = self.leave.take().and_then(|request| request.leave()) {
             if let Err(error) = self.node.call::<i64>("leave", &call).await {
                 tracing::debug!(%error, "could not leave the wait queue; the place expires on its own");
             }
@@ -416,7 +422,7 @@ impl Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        let Some(call) = self.leave.take() else {
+        let Some(call) = self.leave.take().and_then(|request| request.leave()) else {
             return;
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -552,10 +558,10 @@ impl LockBackend for RedisBackend {
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<RedisLease>>> {
-        let request = self.request(&req);
+        let request = Arc::new(self.request(&req));
         let waits = !req.deadline.has_passed();
         let registers = waits && request.registers();
-        let mut place = Place::new(&self.node, registers.then(|| request.leave()).flatten());
+        let mut place = Place::new(&self.node, registers.then(|| request.clone()));
         let refresh = self.node.config().waiter_lease() / 3;
         let mut poll = SilentPoll::new(self.node.config().silent_holder_poll());
         let mut registration = None;
@@ -580,7 +586,7 @@ impl LockBackend for RedisBackend {
                 &self.node,
                 request.acquire_with(&lease, registers),
                 request.ttl,
-                request.undo(&lease),
+                Undo::new(&request, &lease),
                 permit,
             )
             .await;

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use lock_core::{LockFamily, LockKind};
-use redis::{Script, ScriptInvocation};
+use redis::aio::ConnectionLike;
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
 
 use crate::keys::{Keys, RedisLease, Stored};
 use crate::pubsub::{Interest, Unclaimed};
@@ -19,15 +20,43 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    pub(crate) fn invocation(&self) -> ScriptInvocation<'static> {
-        let mut invocation = self.script.prepare_invoke();
-        for key in &self.keys {
-            invocation.key(key);
+    /// The call as the command that runs it, built once in one buffer.
+    pub(crate) fn invocation(&self) -> Invocation {
+        let data: usize = self.keys.iter().chain(&self.args).map(String::len).sum();
+        let mut cmd = Cmd::with_capacity(3 + self.keys.len() + self.args.len(), data + 64);
+        cmd.arg("EVALSHA")
+            .arg(self.script.get_hash())
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        Invocation {
+            script: self.script,
+            cmd,
         }
-        for arg in &self.args {
-            invocation.arg(arg);
+    }
+}
+
+/// A script call ready to send: its `EVALSHA` command. (redis-rs's
+/// `ScriptInvocation` copies every key and argument twice more on each call.)
+pub(crate) struct Invocation {
+    script: &'static Script,
+    cmd: Cmd,
+}
+
+impl Invocation {
+    /// Runs the call on `conn`, loading the script first if the server does not have
+    /// it (a restarted server, or one that flushed its scripts).
+    pub(crate) async fn invoke_async<T: FromRedisValue>(
+        &self,
+        conn: &mut impl ConnectionLike,
+    ) -> RedisResult<T> {
+        match self.cmd.query_async(conn).await {
+            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.script.load_async(conn).await?;
+                self.cmd.query_async(conn).await
+            }
+            reply => reply,
         }
-        invocation
     }
 }
 
@@ -49,7 +78,7 @@ pub(crate) struct Request {
     /// backend's inbox, `/`, then a number.
     pub(crate) waiter: String,
     /// The id of the backend making the request (see [`Keys::exclusive_inbox`]).
-    pub(crate) inbox: String,
+    pub(crate) inbox: std::sync::Arc<str>,
     pub(crate) waiter_lease: Duration,
 }
 
@@ -234,8 +263,36 @@ impl Request {
         release(
             &self.keys,
             self.kind,
-            &[format!("{}:{}:", self.owner, lease.request())],
+            &[crate::keys::concat(&[
+                &self.owner,
+                ":",
+                lease.request(),
+                ":",
+            ])],
         )
+    }
+}
+
+/// The undo of one acquire call ([`Request::undo`]), built only when it is needed:
+/// most calls never need it.
+#[derive(Clone, Debug)]
+pub(crate) struct Undo {
+    request: std::sync::Arc<Request>,
+    lease: RedisLease,
+}
+
+impl Undo {
+    /// The undo of the call of `request` identified by `lease`.
+    pub(crate) fn new(request: &std::sync::Arc<Request>, lease: &RedisLease) -> Self {
+        Undo {
+            request: request.clone(),
+            lease: lease.clone(),
+        }
+    }
+
+    /// The call that frees whatever that acquire call was granted.
+    pub(crate) fn call(&self) -> Call {
+        self.request.undo(&self.lease)
     }
 }
 
@@ -489,5 +546,29 @@ pub(crate) fn proclaim(k: &Keys, lease: &str, value: &str) -> Call {
         script: scripts::PROCLAIM.get(k.sharded),
         keys: vec![k.leader(), k.leader_value()],
         args: vec![lease.to_owned(), value.to_owned()],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_invocation_is_the_evalsha_of_the_calls_keys_and_arguments() {
+        let call = Call {
+            script: scripts::EXCLUSIVE_RELEASE.get(false),
+            keys: vec!["app:jobs".into(), "{app:jobs}:waiting".into()],
+            args: vec!["{app:jobs}:channel".into(), "5000".into(), "o:r:7".into()],
+        };
+        let hash = call.script.get_hash();
+        let mut expected = format!(
+            "*8\r\n$7\r\nEVALSHA\r\n${}\r\n{hash}\r\n$1\r\n2\r\n",
+            hash.len()
+        );
+        for part in call.keys.iter().chain(&call.args) {
+            expected.push_str(&format!("${}\r\n{part}\r\n", part.len()));
+        }
+        let packed = call.invocation().cmd.get_packed_command();
+        assert_eq!(String::from_utf8_lossy(&packed), expected);
     }
 }

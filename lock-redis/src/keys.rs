@@ -34,7 +34,7 @@ impl Keys {
     /// The keys on one server (or RedLock masters).
     pub(crate) fn new(key: &LockKey) -> Self {
         let lock = key.joined(':');
-        let tag = format!("{{{lock}}}");
+        let tag = concat(&["{", &lock, "}"]);
         Keys {
             lock,
             tag,
@@ -45,15 +45,16 @@ impl Keys {
     /// The keys on a Redis Cluster: every one in the slot of the bare key.
     pub(crate) fn in_cluster(key: &LockKey) -> Self {
         let name = key.name().as_str();
-        let name = if name.contains(['%', '{', '}']) {
+        let name: std::borrow::Cow<'_, str> = if name.contains(['%', '{', '}']) {
             name.replace('%', "%25")
                 .replace('{', "%7B")
                 .replace('}', "%7D")
+                .into()
         } else {
-            name.to_owned()
+            name.into()
         };
-        let lock = format!("{}:{name}", key.namespace().as_str());
-        let tag = format!("{{{lock}}}");
+        let lock = concat(&[key.namespace().as_str(), ":", &name]);
+        let tag = concat(&["{", &lock, "}"]);
         Keys {
             lock,
             tag,
@@ -71,7 +72,7 @@ impl Keys {
     }
 
     fn aux(&self, suffix: &str) -> String {
-        format!("{}:{suffix}", self.tag)
+        concat(&[&self.tag, ":", suffix])
     }
 
     /// The fencing counter shared by every lock type of this name. It expires a week
@@ -85,7 +86,7 @@ impl Keys {
     /// frees it (see [`crate::calls::release_with_receipt`]); it expires on its own
     /// a few seconds after the lease would have.
     pub(crate) fn receipt(&self, lease: &RedisLease) -> String {
-        self.aux(&format!("released:{}", lease.request))
+        concat(&[&self.tag, ":released:", &lease.request])
     }
 
     /// Where the exclusive lock's releases are published.
@@ -104,7 +105,7 @@ impl Keys {
     /// that a release learns from `PUBLISH`'s count whether anyone still listens
     /// there, and passes over a waiter whose process is gone.
     pub(crate) fn exclusive_inbox(&self, inbox: &str) -> String {
-        format!("{}:{inbox}", self.exclusive_channel())
+        concat(&[&self.tag, ":channel:", inbox])
     }
 
     /// The fair lock's holder (a string `owner:request:fence` with a PX lease).
@@ -322,7 +323,23 @@ impl std::fmt::Debug for RedisLease {
 /// The value a lease of `owner`, won by the request of `lease`, with `fence` is
 /// stored as.
 pub(crate) fn lease_value(owner: &str, lease: &RedisLease, fence: u64) -> String {
-    format!("{owner}:{}:{fence}", lease.request)
+    let mut value = String::with_capacity(owner.len() + lease.request.len() + 22);
+    value.push_str(owner);
+    value.push(':');
+    value.push_str(&lease.request);
+    value.push(':');
+    lock_core::backend::push_decimal(&mut value, fence);
+    value
+}
+
+/// `parts` one after the other, in a string allocated once: keys are built on every
+/// call, and `format!` would grow them more than once.
+pub(crate) fn concat(parts: &[&str]) -> String {
+    let mut joined = String::with_capacity(parts.iter().map(|part| part.len()).sum());
+    for part in parts {
+        joined.push_str(part);
+    }
+    joined
 }
 
 #[cfg(test)]

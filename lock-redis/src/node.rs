@@ -13,7 +13,7 @@ use redis::aio::{
 };
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, ScriptInvocation, Value};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Value};
 
 use crate::config::RedisConfig;
 use crate::error;
@@ -169,6 +169,20 @@ impl Node {
         if let Some(cluster) = &self.inner.cluster {
             return self.cluster_conn(cluster).await;
         }
+        let cached = |generation: u64| {
+            let conn = self.inner.conn.lock();
+            let conn = conn.unwrap_or_else(|poisoned| poisoned.into_inner());
+            match &*conn {
+                Some((made_for, conn)) if *made_for == generation => Some(conn.clone()),
+                _ => None,
+            }
+        };
+        // The common case, without copying the primary's client.
+        if let Some(generation) = self.inner.primary.known_generation() {
+            if let Some(conn) = cached(generation) {
+                return Ok((generation, conn));
+            }
+        }
         let (generation, client) = self.inner.primary.client(config.call_timeout()).await?;
         let mut conn = self
             .inner
@@ -287,7 +301,7 @@ impl Node {
     pub(crate) async fn eval<T: FromRedisValue>(
         &self,
         what: &'static str,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &crate::calls::Invocation,
     ) -> Result<T> {
         self.run(what, self.call_timeout(), |mut conn| async move {
             invocation.invoke_async(&mut conn).await

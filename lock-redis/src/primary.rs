@@ -91,6 +91,13 @@ impl Primary {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The generation of the primary known now, if one is: what a cached connection is
+    /// checked against on every call, without copying the client.
+    pub(crate) fn known_generation(&self) -> Option<u64> {
+        let current = self.current();
+        current.client.as_ref().map(|_| current.generation)
+    }
+
     /// The current primary and its generation, asking the sentinels (within `limit`)
     /// if it is not known.
     ///

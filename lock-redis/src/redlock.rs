@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::backend::{attempt, renew_on, sleep_for, Outage, SilentPoll};
-use crate::calls::{self, Call, Request};
+use crate::calls::{self, Call, Request, Undo};
 use crate::config::RedisConfig;
 use crate::error::{self as err, BACKEND};
 use crate::keys::{lease_value, Keys, RedisLease};
@@ -299,6 +299,7 @@ async fn round(
     lease: RedisLease,
     timeouts: Vec<Duration>,
 ) -> Result<Round> {
+    let request = Arc::new(request);
     let quorum = majority_of(nodes.len());
     let started = Instant::now();
     let phase1 = nodes.iter().zip(&timeouts).map(|(node, timeout)| {
@@ -306,7 +307,7 @@ async fn round(
         // A grant that arrives after the timeout is released by attempt()'s task.
         tokio::time::timeout(
             *timeout,
-            attempt(node, call, request.ttl, request.undo(&lease), None),
+            attempt(node, call, request.ttl, Undo::new(&request, &lease), None),
         )
     });
     // Done shortly after the outcome is decided: masters still silent then (down, or
@@ -569,7 +570,7 @@ impl LockBackend for RedLockBackend {
             ttl: req.ttl,
             waiter: format!("{}:w{n}", req.owner),
             // RedLock waiters do not register: every release wakes them.
-            inbox: String::new(),
+            inbox: "".into(),
             waiter_lease: self.nodes[0].config().waiter_lease(),
         };
         let timeouts: Vec<Duration> = self
