@@ -281,6 +281,12 @@ impl Telemetry {
         }
     }
 
+    /// Whether anyone takes events: a hook, or a subscriber. Without one, an event is
+    /// not even built (two allocations on every grant and every release).
+    fn wants_events(&self) -> bool {
+        !self.hooks.is_empty() || self.events.receiver_count() > 0
+    }
+
     fn emit(&self, event: LockEvent) {
         for hook in &self.hooks {
             hook(&event);
@@ -331,6 +337,9 @@ impl LeaseIdentity {
     }
 
     fn event(&self, what: LockEventKind) {
+        if !self.telemetry.wants_events() {
+            return;
+        }
         self.telemetry.emit(LockEvent {
             what,
             lock: self.key.clone(),
