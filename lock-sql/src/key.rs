@@ -23,17 +23,25 @@ impl KeyId {
         digest.update((namespace.len() as u64).to_be_bytes());
         digest.update(namespace.as_bytes());
         digest.update(name.as_bytes());
-        let hash = digest
-            .finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let hash = push_hex(String::with_capacity(64), &digest.finalize());
         KeyId {
             hash,
             namespace: namespace.to_owned(),
             name: name.to_owned(),
         }
     }
+}
+
+/// `bytes` in lowercase hex, appended to `out` (keys and lock names are digested on
+/// every call: one allocation, where `format!` per byte would make one a byte).
+pub(crate) fn push_hex(mut out: String, bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(bytes.len() * 2);
+    for byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    out
 }
 
 /// The `kind` column's value.
@@ -96,7 +104,13 @@ mod tests {
     #[test]
     fn hashes_are_fixed_length_and_unambiguous() {
         let a = key("a", "bc");
-        assert_eq!(a.hash.len(), 64);
+        // Stored in every lock row: the same text for the same name, release after
+        // release (SHA-256 of the length-prefixed namespace and the name, in hex).
+        assert_eq!(
+            a.hash,
+            "e98bc483cc6af9ccf82bc23e481a128c12818251d9d359a7b560dcabfd7909d6"
+        );
+        assert_eq!(push_hex("x".into(), &[0, 0x0f, 0xa0, 0xff]), "x000fa0ff");
         assert_ne!(a.hash, key("ab", "c").hash);
         assert_eq!(a.hash, key("a", "bc").hash);
         for kind in [

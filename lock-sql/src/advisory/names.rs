@@ -54,10 +54,9 @@ impl LockId {
         let digest = digest.finalize();
         let mut pg = [0u8; 8];
         pg.copy_from_slice(&digest[..8]);
-        let hex: String = digest[..20].iter().map(|b| format!("{b:02x}")).collect();
         LockId {
             pg: i64::from_be_bytes(pg),
-            mysql: format!("lock_sql_{hex}"),
+            mysql: crate::key::push_hex(String::from("lock_sql_"), &digest[..20]),
         }
     }
 

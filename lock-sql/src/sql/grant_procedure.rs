@@ -149,8 +149,7 @@ impl GrantProcedure {
              END"
         );
         let digest = Sha256::digest(definition.as_bytes());
-        let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
-        let name = format!("{prefix}_grant_{short}");
+        let name = crate::key::push_hex(format!("{prefix}_grant_"), &digest[..4]);
         let quoted = dialect.quote(&name);
         let markers = vec!["?"; PARAMETERS.len()].join(", ");
         let wait_s = lock_wait.as_secs().max(1);
