@@ -17,17 +17,11 @@ static COUNTING: AtomicBool = AtomicBool::new(false);
 /// The system allocator, counting when asked to.
 pub struct Counting;
 
-fn add(bytes: isize) {
+/// `bytes` more in use (fewer, if negative), by `allocations` new allocations.
+fn add(bytes: isize, allocations: u64) {
     if COUNTING.load(Ordering::Relaxed) {
         IN_USE.fetch_add(bytes, Ordering::Relaxed);
-    }
-}
-
-/// One more allocation, of `bytes`.
-fn allocated(bytes: isize) {
-    if COUNTING.load(Ordering::Relaxed) {
-        IN_USE.fetch_add(bytes, Ordering::Relaxed);
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        ALLOCATIONS.fetch_add(allocations, Ordering::Relaxed);
     }
 }
 
@@ -37,7 +31,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: the caller's contract is passed on as it is.
         let ptr = unsafe { System.alloc(layout) };
         if !ptr.is_null() {
-            allocated(layout.size() as isize);
+            add(layout.size() as isize, 1);
         }
         ptr
     }
@@ -46,7 +40,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: as above.
         let ptr = unsafe { System.alloc_zeroed(layout) };
         if !ptr.is_null() {
-            allocated(layout.size() as isize);
+            add(layout.size() as isize, 1);
         }
         ptr
     }
@@ -54,14 +48,14 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: as above.
         unsafe { System.dealloc(ptr, layout) };
-        add(-(layout.size() as isize));
+        add(-(layout.size() as isize), 0);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: as above.
         let new = unsafe { System.realloc(ptr, layout, new_size) };
         if !new.is_null() {
-            allocated(new_size as isize - layout.size() as isize);
+            add(new_size as isize - layout.size() as isize, 1);
         }
         new
     }

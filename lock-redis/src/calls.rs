@@ -1,6 +1,7 @@
 //! The script calls of each lock type, as owned values that can move into a spawned
 //! task. Shared by the single-server backend and RedLock.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{LockFamily, LockKind};
@@ -78,7 +79,7 @@ pub(crate) struct Request {
     /// backend's inbox, `/`, then a number.
     pub(crate) waiter: String,
     /// The id of the backend making the request (see [`Keys::exclusive_inbox`]).
-    pub(crate) inbox: std::sync::Arc<str>,
+    pub(crate) inbox: Arc<str>,
     pub(crate) waiter_lease: Duration,
 }
 
@@ -219,7 +220,7 @@ impl Request {
         }
         let leave = self.leave()?;
         let node = node.clone();
-        Some(Unclaimed(std::sync::Arc::new(move |waiter: &[u8]| {
+        Some(Unclaimed(Arc::new(move |waiter: &[u8]| {
             let Ok(runtime) = tokio::runtime::Handle::try_current() else {
                 return;
             };
@@ -277,13 +278,13 @@ impl Request {
 /// most calls never need it.
 #[derive(Clone, Debug)]
 pub(crate) struct Undo {
-    request: std::sync::Arc<Request>,
+    request: Arc<Request>,
     lease: RedisLease,
 }
 
 impl Undo {
     /// The undo of the call of `request` identified by `lease`.
-    pub(crate) fn new(request: &std::sync::Arc<Request>, lease: &RedisLease) -> Self {
+    pub(crate) fn new(request: &Arc<Request>, lease: &RedisLease) -> Self {
         Undo {
             request: request.clone(),
             lease: lease.clone(),

@@ -76,6 +76,14 @@ fn first_unless_refused(first: redis::RedisError, again: redis::RedisError) -> r
     }
 }
 
+/// The cached connection, if it was made for the primary of `generation`.
+fn made_for(cached: &Option<(u64, Conn)>, generation: u64) -> Option<Conn> {
+    match cached {
+        Some((made_for, conn)) if *made_for == generation => Some(conn.clone()),
+        _ => None,
+    }
+}
+
 /// A connection to one server. Cloning shares it.
 #[derive(Clone, Debug)]
 pub(crate) struct Node {
@@ -169,30 +177,16 @@ impl Node {
         if let Some(cluster) = &self.inner.cluster {
             return self.cluster_conn(cluster).await;
         }
-        let cached = |generation: u64| {
-            let conn = self.inner.conn.lock();
-            let conn = conn.unwrap_or_else(|poisoned| poisoned.into_inner());
-            match &*conn {
-                Some((made_for, conn)) if *made_for == generation => Some(conn.clone()),
-                _ => None,
-            }
-        };
         // The common case, without copying the primary's client.
         if let Some(generation) = self.inner.primary.known_generation() {
-            if let Some(conn) = cached(generation) {
+            if let Some(conn) = made_for(&self.cached(), generation) {
                 return Ok((generation, conn));
             }
         }
         let (generation, client) = self.inner.primary.client(config.call_timeout()).await?;
-        let mut conn = self
-            .inner
-            .conn
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some((made_for, conn)) = &*conn {
-            if *made_for == generation {
-                return Ok((generation, conn.clone()));
-            }
+        let mut conn = self.cached();
+        if let Some(made) = made_for(&conn, generation) {
+            return Ok((generation, made));
         }
         let settings = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout()))
@@ -212,25 +206,33 @@ impl Node {
         Ok((generation, manager))
     }
 
+    /// The command connection kept for the next call, and the generation of the primary
+    /// it was made for (0 on a cluster).
+    fn cached(&self) -> std::sync::MutexGuard<'_, Option<(u64, Conn)>> {
+        // Only ever replaced whole: a panic cannot leave it half written.
+        self.inner
+            .conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// The connection to the cluster, made on first use. It finds the slots' nodes
     /// itself and follows redirections, so it is never remade here.
     async fn cluster_conn(&self, cluster: &ClusterClient) -> Result<(u64, Conn)> {
-        let lock = || {
-            self.inner
-                .conn
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-        };
-        if let Some((_, conn)) = &*lock() {
+        if let Some((_, conn)) = &*self.cached() {
             return Ok((0, conn.clone()));
         }
         // One connect at a time; a caller dropped while connecting lets the next try.
         let _connecting = self.inner.cluster_connecting.lock().await;
-        if let Some((_, conn)) = &*lock() {
+        if let Some((_, conn)) = &*self.cached() {
             return Ok((0, conn.clone()));
         }
         let made = crate::cluster::connect(cluster, self.inner.config.call_timeout()).await?;
-        let conn = lock().get_or_insert((0, Conn::Cluster(made))).1.clone();
+        let conn = self
+            .cached()
+            .get_or_insert((0, Conn::Cluster(made)))
+            .1
+            .clone();
         Ok((0, conn))
     }
 
