@@ -209,14 +209,34 @@ fn ratio(
         }
     };
     match (metric(m), base) {
-        (Some(v), Some(b)) if b > 0.0 => format!("{:.2}×", v / b),
+        (Some(v), Some(b)) if b > 0.0 => ratio_text(v / b),
         _ => String::new(),
+    }
+}
+
+/// A ratio with two decimals, or with two significant digits when it is smaller than
+/// that shows (a handoff in microseconds beside a peer's in tens of milliseconds).
+fn ratio_text(ratio: f64) -> String {
+    if ratio > 0.0 && ratio < 0.01 {
+        let decimals = (-ratio.log10()).floor() as usize + 2;
+        format!("{ratio:.decimals$}×")
+    } else {
+        format!("{ratio:.2}×")
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ratio_too_small_for_two_decimals_keeps_two_digits() {
+        assert_eq!(ratio_text(1.5), "1.50×");
+        assert_eq!(ratio_text(0.01), "0.01×");
+        assert_eq!(ratio_text(101.0 / 21_542.0), "0.0047×");
+        assert_eq!(ratio_text(0.000_52), "0.00052×");
+        assert_eq!(ratio_text(0.0), "0.00×");
+    }
     use crate::scenarios::Contended;
     use crate::stats::Samples;
 

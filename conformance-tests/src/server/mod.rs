@@ -85,6 +85,7 @@ const READY_LIMIT: Duration = Duration::from_secs(60);
 
 /// How long [`ServerProcess::stop`] waits for a killed server's processes to go.
 const STOP_LIMIT: Duration = Duration::from_secs(5);
+
 /// How many times to try another port if the server dies at start (a port taken
 /// between picking and binding).
 pub(crate) const START_ATTEMPTS: usize = 3;
