@@ -32,13 +32,10 @@ pub struct OwnerToken(Arc<str>);
 
 impl OwnerToken {
     pub(crate) fn new(client: &uuid::Uuid, acquisition: u64) -> Self {
-        // One per acquisition: encoded directly rather than through `format!`.
-        let mut uuid = [0; uuid::fmt::Hyphenated::LENGTH];
-        let client = client.hyphenated().encode_lower(&mut uuid);
-        let mut token = String::with_capacity(client.len() + 1 + 20);
-        token.push_str(client);
-        token.push(':');
-        push_decimal(&mut token, acquisition);
+        use std::fmt::Write;
+        // One per acquisition: written into a string sized once.
+        let mut token = String::with_capacity(uuid::fmt::Hyphenated::LENGTH + 1 + 20);
+        let _ = write!(token, "{client}:{acquisition}");
         OwnerToken(token.into())
     }
 
