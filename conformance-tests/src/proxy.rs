@@ -34,6 +34,8 @@ pub struct Blackhole {
     last_to_server: Arc<Mutex<Option<Instant>>>,
     /// How many chunks clients' bytes reached the server in.
     chunks_to_server: Arc<AtomicU64>,
+    /// How many chunks the server's bytes reached clients in.
+    chunks_to_client: Arc<AtomicU64>,
     task: JoinHandle<()>,
 }
 
@@ -51,10 +53,11 @@ impl Blackhole {
         let reply_delay_ms = Arc::new(AtomicU64::new(0));
         let last_to_server = Arc::new(Mutex::new(None));
         let chunks_to_server = Arc::new(AtomicU64::new(0));
+        let chunks_to_client = Arc::new(AtomicU64::new(0));
         let (up, down) = (requests_open.clone(), replies_open.clone());
         let delay = reply_delay_ms.clone();
         let (heard, healed) = (last_to_server.clone(), heals.clone());
-        let sent = chunks_to_server.clone();
+        let (sent, received) = (chunks_to_server.clone(), chunks_to_client.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let epoch = Epoch {
@@ -84,7 +87,7 @@ impl Blackhole {
                         open: down.clone(),
                         delay_ms: Some(delay.clone()),
                         heard: None,
-                        chunks: None,
+                        chunks: Some(received.clone()),
                     },
                     epoch,
                 ));
@@ -98,6 +101,7 @@ impl Blackhole {
             heals,
             last_to_server,
             chunks_to_server,
+            chunks_to_client,
             task,
         })
     }
@@ -120,6 +124,12 @@ impl Blackhole {
     /// request in one chunk on loopback, so this counts its round trips.
     pub fn chunks_to_server(&self) -> u64 {
         self.chunks_to_server.load(Ordering::SeqCst)
+    }
+
+    /// How many chunks the server's bytes have reached clients in so far: replies, and
+    /// whatever the server sends unasked (notifications).
+    pub fn chunks_to_client(&self) -> u64 {
+        self.chunks_to_client.load(Ordering::SeqCst)
     }
 
     /// From now on every byte is dropped, both ways; connections stay open, and new ones

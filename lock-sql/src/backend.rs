@@ -46,7 +46,7 @@ impl fmt::Debug for SqlLease {
 #[derive(Debug)]
 struct Inner {
     db: Arc<Db>,
-    listener: Option<Listener>,
+    listener: Option<Arc<Listener>>,
     strategy: Strategy,
     timing: Timing,
     table_prefix: String,
@@ -119,14 +119,11 @@ impl SqlBackend {
         }
         let db = Arc::new(Db::connect(&options, url).await?);
         let listener = match (db.dialect, options.strategy) {
-            (Dialect::Postgres, Strategy::Lease) => Some(
-                Listener::start(
-                    &db.url.driver_url,
-                    &db.sql.tables.channel,
-                    options.connect_timeout,
-                )
-                .await?,
-            ),
+            (Dialect::Postgres, Strategy::Lease) => Some(Listener::new(
+                &db.url.driver_url,
+                &db.sql.tables.channel,
+                options.connect_timeout,
+            )),
             _ => None,
         };
         Ok(SqlBackend {

@@ -246,8 +246,8 @@ impl SqlConfig {
         self
     }
 
-    /// The polling interval of waiters on MySQL and SQLite (and PostgreSQL's fallback
-    /// when a notification is missed): it starts at `min` and doubles up to `max`,
+    /// The polling interval of waiters on MySQL and SQLite (and on PostgreSQL while a
+    /// client's listening for releases starts, or if it cannot start): it starts at `min` and doubles up to `max`,
     /// with random jitter, and never sleeps past the holder's expiry (defaults 5 ms and
     /// 250 ms). A release in the waiter's own process wakes it at once; releases in
     /// other processes are found by polling.

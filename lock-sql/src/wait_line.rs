@@ -173,8 +173,7 @@ impl WaitLines {
     }
 
     /// Wakes every waiter: announcements may have been missed (a notification
-    /// connection was lost).
-    #[cfg(any(feature = "postgres", test))]
+    /// connection was lost, or only just made).
     pub(crate) fn wake_all(&self) {
         for waiter in self.locked().values().flatten() {
             waiter.wake();

@@ -1482,3 +1482,96 @@ pub async fn a_released_connection_goes_to_whoever_waits(sql: &Sql) {
         sql.label
     );
 }
+
+/// PostgreSQL, lease strategy: a client none of whose handles waits does not listen
+/// for releases, so others' releases send it nothing. One whose waiter is blocked
+/// listens (again on a new connection if its connection is killed), gets the lock at
+/// its release (not at a poll), and stops listening a while after its last waiter
+/// left.
+pub async fn only_a_waiting_client_hears_releases(sql: &Sql) {
+    let ns = ns();
+    // Polls 2.5-5 s apart: a grant sooner than that is a wake-up.
+    let separator = if sql.url.contains('?') { '&' } else { '?' };
+    let slow_polls = format!("{}{separator}poll_min=5s&poll_max=5s", sql.url);
+    let (proxied, proxy) = proxied_client(sql, &slow_polls, &ns, Duration::from_secs(60)).await;
+    // A 30 s lease: the holder's expiry does not cut the waiter's polls short either.
+    let other = slow_polling_clients(sql, &ns, 1).await.remove(0);
+    let releases = |n: usize| {
+        let other = &other;
+        async move {
+            for i in 0..n {
+                let lock = other.lock(&format!("elsewhere-{i}")).unwrap();
+                lock.acquire().await.unwrap().release().await.unwrap();
+            }
+        }
+    };
+    // What the releases send `proxied`, once their notifications had time to arrive.
+    let proxy = &proxy;
+    let releases = &releases;
+    let heard = |n: usize| async move {
+        let before = proxy.chunks_to_client();
+        releases(n).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        proxy.chunks_to_client() - before
+    };
+    let idle = heard(20).await;
+    assert_eq!(
+        idle, 0,
+        "a client with no waiter heard {idle} chunks of others' releases"
+    );
+
+    let held = other.lock("bell").unwrap().acquire().await.unwrap();
+    let lock = proxied.lock("bell").unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = tokio::time::timeout(Duration::from_secs(20), lock.acquire()).await;
+        (Instant::now(), guard)
+    });
+    // Once its listening started and its look after that was made (a second), only
+    // notifications reach it: it hears releases within 20 s, or `failure`.
+    let listens = |failure: &'static str| async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let since = Instant::now();
+        while heard(3).await == 0 {
+            assert!(since.elapsed() < Duration::from_secs(20), "{failure}");
+        }
+    };
+    listens("a client with a blocked waiter never listened").await;
+    // The listening connection is killed: the client listens again on a new one.
+    let killer = sql.backend().await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(
+        "SELECT pg_terminate_backend(pid) IS NULL FROM pg_stat_activity \
+         WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+    ))
+    .execute(killer.pool())
+    .await
+    .unwrap();
+    listens("a client whose listening connection was killed never listened again").await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (granted, guard) = waiter.await.unwrap();
+    guard.expect("granted").unwrap().release().await.unwrap();
+    let took = granted - released;
+    assert!(
+        took < Duration::from_millis(1500),
+        "granted {took:?} after the release"
+    );
+
+    let left = Instant::now();
+    loop {
+        if heard(3).await == 0 && heard(10).await == 0 {
+            break;
+        }
+        assert!(
+            left.elapsed() < Duration::from_secs(60),
+            "still listening a minute after its last waiter left"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let _ = proxied.shutdown().await;
+    println!(
+        "sql-extra[{}] PASS only_a_waiting_client_hears_releases (granted {took:?} after the \
+         release; deaf {:?} after the waiter left)",
+        sql.label,
+        left.elapsed()
+    );
+}

@@ -406,6 +406,9 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
         extra::locks_work_without_the_grant_procedure(&lease).await;
     }
     extra::same_process_waiter_woken_at_release(&lease).await;
+    if spec.name == "postgres" {
+        extra::only_a_waiting_client_hears_releases(&lease).await;
+    }
     extra::same_process_reader_woken_when_a_writer_withdraws(&lease).await;
     extra::killed_connection(&for_update).await;
     extra::a_silent_holder_lets_go(&for_update).await;

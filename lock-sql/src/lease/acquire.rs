@@ -44,7 +44,7 @@ const ATTEMPT_GRACE: Duration = Duration::from_millis(250);
 /// Takes a lease, waiting until the request's deadline.
 pub(crate) async fn acquire(
     db: &Arc<Db>,
-    listener: Option<&Listener>,
+    listener: Option<&Arc<Listener>>,
     timing: Timing,
     req: AcquireRequest<'_>,
 ) -> Result<Option<Grant<SqlLease>>> {
@@ -87,14 +87,19 @@ pub(crate) async fn acquire(
     };
     let mut backoff = Backoff::new(timing.poll_min, timing.poll_max);
     // In line before the first look, so a release right after a look is not missed:
-    // woken by PostgreSQL's notifications, else by this process's own announcements.
+    // woken by PostgreSQL's notifications once listening, else by this process's own
+    // announcements.
     let group = Group::of(req.kind, db);
     let place = match listener {
         Some(listener) => listener.lines().join(key.hash.as_str().into(), group),
         None => local_wake::lines().join(local_wake::topic(&db.scope, &key.hash), group),
     };
+    // A blocked waiter's claim on PostgreSQL's listening, from its first blocked look.
+    let mut hearing = None;
     loop {
         let enqueue = waits && queued_kind;
+        // The listening on as the look begins.
+        let live_at_look = listener.and_then(|listener| listener.live());
         // The lease's expiry is set by the database during this attempt.
         let attempt_sent = Instant::now();
         // While it may wait, an attempt is cut short at the deadline (what finishes
@@ -128,12 +133,32 @@ pub(crate) async fn acquire(
             let _ = tokio::time::timeout(TICKET_REMOVAL_GRACE, ticket.remove()).await;
             return Ok(None);
         }
+        // Whether every release from the look on is heard.
+        let heard = match listener {
+            Some(listener) => {
+                match &hearing {
+                    None => hearing = Some(listener.hear()),
+                    Some(_) => listener.start_if_needed(),
+                }
+                match listener.live() {
+                    // On from before the look, and kept on by this waiter's claim.
+                    Some(live) if live_at_look == Some(live) => true,
+                    // On since the look began: a release before went unheard.
+                    Some(_) => continue,
+                    // Starting (everyone is woken once it is on), or failing: poll.
+                    None => false,
+                }
+            }
+            None => false,
+        };
         place.looked(ticket.id);
-        let poll = match listener {
+        let poll = if heard {
             // Notified on release; the timeout only covers a lost notification.
-            Some(_) => timing.poll_max * 4,
-            // Only releases in this process are announced: keep polling for the rest.
-            None => backoff.next_pause(),
+            timing.poll_max * 4
+        } else {
+            // Only releases in this process are announced (or, while PostgreSQL's
+            // listening is off, none): keep polling for the rest.
+            backoff.next_pause()
         };
         let looked = Instant::now();
         // Never sleep past the blocker's expiry (by the server's clock).
