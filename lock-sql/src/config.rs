@@ -247,10 +247,11 @@ impl SqlConfig {
     }
 
     /// The polling interval of waiters on MySQL and SQLite (and on PostgreSQL while a
-    /// client's listening for releases starts, or if it cannot start): it starts at `min` and doubles up to `max`,
-    /// with random jitter, and never sleeps past the holder's expiry (defaults 5 ms and
-    /// 250 ms). A release in the waiter's own process wakes it at once; releases in
-    /// other processes are found by polling.
+    /// client's listening for releases starts, or if it cannot start): it starts at
+    /// `min` and doubles up to `max`, with random jitter, and never sleeps past the
+    /// holder's expiry (defaults 5 ms and 250 ms). On MySQL and SQLite a release in the
+    /// waiter's own process wakes it at once; releases in other processes are found by
+    /// polling.
     pub fn with_poll_interval(mut self, min: Duration, max: Duration) -> Self {
         self.poll_min = min;
         self.poll_max = max;

@@ -2,17 +2,18 @@
 //! release notifications and wakes them.
 //!
 //! A backend none of whose waiters is blocked does not listen. PostgreSQL signals every
-//! listening session of the database at each notification, and each passes it on to
-//! its client: a process that only takes free locks would otherwise be woken by every
-//! release of every other process.
+//! listening session of the database at each notification, and each one listening on
+//! the tables' channel (every client of those tables) passes it on to its client: a
+//! process that only takes free locks would otherwise be woken by every release of
+//! every other process.
 //!
 //! A waiter whose look finds the lock taken [`hears`](Listener::hear) releases from
 //! then on, and relies on them only if the listening was on from before that look to
 //! after it asked (a release in between would otherwise go unheard); otherwise it
 //! looks again, or polls while the listening starts. The connection is made in a task
 //! of its own, so a slow connect never keeps a waiter from looking, and every waiter
-//! is woken to look once the listening is on. It is closed once no waiter has needed
-//! it for [`LINGER`].
+//! is woken to look once the listening is on. It is closed within half a [`LINGER`]
+//! once no waiter has needed it for a [`LINGER`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -25,8 +26,9 @@ use tokio::time::Instant;
 use crate::error::{convert, timed_out};
 use crate::wait_line::WaitLines;
 
-/// How long the connection is kept once no waiter needs it: waits that follow each
-/// other closely reuse it, and a process that stopped waiting soon stops being woken.
+/// How long the connection is kept at least once no waiter needs it (at most half as
+/// long again: the reaper looks every half of it): waits that follow each other
+/// closely reuse it, and a process that stopped waiting soon stops being woken.
 const LINGER: Duration = Duration::from_secs(2);
 
 /// How long after a failed start waiters poll before it is tried again, so a server
@@ -45,8 +47,8 @@ pub(crate) struct Listener {
     lines: Arc<WaitLines>,
     target: Arc<Target>,
     /// The serial number of the listening that is on, 0 if none: set once `LISTEN`
-    /// succeeded, cleared under `state`'s lock when stopped (or when its receiver
-    /// ends).
+    /// succeeded; cleared under `state`'s lock by a stop, or by its receiver as it
+    /// ends.
     live: Arc<AtomicU64>,
     state: Mutex<State>,
 }
@@ -133,9 +135,10 @@ impl Listener {
         }
     }
 
-    /// Keeps the listening on while the returned claim lives, and starts it if it is
-    /// off (in a task of its own: [`live`](Self::live) tells when it is on, and every
-    /// waiter is woken then).
+    /// Keeps the listening from being closed for want of waiters while the returned
+    /// claim lives, and starts it if it is off, unless a start failed within
+    /// [`RETRY_AFTER`] (in a task of its own: [`live`](Self::live) tells when it is on,
+    /// and every waiter is woken then).
     pub(crate) fn hear(self: &Arc<Self>) -> Hearing {
         let mut state = self.locked();
         state.hearing += 1;
@@ -176,7 +179,7 @@ impl Listener {
     }
 
     fn locked(&self) -> MutexGuard<'_, State> {
-        // Every change to the state is one assignment: a panic leaves nothing half done.
+        // Nothing under the lock can panic, so a poisoned lock's state is still whole.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -211,7 +214,7 @@ impl Target {
     }
 
     /// Without the `postgres` feature no PostgreSQL URL gets this far (see
-    /// [`Dialect::check_compiled`](crate::Dialect)).
+    /// [`Dialect::check_compiled`](crate::Dialect::check_compiled)).
     #[cfg(not(feature = "postgres"))]
     async fn connect(&self) -> Result<Connection> {
         let _ = (
@@ -243,7 +246,11 @@ async fn start(listener: Weak<Listener>, target: Arc<Target>) {
             let serial = state.serial;
             let live = listener.live.clone();
             live.store(serial, Ordering::SeqCst);
-            let ends = LiveUntilDropped { live, serial };
+            let ends = LiveUntilDropped {
+                live,
+                serial,
+                waiters: listener.lines.clone(),
+            };
             state.running = Some(Running {
                 receiver: tokio::spawn(receive(connection, listener.lines.clone(), ends)),
                 reaper: tokio::spawn(reap(Arc::downgrade(&listener))),
@@ -264,25 +271,29 @@ async fn start(listener: Weak<Listener>, target: Arc<Target>) {
     }
 }
 
-/// Clears the listening's serial number when its receiver ends for any reason (a stop,
-/// or its runtime shutting down), unless a later listening is on.
+/// Ends the listening when its receiver ends for any reason (a lost connection, or its
+/// runtime shutting down) while it is still on: clears its serial number, then wakes
+/// every waiter to look, so none relies on it. A stop cleared the number first, and a
+/// later listening has another.
 struct LiveUntilDropped {
     live: Arc<AtomicU64>,
     serial: u64,
+    waiters: Arc<WaitLines>,
 }
 
 impl Drop for LiveUntilDropped {
     fn drop(&mut self) {
-        let _ = self
+        let ended = self
             .live
             .compare_exchange(self.serial, 0, Ordering::SeqCst, Ordering::SeqCst);
+        if ended.is_ok() {
+            self.waiters.wake_all();
+        }
     }
 }
 
-/// Wakes the waiters of each released key, until aborted or the connection is lost.
-/// A lost connection ends the listening: its serial number is cleared before everyone
-/// is woken to look, so none of them relies on it, and the next blocked look starts a
-/// new one.
+/// Wakes the waiters of each released key, until aborted or the connection is lost,
+/// which ends the listening (`live`): the next blocked look starts a new one.
 #[cfg(feature = "postgres")]
 async fn receive(mut listener: Connection, waiters: Arc<WaitLines>, live: LiveUntilDropped) {
     let lost = loop {
@@ -294,7 +305,6 @@ async fn receive(mut listener: Connection, waiters: Arc<WaitLines>, live: LiveUn
     };
     tracing::debug!(error = ?lost, "LISTEN connection lost; the listening ends");
     drop(live);
-    waiters.wake_all();
 }
 
 #[cfg(not(feature = "postgres"))]

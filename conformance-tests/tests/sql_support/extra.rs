@@ -1490,12 +1490,47 @@ pub async fn a_released_connection_goes_to_whoever_waits(sql: &Sql) {
 /// left.
 pub async fn only_a_waiting_client_hears_releases(sql: &Sql) {
     let ns = ns();
-    // Polls 2.5-5 s apart: a grant sooner than that is a wake-up.
+    // Polls 10-20 s apart: a grant sooner than that is a wake-up.
     let separator = if sql.url.contains('?') { '&' } else { '?' };
-    let slow_polls = format!("{}{separator}poll_min=5s&poll_max=5s", sql.url);
+    let slow_polls = format!("{}{separator}poll_min=20s&poll_max=20s", sql.url);
     let (proxied, proxy) = proxied_client(sql, &slow_polls, &ns, Duration::from_secs(60)).await;
     // A 30 s lease: the holder's expiry does not cut the waiter's polls short either.
     let other = slow_polling_clients(sql, &ns, 1).await.remove(0);
+    let checker = sql.backend().await.unwrap();
+    // The listening sessions of the database, by backend pid.
+    let listening = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT CAST(pid AS BIGINT) FROM pg_stat_activity \
+             WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+        )
+        .fetch_all(checker.pool())
+        .await
+        .unwrap()
+    };
+    // Sessions left by earlier tests' clients are not this client's.
+    let earlier = listening().await;
+    // This client's listening session once there is one (within 20 s), other than
+    // `not`.
+    let new_listening = |not: Option<i64>| {
+        let (listening, earlier) = (&listening, &earlier);
+        async move {
+            let since = Instant::now();
+            loop {
+                let now = listening().await;
+                if let Some(pid) = now
+                    .into_iter()
+                    .find(|pid| !earlier.contains(pid) && Some(*pid) != not)
+                {
+                    return pid;
+                }
+                assert!(
+                    since.elapsed() < Duration::from_secs(20),
+                    "a client with a blocked waiter never listened"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
     let releases = |n: usize| {
         let other = &other;
         async move {
@@ -1519,33 +1554,31 @@ pub async fn only_a_waiting_client_hears_releases(sql: &Sql) {
         idle, 0,
         "a client with no waiter heard {idle} chunks of others' releases"
     );
+    assert!(
+        listening().await.iter().all(|pid| earlier.contains(pid)),
+        "a client with no waiter listens"
+    );
 
     let held = other.lock("bell").unwrap().acquire().await.unwrap();
     let lock = proxied.lock("bell").unwrap();
     let waiter = tokio::spawn(async move {
-        let guard = tokio::time::timeout(Duration::from_secs(20), lock.acquire()).await;
+        let guard = tokio::time::timeout(Duration::from_secs(60), lock.acquire()).await;
         (Instant::now(), guard)
     });
-    // Once its listening started and its look after that was made (a second), only
-    // notifications reach it: it hears releases within 20 s, or `failure`.
-    let listens = |failure: &'static str| async move {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let since = Instant::now();
-        while heard(3).await == 0 {
-            assert!(since.elapsed() < Duration::from_secs(20), "{failure}");
-        }
-    };
-    listens("a client with a blocked waiter never listened").await;
-    // The listening connection is killed: the client listens again on a new one.
-    let killer = sql.backend().await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(
-        "SELECT pg_terminate_backend(pid) IS NULL FROM pg_stat_activity \
-         WHERE datname = current_database() AND query LIKE 'LISTEN%'",
-    ))
-    .execute(killer.pool())
-    .await
-    .unwrap();
-    listens("a client whose listening connection was killed never listened again").await;
+    let first = new_listening(None).await;
+    // Its listening connection is killed: it listens again on a new one.
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend(CAST($1 AS INTEGER))")
+        .bind(first)
+        .fetch_one(checker.pool())
+        .await
+        .unwrap();
+    assert!(
+        killed,
+        "the listening session {first} was not there to kill"
+    );
+    new_listening(Some(first)).await;
+    // Its look after the listening began is made.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let released = Instant::now();
     held.release().await.unwrap();
     let (granted, guard) = waiter.await.unwrap();
@@ -1558,14 +1591,18 @@ pub async fn only_a_waiting_client_hears_releases(sql: &Sql) {
 
     let left = Instant::now();
     loop {
-        if heard(3).await == 0 && heard(10).await == 0 {
+        let ours = listening()
+            .await
+            .into_iter()
+            .any(|pid| !earlier.contains(&pid));
+        if !ours && heard(10).await == 0 {
             break;
         }
         assert!(
             left.elapsed() < Duration::from_secs(60),
             "still listening a minute after its last waiter left"
         );
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let _ = proxied.shutdown().await;
     println!(
