@@ -252,7 +252,7 @@ async fn start(listener: Weak<Listener>, target: Arc<Target>) {
                 waiters: listener.lines.clone(),
             };
             state.running = Some(Running {
-                receiver: tokio::spawn(receive(connection, listener.lines.clone(), ends)),
+                receiver: tokio::spawn(receive(connection, ends)),
                 reaper: tokio::spawn(reap(Arc::downgrade(&listener))),
             });
             state.failed_at = None;
@@ -295,10 +295,10 @@ impl Drop for LiveUntilDropped {
 /// Wakes the waiters of each released key, until aborted or the connection is lost,
 /// which ends the listening (`live`): the next blocked look starts a new one.
 #[cfg(feature = "postgres")]
-async fn receive(mut listener: Connection, waiters: Arc<WaitLines>, live: LiveUntilDropped) {
+async fn receive(mut listener: Connection, live: LiveUntilDropped) {
     let lost = loop {
         match listener.try_recv().await {
-            Ok(Some(n)) => waiters.announce(n.payload()),
+            Ok(Some(n)) => live.waiters.announce(n.payload()),
             Ok(None) => break None,
             Err(e) => break Some(e),
         }
@@ -308,7 +308,7 @@ async fn receive(mut listener: Connection, waiters: Arc<WaitLines>, live: LiveUn
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn receive(never: Connection, _: Arc<WaitLines>, _: LiveUntilDropped) {
+async fn receive(never: Connection, _: LiveUntilDropped) {
     match never {}
 }
 
