@@ -18,6 +18,7 @@ use crate::client::ClientInner;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::id::LockId;
+use crate::late_grant;
 use crate::lease::{LeaseState, LossNotifier};
 use crate::name::LockKey;
 use crate::options::{AcquireOptions, Lease, Wait};
@@ -191,20 +192,42 @@ impl<B: LockBackend> Handle<B> {
                 tracing::debug!("lock not acquired before the deadline");
                 return Err(self.timeout(options.wait()));
             };
-            // Count the lease from the attempt that won it, not from the start of the wait.
-            state.granted(grant.started_at, client.validity(ttl));
             let fence = grant.fence;
+            let mut held = HeldLease {
+                key: self.key.clone(),
+                kind,
+                owner: token.clone(),
+                fence,
+                data: grant.data,
+            };
+            // Count the lease from the attempt that won it, not from the start of the
+            // wait; or from a renewal that confirmed it, if that attempt's reply came
+            // too late for the watchdog to keep it (the lease stays pending, so live,
+            // meanwhile).
+            let validity = client.validity(ttl);
+            let confirmed = if watched && late_grant::is_late(grant.started_at, validity, ttl) {
+                let confirming =
+                    late_grant::confirm(&client.backend, &client.cleanups, held, ttl, validity);
+                tokio::select! {
+                    (confirmed, sent) = confirming => {
+                        held = confirmed;
+                        sent
+                    }
+                    // The grant is released in the background, which a shutdown waits for.
+                    () = client.closed() => return Err(Error::Closed),
+                }
+            } else {
+                None
+            };
+            match confirmed {
+                Some(sent) => state.confirmed(sent, validity),
+                None => state.granted(grant.started_at, validity),
+            }
             tracing::Span::current().record("token", fence);
             identity.granted(fence, ended.started.elapsed());
             let entry = Arc::new(LeaseEntry::new(
                 client.next_lease_id(),
-                HeldLease {
-                    key: self.key.clone(),
-                    kind,
-                    owner: token.clone(),
-                    fence,
-                    data: grant.data,
-                },
+                held,
                 state,
                 watched,
             ));

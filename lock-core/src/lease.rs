@@ -194,13 +194,25 @@ impl LeaseState {
     /// `started_at + validity`, however long the wait before that attempt was. A
     /// suspend is counted from here on (one during the winning round trip is not).
     pub(crate) fn granted(&self, started_at: Instant, validity: Duration) {
-        let mark = crate::clock::suspended();
+        self.count_from(started_at, crate::clock::suspended(), validity);
+    }
+
+    /// A renewal sent at `sent`, before any guard was handed over, confirmed a grant
+    /// answered too late to count from its own send (see `late_grant`): the lease runs
+    /// until `sent + validity`.
+    pub(crate) fn confirmed(&self, sent: Stamp, validity: Duration) {
+        self.count_from(sent.at, sent.suspended, validity);
+    }
+
+    /// Ends the pending state: the lease runs until `at + validity`, counting suspends
+    /// from `mark` on.
+    fn count_from(&self, at: Instant, mark: Duration, validity: Duration) {
         self.status.send_if_modified(|status| {
             if status.ended.is_some() {
                 return false;
             }
             status.pending = false;
-            status.expires_at = started_at + validity;
+            status.expires_at = at + validity;
             status.mark = mark;
             true
         });

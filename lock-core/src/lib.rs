@@ -88,6 +88,7 @@ mod handle;
 mod id;
 mod info;
 mod kinds;
+mod late_grant;
 mod lease;
 mod locks;
 pub mod memory;

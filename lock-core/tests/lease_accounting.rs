@@ -272,3 +272,147 @@ async fn a_grant_after_a_long_wait_is_live_when_the_backend_hands_it_over() {
     );
     guard.release().await.unwrap();
 }
+
+/// A grant that reached a stalled backend long after it was sent: its reply comes
+/// after the watchdog lease's validity, counted from the send, has run out here,
+/// though the backend counts the lease from when it took it. The acquire confirms
+/// the lease with a renewal before it hands the guard over, rather than hand over a
+/// guard that is lost already.
+#[tokio::test(start_paused = true)]
+async fn a_grant_that_reached_a_stalled_backend_late_is_confirmed_and_held() {
+    let backend = Wrapped::default();
+    let client = client(&backend, Duration::from_millis(600));
+    backend.delay_grant_requests(Duration::from_millis(800));
+    let guard = client.lock("stalled").unwrap().acquire().await.unwrap();
+    assert!(guard.is_held(), "a live lease was handed over as lost");
+    assert_eq!(
+        backend
+            .calls
+            .renew
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one renewal confirmed the lease"
+    );
+    // The watchdog keeps it from there.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(guard.is_held());
+    guard.release().await.expect("released as held");
+}
+
+/// A grant answered with less of its lease left than the watchdog's interval (a
+/// third of it): confirmed too, so the lease does not run out before the first tick.
+#[tokio::test(start_paused = true)]
+async fn a_grant_answered_near_its_lease_end_is_confirmed_and_held() {
+    let backend = Wrapped::default();
+    let client = client(&backend, Duration::from_millis(600));
+    // 600 ms less the drift margin, less 450 ms: about 140 ms left at the reply.
+    backend.delay_grant_requests(Duration::from_millis(450));
+    let guard = client.lock("nearly").unwrap().acquire().await.unwrap();
+    assert_eq!(
+        backend
+            .calls
+            .renew
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one renewal confirmed the lease"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        guard.is_held(),
+        "the lease ran out before the watchdog's first tick"
+    );
+    guard.release().await.expect("released as held");
+}
+
+/// A grant whose reply came back after the lease had run out at the backend too, and
+/// another owner took the lock meanwhile: the confirming renewal finds it gone, and the
+/// guard handed over says so; only the other owner holds the lock.
+#[tokio::test(start_paused = true)]
+async fn a_grant_answered_after_the_backend_let_it_go_is_handed_over_lost() {
+    let backend = Wrapped::default();
+    let first = client(&backend, Duration::from_millis(600));
+    backend.delay_grant_replies(Duration::from_millis(1_500));
+    let late = tokio::spawn({
+        let lock = first.lock("gone").unwrap();
+        async move { lock.acquire().await }
+    });
+    // The first grant took effect at once and ran out at the backend at 600 ms.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    backend.delay_grant_replies(Duration::ZERO);
+    let other = client(&backend, Duration::from_secs(30));
+    let taken = other.lock("gone").unwrap().try_acquire().await.unwrap();
+    let taken = taken.expect("the backend let the first lease go");
+    let guard = late.await.unwrap().unwrap();
+    assert!(!guard.is_held(), "two owners say they hold the lock");
+    assert!(taken.is_held());
+    assert!(matches!(
+        guard.release().await,
+        Err(lock_core::Error::LeaseLost { .. })
+    ));
+}
+
+/// An acquire dropped while its late grant is being confirmed leaves no lease behind.
+#[tokio::test(start_paused = true)]
+async fn an_acquire_dropped_while_its_late_grant_is_confirmed_releases_it() {
+    let backend = Wrapped::default();
+    let first = client(&backend, Duration::from_millis(600));
+    backend.delay_grant_requests(Duration::from_millis(800));
+    backend.delay_renewal_requests(Duration::from_millis(500));
+    let acquiring = tokio::spawn({
+        let lock = first.lock("dropped").unwrap();
+        async move { lock.acquire().await }
+    });
+    // Granted at 800 ms; the confirming renewal reaches the backend at 1.3 s.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(
+        backend
+            .calls
+            .acquire
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    acquiring.abort();
+    assert!(acquiring.await.unwrap_err().is_cancelled());
+    first.shutdown().await.expect("shut down");
+    assert_eq!(
+        backend
+            .calls
+            .release
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    backend.delay_grant_requests(Duration::ZERO);
+    let other = client(&backend, Duration::from_secs(30));
+    let taken = other.lock("dropped").unwrap().try_acquire().await.unwrap();
+    assert!(taken.is_some(), "a dropped acquire left its lease behind");
+}
+
+/// A shutdown while a late grant is being confirmed: the acquire ends with `Closed`,
+/// and the shutdown returns only once the grant was released.
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_while_a_late_grant_is_confirmed_releases_it() {
+    let backend = Wrapped::default();
+    let first = client(&backend, Duration::from_secs(6));
+    // About 0.9 s of the 6 s lease left at the reply; the confirming renewal then
+    // takes 3 s to arrive, longer than a shutdown waits for acquires under way.
+    backend.delay_grant_requests(Duration::from_secs(5));
+    backend.delay_renewal_requests(Duration::from_secs(3));
+    let acquiring = tokio::spawn({
+        let lock = first.lock("shut").unwrap();
+        async move { lock.acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(5_200)).await;
+    first.shutdown().await.expect("shut down");
+    assert_eq!(
+        backend
+            .calls
+            .release
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the shutdown returned with the grant still held"
+    );
+    assert!(matches!(
+        acquiring.await.unwrap(),
+        Err(lock_core::Error::Closed)
+    ));
+}

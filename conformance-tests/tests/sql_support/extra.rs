@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use conformance_tests::holder::HolderProcess;
+use conformance_tests::server::Freezer;
 use conformance_tests::{Backend, HolderSpec};
 use lock_core::prelude::*;
 use lock_core::{AcquireOptions, Error, LockClient, LockKey, LockName, Namespace};
@@ -405,6 +406,39 @@ pub async fn same_process_waiter_woken_at_release(sql: &Sql) {
     );
     println!(
         "sql-extra[{}] PASS same_process_waiter_woken_at_release ({took:?})",
+        sql.label
+    );
+}
+
+/// The server stalls (frozen) as an uncontended acquire reaches it, for longer than
+/// the watchdog lease (1.5 s against 1 s): the grant's reply comes after the lease, counted from the send,
+/// has run out here, while the server counts it from when it took it. The guard
+/// handed over is held, and its release finds it.
+pub async fn a_grant_answered_after_a_stall_is_held(sql: &Sql, freezer: &Freezer) {
+    let c = LockClient::builder(SqlBackend::connect(sql.options()).await.expect("connect"))
+        .namespace(ns())
+        .watchdog_lease(Duration::from_secs(1))
+        .build()
+        .expect("client");
+    let lock = c.lock("stalled").unwrap();
+    // Connected and warm, so the grant is the call that meets the stall.
+    lock.try_acquire()
+        .await
+        .unwrap()
+        .expect("free")
+        .release()
+        .await
+        .unwrap();
+    freezer.freeze().expect("freeze the server");
+    let acquiring =
+        tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(30)).await });
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    freezer.thaw().expect("thaw the server");
+    let guard = acquiring.await.unwrap().expect("granted after the stall");
+    assert!(guard.is_held(), "a live lease was handed over as lost");
+    guard.release().await.expect("the release found the lease");
+    println!(
+        "sql-extra[{}] PASS a_grant_answered_after_a_stall_is_held",
         sql.label
     );
 }

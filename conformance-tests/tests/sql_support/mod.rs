@@ -427,6 +427,10 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     extra::a_released_connection_goes_to_whoever_waits(&session).await;
     extra::an_uncontended_cycle_is_two_round_trips(&session).await;
     extra::a_released_connection_goes_to_whoever_waits(&for_update).await;
+    if let Some(freezer) = server.freezer() {
+        extra::a_grant_answered_after_a_stall_is_held(&lease, &freezer).await;
+        extra::a_grant_answered_after_a_stall_is_held(&session, &freezer).await;
+    }
     if server.can_fault() {
         extra::session_tokens_never_go_back_across_a_crash(&session, &mut server).await;
     }

@@ -51,6 +51,10 @@ struct Hooks {
     release_request_delay: Mutex<Duration>,
     /// Every release fails with `Unavailable` (a backend that is down).
     releases_down: std::sync::atomic::AtomicBool,
+    /// How long a grant takes to reach the backend (a server that stalled).
+    grant_request_delay: Mutex<Duration>,
+    /// How long a grant's reply takes to come back after the grant took effect.
+    grant_reply_delay: Mutex<Duration>,
 }
 
 /// A [`MemoryBackend`] behind a counting, fault-injecting wrapper. Clones share all.
@@ -78,6 +82,8 @@ impl Default for Wrapped {
                 renewal_request_delay: Mutex::new(Duration::ZERO),
                 release_reply_delay: Mutex::new(Duration::ZERO),
                 release_request_delay: Mutex::new(Duration::ZERO),
+                grant_request_delay: Mutex::new(Duration::ZERO),
+                grant_reply_delay: Mutex::new(Duration::ZERO),
                 releases_down: std::sync::atomic::AtomicBool::new(false),
             }),
         }
@@ -98,6 +104,16 @@ impl Wrapped {
     /// Every renewal reaches the backend `delay` after it was sent.
     pub fn delay_renewal_requests(&self, delay: Duration) {
         *self.hooks.renewal_request_delay.lock().unwrap() = delay;
+    }
+
+    /// Every grant reaches the backend `delay` after it was sent.
+    pub fn delay_grant_requests(&self, delay: Duration) {
+        *self.hooks.grant_request_delay.lock().unwrap() = delay;
+    }
+
+    /// Every grant's reply comes back `delay` after the grant took effect.
+    pub fn delay_grant_replies(&self, delay: Duration) {
+        *self.hooks.grant_reply_delay.lock().unwrap() = delay;
     }
 
     /// Every release reaches the backend `delay` after it was sent.
@@ -177,8 +193,18 @@ impl LockBackend for Wrapped {
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<()>>> {
         self.calls.acquire.fetch_add(1, Ordering::SeqCst);
         let loss = req.loss.clone();
-        let grant = self.inner.acquire(req).await?;
-        if grant.is_some() {
+        let request_delay = *self.hooks.grant_request_delay.lock().unwrap();
+        if !request_delay.is_zero() {
+            tokio::time::sleep(request_delay).await;
+        }
+        let mut grant = self.inner.acquire(req).await?;
+        let reply_delay = *self.hooks.grant_reply_delay.lock().unwrap();
+        if !reply_delay.is_zero() {
+            tokio::time::sleep(reply_delay).await;
+        }
+        if let Some(grant) = &mut grant {
+            // A client over a network counts from when it sent the winning attempt.
+            grant.started_at -= request_delay;
             self.calls
                 .live_at_grant
                 .lock()
