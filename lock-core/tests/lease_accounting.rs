@@ -5,11 +5,21 @@
 
 mod support;
 
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use lock_core::prelude::*;
 use lock_core::{LeaseLoss, LockClient};
 use support::Wrapped;
+
+/// An exclusive acquire of `name` by `client`, in a task of its own.
+fn spawn_acquire(
+    client: &LockClient<Wrapped>,
+    name: &str,
+) -> tokio::task::JoinHandle<lock_core::Result<lock_core::LockGuard>> {
+    let lock = client.lock(name).unwrap();
+    tokio::spawn(async move { lock.acquire().await })
+}
 
 fn client(backend: &Wrapped, watchdog_lease: Duration) -> LockClient<Wrapped> {
     LockClient::builder(backend.clone())
@@ -286,10 +296,7 @@ async fn a_grant_that_reached_a_stalled_backend_late_is_confirmed_and_held() {
     let guard = client.lock("stalled").unwrap().acquire().await.unwrap();
     assert!(guard.is_held(), "a live lease was handed over as lost");
     assert_eq!(
-        backend
-            .calls
-            .renew
-            .load(std::sync::atomic::Ordering::SeqCst),
+        backend.calls.renew.load(SeqCst),
         1,
         "one renewal confirmed the lease"
     );
@@ -309,10 +316,7 @@ async fn a_grant_answered_near_its_lease_end_is_confirmed_and_held() {
     backend.delay_grant_requests(Duration::from_millis(450));
     let guard = client.lock("nearly").unwrap().acquire().await.unwrap();
     assert_eq!(
-        backend
-            .calls
-            .renew
-            .load(std::sync::atomic::Ordering::SeqCst),
+        backend.calls.renew.load(SeqCst),
         1,
         "one renewal confirmed the lease"
     );
@@ -332,10 +336,7 @@ async fn a_grant_answered_after_the_backend_let_it_go_is_handed_over_lost() {
     let backend = Wrapped::default();
     let first = client(&backend, Duration::from_millis(600));
     backend.delay_grant_replies(Duration::from_millis(1_500));
-    let late = tokio::spawn({
-        let lock = first.lock("gone").unwrap();
-        async move { lock.acquire().await }
-    });
+    let late = spawn_acquire(&first, "gone");
     // The first grant took effect at once and ran out at the backend at 600 ms.
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     backend.delay_grant_replies(Duration::ZERO);
@@ -358,29 +359,14 @@ async fn an_acquire_dropped_while_its_late_grant_is_confirmed_releases_it() {
     let first = client(&backend, Duration::from_millis(600));
     backend.delay_grant_requests(Duration::from_millis(800));
     backend.delay_renewal_requests(Duration::from_millis(500));
-    let acquiring = tokio::spawn({
-        let lock = first.lock("dropped").unwrap();
-        async move { lock.acquire().await }
-    });
+    let acquiring = spawn_acquire(&first, "dropped");
     // Granted at 800 ms; the confirming renewal reaches the backend at 1.3 s.
     tokio::time::sleep(Duration::from_millis(1_000)).await;
-    assert_eq!(
-        backend
-            .calls
-            .acquire
-            .load(std::sync::atomic::Ordering::SeqCst),
-        1
-    );
+    assert_eq!(backend.calls.acquire.load(SeqCst), 1);
     acquiring.abort();
     assert!(acquiring.await.unwrap_err().is_cancelled());
     first.shutdown().await.expect("shut down");
-    assert_eq!(
-        backend
-            .calls
-            .release
-            .load(std::sync::atomic::Ordering::SeqCst),
-        1
-    );
+    assert_eq!(backend.calls.release.load(SeqCst), 1);
     backend.delay_grant_requests(Duration::ZERO);
     let other = client(&backend, Duration::from_secs(30));
     let taken = other.lock("dropped").unwrap().try_acquire().await.unwrap();
@@ -397,17 +383,11 @@ async fn a_shutdown_while_a_late_grant_is_confirmed_releases_it() {
     // takes 3 s to arrive, longer than a shutdown waits for acquires under way.
     backend.delay_grant_requests(Duration::from_secs(5));
     backend.delay_renewal_requests(Duration::from_secs(3));
-    let acquiring = tokio::spawn({
-        let lock = first.lock("shut").unwrap();
-        async move { lock.acquire().await }
-    });
+    let acquiring = spawn_acquire(&first, "shut");
     tokio::time::sleep(Duration::from_millis(5_200)).await;
     first.shutdown().await.expect("shut down");
     assert_eq!(
-        backend
-            .calls
-            .release
-            .load(std::sync::atomic::Ordering::SeqCst),
+        backend.calls.release.load(SeqCst),
         1,
         "the shutdown returned with the grant still held"
     );
