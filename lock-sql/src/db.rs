@@ -20,7 +20,7 @@ use crate::error::{classify, convert, timed_out, Class};
 use crate::hot::HotConnection;
 use crate::lease::BlindUndos;
 use crate::spare::SpareConnection;
-use crate::sql::{Statements, Stmt, SCHEMA_VERSION};
+use crate::sql::{Procedure, Statements, Stmt, SCHEMA_VERSION};
 use crate::url::DbUrl;
 
 /// One database: its pool and statements.
@@ -52,6 +52,12 @@ pub(crate) struct Db {
     ///
     /// [`GrantProcedure`]: crate::sql::GrantProcedure
     pub(crate) grant_procedure: AtomicBool,
+    /// MariaDB, session strategy: whether its procedures are there to call
+    /// ([`SessionProcedures`]), as `grant_procedure`; else tries and releases go as
+    /// text.
+    ///
+    /// [`SessionProcedures`]: crate::sql::SessionProcedures
+    pub(crate) session_procedures: AtomicBool,
     /// Undos of grants whose fence never came back (see [`BlindUndos`]).
     pub(crate) blind_undos: BlindUndos,
     /// Where the lock tables are (the address without credentials, and the tables'
@@ -269,6 +275,7 @@ impl Db {
             cleanups: Cleanups::default(),
             hot: HotConnection::default(),
             grant_procedure: AtomicBool::new(false),
+            session_procedures: AtomicBool::new(false),
             blind_undos: BlindUndos::default(),
             scope,
         };
@@ -280,8 +287,14 @@ impl Db {
             db.claim_strategy(options.strategy),
         )
         .await?;
-        if options.strategy == Strategy::Lease && db.sql.grant_procedure.is_some() {
-            let ready = db.ensure_grant_procedure().await?;
+        if let (Strategy::Lease, Some(grant)) = (options.strategy, &db.sql.grant_procedure) {
+            let ready = db
+                .ensure_procedures(
+                    &[&grant.procedure],
+                    "the lease grant procedure could not be created; acquires take a \
+                     transaction of four round trips instead of one call",
+                )
+                .await?;
             db.grant_procedure.store(ready, Ordering::Relaxed);
         }
         if options.strategy == Strategy::Session {
@@ -295,6 +308,16 @@ impl Db {
                     crate::advisory::lock_space(&db, &options.table_prefix),
                 )
                 .await?;
+        }
+        if let (Strategy::Session, Some(made)) = (options.strategy, &db.sql.session_procedures) {
+            let ready = db
+                .ensure_procedures(
+                    &[&made.take, &made.release],
+                    "the session strategy's procedures could not be created; tries and \
+                     releases send two statements each instead of one call",
+                )
+                .await?;
+            db.session_procedures.store(ready, Ordering::Relaxed);
         }
         Ok(db)
     }
@@ -432,29 +455,29 @@ impl Db {
         Ok(())
     }
 
-    /// MariaDB: creates the grant procedure if it is missing; whether it is there to
-    /// call. A procedure another account made serves a user that may only execute it.
-    /// A user that may not create it (`CREATE ROUTINE`) still gets its locks, through
-    /// the transaction, and so does a client whose creation takes longer than a
-    /// request (a warning says so); only an unreachable server fails.
-    async fn ensure_grant_procedure(&self) -> Result<bool> {
-        let Some(procedure) = &self.sql.grant_procedure else {
-            return Ok(false);
-        };
+    /// MariaDB: creates the `procedures` that are missing; whether they are all there
+    /// to call. A procedure another account made serves a user that may only execute
+    /// it. A user that may not create them (`CREATE ROUTINE`) still gets its locks,
+    /// through statements sent as they are, and so does a client whose creation takes
+    /// longer than a request (a warning says so, `fallback`); only an unreachable
+    /// server fails.
+    async fn ensure_procedures(&self, procedures: &[&Procedure], fallback: &str) -> Result<bool> {
         let made = async {
-            let exists = q(&self.sql.schema.procedure_exists)
-                .bind(procedure.name.clone())
-                .fetch_one(&self.pool)
-                .await?
-                .try_get::<i64, _>(0)?;
-            if exists == 0 {
-                // Out of the pool: if this is cut short, the connection closes with
-                // whatever it was doing. Two clients creating it at once are
-                // serialised by the server's lock on the procedure's name.
-                let mut conn = self.pool.acquire().await?.detach();
-                sqlx::raw_sql(AssertSqlSafe(procedure.create.clone()))
-                    .execute(&mut conn)
-                    .await?;
+            for procedure in procedures {
+                let exists = q(&self.sql.schema.procedure_exists)
+                    .bind(procedure.name.clone())
+                    .fetch_one(&self.pool)
+                    .await?
+                    .try_get::<i64, _>(0)?;
+                if exists == 0 {
+                    // Out of the pool: if this is cut short, the connection closes
+                    // with whatever it was doing. Two clients creating it at once are
+                    // serialised by the server's lock on the procedure's name.
+                    let mut conn = self.pool.acquire().await?.detach();
+                    sqlx::raw_sql(AssertSqlSafe(procedure.create.clone()))
+                        .execute(&mut conn)
+                        .await?;
+                }
             }
             Ok::<_, sqlx::Error>(())
         };
@@ -464,12 +487,7 @@ impl Db {
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {:?}", self.request_timeout),
         };
-        tracing::warn!(
-            error = %failed,
-            "{}: the lease grant procedure could not be created; acquires take a \
-             transaction of four round trips instead of one call",
-            self.scope
-        );
+        tracing::warn!(error = %failed, "{}: {fallback}", self.scope);
         Ok(false)
     }
 

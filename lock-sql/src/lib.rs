@@ -60,7 +60,10 @@
 //! missing, which needs the `CREATE ROUTINE` privilege on the database, and calls need
 //! `EXECUTE`. A user without them still gets every lock, through the client-side
 //! transaction: connect logs a warning when it cannot create the procedure, and the
-//! first acquire when it cannot call it.
+//! first acquire when it cannot call it. The session strategy creates two the same
+//! way, `<prefix>_take_<digest>` and `<prefix>_free_<digest>`, which try a lock and
+//! let it go in one statement each (with the fence and the silence limit); without
+//! them each is two statements, sent together.
 //!
 //! # Durability
 //!

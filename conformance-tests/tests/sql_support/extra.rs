@@ -15,11 +15,15 @@ use tokio::time::Instant;
 
 use super::Sql;
 
-fn ns() -> String {
+pub(super) fn ns() -> String {
     format!("extra-{}", uuid::Uuid::new_v4().simple())
 }
 
-async fn client(sql: &Sql, namespace: &str, options: SqlConfig) -> LockClient<SqlBackend> {
+pub(super) async fn client(
+    sql: &Sql,
+    namespace: &str,
+    options: SqlConfig,
+) -> LockClient<SqlBackend> {
     let backend = SqlBackend::connect(options).await.expect("connect");
     let _ = sql;
     LockClient::builder(backend)
@@ -237,125 +241,6 @@ pub async fn an_uncontended_cycle_is_two_round_trips(sql: &Sql) {
     let _ = client.shutdown().await;
     println!(
         "sql-extra[{}] PASS an_uncontended_cycle_is_two_round_trips ({requests} requests for {CYCLES} cycles)",
-        sql.label
-    );
-}
-
-/// MariaDB, lease strategy: the grant procedure is an optimisation, never a
-/// requirement. A database user that may not create procedures connects and gets its
-/// locks through the client-side transaction, and excludes (and is excluded by) a
-/// client that calls the procedure on the same tables; a procedure dropped under a
-/// running client is no error either.
-pub async fn locks_work_without_the_grant_procedure(sql: &Sql) {
-    let ns = ns();
-    let prefix = format!("noproc{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let admin = Sql::new(&sql.url, Strategy::Lease, &prefix);
-    let user = format!("u{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let root = sqlx::AnyPool::connect(&sql.url).await.expect("connect");
-    let database: String = sqlx::query("SELECT DATABASE()")
-        .fetch_one(&root)
-        .await
-        .expect("database")
-        .get(0);
-    // Everything the tables need, and nothing for procedures.
-    let created = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'; \
-         GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, INDEX ON `{database}`.* TO '{user}'@'%'"
-    )))
-    .execute(&root)
-    .await;
-    if let Err(e) = created {
-        println!(
-            "sql-extra[{}] SKIP locks_work_without_the_grant_procedure: no user could be made: {e}",
-            sql.label
-        );
-        return;
-    }
-    let (scheme, rest) = sql.url.split_once("://").expect("a URL");
-    let host = rest.split_once('@').map_or(rest, |(_, host)| host);
-    let user_url = format!("{scheme}://{user}:pw@{host}");
-    let limited = Sql::new(&user_url, Strategy::Lease, &prefix);
-    let without = client(&limited, &ns, limited.options()).await;
-    let lock = without.lock("plain").unwrap();
-    lock.acquire().await.unwrap().release().await.unwrap();
-    let procedures = || async {
-        sqlx::query(
-            "SELECT CAST(routine_name AS CHAR) FROM information_schema.routines \
-             WHERE routine_schema = DATABASE() AND routine_name LIKE ?",
-        )
-        .bind(format!("{prefix}\\_grant\\_%"))
-        .fetch_all(&root)
-        .await
-        .expect("routines")
-        .iter()
-        .map(|row| row.get::<String, _>(0))
-        .collect::<Vec<_>>()
-    };
-    let made = procedures().await;
-    assert!(
-        made.is_empty(),
-        "a user without CREATE ROUTINE made {made:?}"
-    );
-    // The same tables through the procedure (made by this client, which may).
-    let with = client(&admin, &ns, admin.options()).await;
-    let held = with.lock("plain").unwrap().acquire().await.unwrap();
-    assert!(
-        lock.try_acquire().await.unwrap().is_none(),
-        "the transaction granted a lock the procedure granted"
-    );
-    held.release().await.unwrap();
-    let held = lock.acquire().await.unwrap();
-    assert!(
-        with.lock("plain")
-            .unwrap()
-            .try_acquire()
-            .await
-            .unwrap()
-            .is_none(),
-        "the procedure granted a lock the transaction granted"
-    );
-    let token = held.fencing_token();
-    held.release().await.unwrap();
-    // The other kinds, each way round: a writer against a reader, a fair holder
-    // against a fair try.
-    for (first, second) in [(&without, &with), (&with, &without)] {
-        let writing = first.rw_lock("rw").unwrap().write().await.unwrap();
-        let read = second.rw_lock("rw").unwrap().try_read().await.unwrap();
-        assert!(read.is_none(), "a reader beside a writer of the other path");
-        writing.release().await.unwrap();
-        let reading = second.rw_lock("rw").unwrap().read().await.unwrap();
-        let write = first.rw_lock("rw").unwrap().try_write().await.unwrap();
-        assert!(
-            write.is_none(),
-            "a writer beside a reader of the other path"
-        );
-        reading.release().await.unwrap();
-        let fair = first.fair_lock("fair").unwrap().acquire().await.unwrap();
-        let other = second
-            .fair_lock("fair")
-            .unwrap()
-            .try_acquire()
-            .await
-            .unwrap();
-        assert!(other.is_none(), "two holders of a fair lock, one per path");
-        fair.release().await.unwrap();
-    }
-    let made = procedures().await;
-    assert_eq!(made.len(), 1, "procedures: {made:?}");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP PROCEDURE `{}`", made[0])))
-        .execute(&root)
-        .await
-        .expect("drop the procedure");
-    let after = with.lock("plain").unwrap().acquire().await.unwrap();
-    assert!(after.fencing_token() > token, "tokens went back");
-    after.release().await.unwrap();
-    let _ = without.shutdown().await;
-    let _ = with.shutdown().await;
-    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP USER '{user}'@'%'")))
-        .execute(&root)
-        .await;
-    println!(
-        "sql-extra[{}] PASS locks_work_without_the_grant_procedure",
         sql.label
     );
 }

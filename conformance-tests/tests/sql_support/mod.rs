@@ -5,6 +5,7 @@
 
 pub mod extra;
 pub mod late_commits;
+pub mod procedures;
 pub mod servers;
 pub mod tls;
 
@@ -403,7 +404,7 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     extra::blocked_attempts_write_nothing(&lease).await;
     extra::an_uncontended_cycle_is_two_round_trips(&lease).await;
     if spec.name == "mariadb" {
-        extra::locks_work_without_the_grant_procedure(&lease).await;
+        procedures::locks_work_without_the_grant_procedure(&lease).await;
     }
     extra::same_process_waiter_woken_at_release(&lease).await;
     if spec.name == "postgres" {
@@ -426,6 +427,9 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     let session = Sql::new(&url, Strategy::Session, &session_prefix);
     extra::a_released_connection_goes_to_whoever_waits(&session).await;
     extra::an_uncontended_cycle_is_two_round_trips(&session).await;
+    if spec.name == "mariadb" {
+        procedures::session_locks_work_without_their_procedures(&session).await;
+    }
     extra::a_released_connection_goes_to_whoever_waits(&for_update).await;
     if let Some(freezer) = server.freezer() {
         extra::a_grant_answered_after_a_stall_is_held(&lease, &freezer).await;

@@ -1,6 +1,7 @@
 //! Taking an advisory lock: one statement that tries it and draws the fence, then,
 //! if the caller waits, a wait inside the server.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use super::names::{register, LockId};
 use super::{limit_ms, limit_secs, silence_limit, supports};
 use crate::db::{q, Db};
 use crate::dialect::Dialect;
-use crate::error::{classify, Class};
+use crate::error::{classify, procedure_unusable, Class};
 use crate::key::KeyId;
 use crate::lease::last_insert_id;
 use crate::pessimistic::{Connection, Pinned, PinnedConn, WaitGuard};
@@ -94,7 +95,9 @@ async fn take_postgres(
     })
 }
 
-/// MariaDB: two statements, the fence upsert's OK packet the outcome (see
+/// MariaDB: a try calls the try procedure while it can be called
+/// ([`SessionProcedures`](crate::sql::SessionProcedures)); a wait, or a try without
+/// it, sends two statements, the fence upsert's OK packet the outcome (see
 /// [`AdvisoryStatements::mysql_lock`](crate::sql::AdvisoryStatements::mysql_lock)).
 async fn take_mysql(
     db: &Db,
@@ -104,6 +107,21 @@ async fn take_mysql(
     wait: Wait,
     limit: Duration,
 ) -> std::result::Result<Taken, sqlx::Error> {
+    if let (Wait::Try, Some(procedures)) = (wait, db.sql.session_procedures.as_ref()) {
+        if db.session_procedures.load(Ordering::Relaxed) {
+            let rows = q(&procedures.call_take)
+                .bind(id.mysql.clone())
+                .bind(limit_secs(limit) as i64)
+                .bind(key.hash.clone())
+                .fetch_all(pinned.conn())
+                .await?;
+            let row = rows.first().ok_or(sqlx::Error::RowNotFound)?;
+            return Ok(match row.try_get::<i64, _>(0)? {
+                0 => Taken::Busy,
+                fence => Taken::Fence(fence),
+            });
+        }
+    }
     let wait_secs = match wait {
         Wait::Try => 0.0,
         Wait::For(Some(d)) => d.as_secs_f64().max(0.001),
@@ -187,12 +205,26 @@ async fn try_lock(
     // Every pooled connection may have died in the same event.
     let most = db.held_pool.options().get_max_connections() + 1;
     let mut attempts = 0;
+    let mut as_text = false;
     loop {
         attempts += 1;
         let mut pinned = PinnedConn::new(pin(db).await?);
         let started_at = Instant::now();
         match take(db, &mut pinned, id, key, Wait::Try, ttl).await {
             Ok(taken) => return Ok((pinned, taken, started_at)),
+            // Dropped or forbidden since connect, or at odds with the fence table's
+            // collation: the session is closed (it may have taken the lock before the
+            // error), and the try goes as text, now and from now on.
+            Err(e) if !as_text && procedure_unusable(&e) => {
+                tracing::warn!(
+                    error = %e,
+                    "{}: the session strategy's try procedure cannot be called; tries go as text",
+                    db.scope
+                );
+                db.session_procedures.store(false, Ordering::Relaxed);
+                as_text = true;
+                attempts -= 1;
+            }
             Err(e) if attempts < most && classify(&e) == Class::Unavailable => {
                 tracing::debug!(error = %e, "pooled lock connection is gone; trying another");
             }

@@ -1,13 +1,17 @@
 //! Letting go of an advisory lock.
 
+use std::sync::atomic::Ordering;
+
 use lock_core::backend::HeldLease;
 use lock_core::{Error, Result};
+use sqlx::any::AnyRow;
 use sqlx::{AssertSqlSafe, Row};
 
 use super::names::LockId;
 use crate::db::{q, Db};
 use crate::dialect::Dialect;
-use crate::pessimistic::Pinned;
+use crate::error::procedure_unusable;
+use crate::pessimistic::{Pinned, PinnedConn};
 use crate::SqlLease;
 
 /// Lets go of the lock and keeps the connection for the next lock (a connection that
@@ -35,19 +39,10 @@ pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>, pinned: &Pinne
             // fence could not be had, the connection is closed rather than reused, so
             // a kill on its way hits nothing else.
             _ => {
-                // The silence limit is put back in the same statement as the fence
-                // is taken: two statements, one round trip.
-                let sql = format!(
-                    "SET @lock_sql_fenced = CAST(COALESCE(GET_LOCK(CONCAT('lock_sql_connection_', CONNECTION_ID()), 10), 0) \
-                     AS SIGNED), SESSION wait_timeout = @@GLOBAL.wait_timeout; \
-                     SELECT CAST(COALESCE(RELEASE_LOCK('{}'), 0) AS SIGNED), CAST(@lock_sql_fenced AS SIGNED), \
-                     RELEASE_LOCK(CONCAT('lock_sql_connection_', CONNECTION_ID()))",
-                    id.mysql
-                );
-                let rows = sqlx::raw_sql(AssertSqlSafe(sql))
-                    .fetch_all(conn.conn())
-                    .await?;
-                let row = rows.into_iter().next().ok_or(sqlx::Error::RowNotFound)?;
+                let row = match release_mysql_call(db, &id, &mut conn).await {
+                    Some(row) => row?,
+                    None => release_mysql_text(&id, &mut conn).await?,
+                };
                 let released = row.try_get::<i64, _>(0)? == 1;
                 Ok((released, released && row.try_get::<i64, _>(1)? == 1))
             }
@@ -66,4 +61,55 @@ pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>, pinned: &Pinne
     } else {
         Err(Error::not_owner(&lease.key))
     }
+}
+
+/// MariaDB: calls the release procedure while it can be called
+/// ([`SessionProcedures`](crate::sql::SessionProcedures)); its row, or `None` if it
+/// cannot be called (it did not run).
+async fn release_mysql_call(
+    db: &Db,
+    id: &LockId,
+    conn: &mut PinnedConn,
+) -> Option<std::result::Result<AnyRow, sqlx::Error>> {
+    let procedures = db.sql.session_procedures.as_ref()?;
+    if !db.session_procedures.load(Ordering::Relaxed) {
+        return None;
+    }
+    let rows = q(&procedures.call_release)
+        .bind(id.mysql.clone())
+        .fetch_all(conn.conn())
+        .await;
+    match rows {
+        Ok(rows) => Some(rows.into_iter().next().ok_or(sqlx::Error::RowNotFound)),
+        // Dropped or forbidden since connect: releases go as text from now on.
+        Err(e) if procedure_unusable(&e) => {
+            tracing::warn!(
+                error = %e,
+                "{}: the session strategy's release procedure cannot be called; releases go as text",
+                db.scope
+            );
+            db.session_procedures.store(false, Ordering::Relaxed);
+            None
+        }
+        Err(e) => Some(Err(e)),
+    }
+}
+
+/// MariaDB: the release as text, two statements in one round trip (the silence limit
+/// is put back in the statement that takes the fence).
+async fn release_mysql_text(
+    id: &LockId,
+    conn: &mut PinnedConn,
+) -> std::result::Result<AnyRow, sqlx::Error> {
+    let sql = format!(
+        "SET @lock_sql_fenced = CAST(COALESCE(GET_LOCK(CONCAT('lock_sql_connection_', CONNECTION_ID()), 10), 0) \
+         AS SIGNED), SESSION wait_timeout = @@GLOBAL.wait_timeout; \
+         SELECT CAST(COALESCE(RELEASE_LOCK('{}'), 0) AS SIGNED), CAST(@lock_sql_fenced AS SIGNED), \
+         RELEASE_LOCK(CONCAT('lock_sql_connection_', CONNECTION_ID()))",
+        id.mysql
+    );
+    let rows = sqlx::raw_sql(AssertSqlSafe(sql))
+        .fetch_all(conn.conn())
+        .await?;
+    rows.into_iter().next().ok_or(sqlx::Error::RowNotFound)
 }

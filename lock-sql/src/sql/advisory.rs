@@ -9,7 +9,7 @@ use crate::dialect::Dialect;
 /// microseconds. The counter's table is not durable (PostgreSQL `UNLOGGED`, MariaDB
 /// `MEMORY`): a crash empties it, and the clock, which has moved on since the last
 /// grant before the crash, carries the fence past every token given before.
-fn clock_floor(dialect: Dialect) -> &'static str {
+pub(super) fn clock_floor(dialect: Dialect) -> &'static str {
     match dialect {
         Dialect::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)",
         _ => "CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)",

@@ -3,10 +3,9 @@
 use std::time::Duration;
 
 use lock_core::LockKind;
-use sha2::{Digest, Sha256};
 
 use super::fast_grant::{fast_condition, mysql_upsert, Arg, FastGrant};
-use super::{s, Stmt, Tables};
+use super::{s, Procedure, Tables};
 use crate::dialect::Dialect;
 use crate::key::kind_code;
 
@@ -20,17 +19,9 @@ use crate::key::kind_code;
 /// It answers one row: the granted fence, or NULL and how long a live lease of
 /// another owner of the requested kind has left (what an exclusive request needs to
 /// know to wait; the other kinds take the general path to queue).
-///
-/// The name ends in a digest of the body: a release whose statements differ makes a
-/// procedure of its own, so clients of both releases share the tables, each with its
-/// own rules.
 #[derive(Debug)]
 pub(crate) struct GrantProcedure {
-    /// The procedure's name, unquoted (as the information schema has it).
-    pub(crate) name: String,
-    /// Creates the procedure if it is missing (a `CREATE PROCEDURE` cannot be a
-    /// prepared statement: it goes as text).
-    pub(crate) create: Stmt,
+    pub(crate) procedure: Procedure,
     /// Calls it with a request's values.
     pub(crate) call: FastGrant,
 }
@@ -148,13 +139,11 @@ impl GrantProcedure {
              END IF; \
              END"
         );
-        let digest = Sha256::digest(definition.as_bytes());
-        let name = crate::key::push_hex(format!("{prefix}_grant_"), &digest[..4]);
-        let quoted = dialect.quote(&name);
+        let (procedure, quoted) = Procedure::new(prefix, "grant", &definition);
         let markers = vec!["?"; PARAMETERS.len()].join(", ");
         let wait_s = lock_wait.as_secs().max(1);
         GrantProcedure {
-            create: format!("CREATE PROCEDURE IF NOT EXISTS {quoted}{definition}").into(),
+            procedure,
             call: FastGrant {
                 stmt: s(
                     dialect,
@@ -164,7 +153,6 @@ impl GrantProcedure {
                 ),
                 args: PARAMETERS.iter().map(|(arg, _)| *arg).collect(),
             },
-            name,
         }
     }
 }
@@ -188,13 +176,10 @@ mod tests {
     fn the_procedure_has_no_marker_left_and_its_call_binds_every_parameter() {
         let t = Tables::new(Dialect::MySql, "locks");
         let procedure = GrantProcedure::new(&t, "locks", Duration::from_secs(10));
-        assert!(!procedure.create.contains('?'), "{}", procedure.create);
-        assert!(
-            procedure.name.starts_with("locks_grant_"),
-            "{}",
-            procedure.name
-        );
-        assert!(procedure.create.contains(&format!("`{}`", procedure.name)));
+        let made = &procedure.procedure;
+        assert!(!made.create.contains('?'), "{}", made.create);
+        assert!(made.name.starts_with("locks_grant_"), "{}", made.name);
+        assert!(made.create.contains(&format!("`{}`", made.name)));
         assert!(procedure
             .call
             .stmt
@@ -207,7 +192,9 @@ mod tests {
     fn the_name_follows_the_body() {
         let name = |prefix: &str| {
             let t = Tables::new(Dialect::MySql, prefix);
-            GrantProcedure::new(&t, prefix, Duration::from_secs(3)).name
+            GrantProcedure::new(&t, prefix, Duration::from_secs(3))
+                .procedure
+                .name
         };
         // The longest prefix still makes a name MariaDB takes (64 characters).
         let longest = "p".repeat(crate::MAX_TABLE_PREFIX);

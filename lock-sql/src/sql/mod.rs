@@ -5,8 +5,9 @@
 //! bind parameter.
 //!
 //! [`schema`] holds what connect runs, [`lease`], [`fast_grant`] and
-//! [`grant_procedure`] the lease strategy's statements, [`row_lock`] the FOR UPDATE strategy's, [`advisory`] the
-//! session strategy's; the fence counter the first two bump lives here.
+//! [`grant_procedure`] the lease strategy's statements, [`row_lock`] the FOR UPDATE
+//! strategy's, [`advisory`] and [`session_procedures`] the session strategy's; the fence
+//! counter the first two bump lives here.
 
 mod advisory;
 mod fast_grant;
@@ -14,9 +15,12 @@ mod grant_procedure;
 mod lease;
 mod row_lock;
 mod schema;
+mod session_procedures;
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use sha2::{Digest, Sha256};
 
 use crate::dialect::Dialect;
 
@@ -26,6 +30,7 @@ pub(crate) use grant_procedure::GrantProcedure;
 pub(crate) use lease::LeaseStatements;
 pub(crate) use row_lock::RowLockStatements;
 pub(crate) use schema::{SchemaStatements, SCHEMA_VERSION};
+pub(crate) use session_procedures::SessionProcedures;
 
 /// A statement ready to hand to the driver.
 pub(crate) type Stmt = Arc<str>;
@@ -85,6 +90,8 @@ pub(crate) struct Statements {
     pub(crate) advisory: AdvisoryStatements,
     /// MySQL: the lease strategy's uncontended grant in one call.
     pub(crate) grant_procedure: Option<GrantProcedure>,
+    /// MySQL: the session strategy's try and release, one call each.
+    pub(crate) session_procedures: Option<SessionProcedures>,
     /// Creates the key's row or bumps its fence, locking it for the transaction.
     /// PostgreSQL and SQLite return the fence; MySQL reports it as the last insert id
     /// ([`Self::last_insert_id`] reads it if a server does not).
@@ -97,6 +104,30 @@ pub(crate) struct Statements {
 
 fn s(dialect: Dialect, sql: String) -> Stmt {
     dialect.markers(&sql).into()
+}
+
+/// A MariaDB stored procedure of one table set. Its name is the tables' prefix, its
+/// role and a digest of its body: a release whose body differs makes a procedure of
+/// its own, so clients of both releases share the tables, each with its own rules.
+#[derive(Debug)]
+pub(crate) struct Procedure {
+    /// The name, unquoted (as the information schema has it).
+    pub(crate) name: String,
+    /// Creates it if it is missing (as text: a `CREATE PROCEDURE` cannot be prepared).
+    pub(crate) create: Stmt,
+}
+
+impl Procedure {
+    /// The procedure `<prefix>_<role>_<digest>` of `definition` (its parameters,
+    /// characteristics and body), and its name quoted for calls. The longest prefix
+    /// leaves 16 characters of MariaDB's 64 for the role, the digest and two `_`.
+    fn new(prefix: &str, role: &str, definition: &str) -> (Self, String) {
+        let digest = Sha256::digest(definition.as_bytes());
+        let name = crate::key::push_hex(format!("{prefix}_{role}_"), &digest[..4]);
+        let quoted = Dialect::MySql.quote(&name);
+        let create = format!("CREATE PROCEDURE IF NOT EXISTS {quoted}{definition}").into();
+        (Procedure { name, create }, quoted)
+    }
 }
 
 impl Statements {
@@ -137,6 +168,8 @@ impl Statements {
             advisory: AdvisoryStatements::new(dialect, &t),
             grant_procedure: (dialect == Dialect::MySql)
                 .then(|| GrantProcedure::new(&t, prefix, lock_wait)),
+            session_procedures: (dialect == Dialect::MySql)
+                .then(|| SessionProcedures::new(&t, prefix)),
             tables: t,
             key_bump,
             last_insert_id,
