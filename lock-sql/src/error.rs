@@ -67,9 +67,10 @@ fn classify_database(db: &dyn sqlx::error::DatabaseError) -> Class {
     }
 }
 
-/// Whether a call of the grant procedure failed because the procedure cannot be
-/// called (dropped, the user may not execute it, or tables converted to another
-/// collation than its parameters'): it changed nothing.
+/// Whether a call of a MariaDB procedure (the lease grant, the session strategy's try
+/// and release) failed because the procedure cannot be called (dropped, the user may
+/// not execute it, or tables converted to another collation than its parameters'): it
+/// changed nothing.
 pub(crate) fn procedure_unusable(err: &sqlx::Error) -> bool {
     #[cfg(feature = "mysql")]
     if let Some(my) = err

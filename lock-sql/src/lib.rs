@@ -63,7 +63,8 @@
 //! first acquire when it cannot call it. The session strategy creates two the same
 //! way, `<prefix>_take_<digest>` and `<prefix>_free_<digest>`, which try a lock and
 //! let it go in one statement each (with the fence and the silence limit); without
-//! them each is two statements, sent together.
+//! them each is two statements, sent together (the first try or release that cannot
+//! call them logs a warning).
 //!
 //! # Durability
 //!

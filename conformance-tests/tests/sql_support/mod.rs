@@ -428,7 +428,7 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     extra::a_released_connection_goes_to_whoever_waits(&session).await;
     extra::an_uncontended_cycle_is_two_round_trips(&session).await;
     if spec.name == "mariadb" {
-        procedures::session_locks_work_without_their_procedures(&session).await;
+        procedures::session_locks_work_without_their_procedures(&session, server.can_fault()).await;
     }
     extra::a_released_connection_goes_to_whoever_waits(&for_update).await;
     if let Some(freezer) = server.freezer() {

@@ -17,7 +17,7 @@ const RELEASE_FENCE: &str = "CONCAT('lock_sql_connection_', CONNECTION_ID())";
 #[derive(Debug)]
 pub(crate) struct SessionProcedures {
     /// Tries a lock without waiting; if taken, sets the session's silence limit and
-    /// draws the fence. Called with the lock's name, the limit in whole seconds and
+    /// draws the fence, else leaves the session without one, as the text does. Called with the lock's name, the limit in whole seconds and
     /// the key's hash; answers one row: the fence, or 0 if the lock is busy.
     pub(crate) take: Procedure,
     pub(crate) call_take: Stmt,
@@ -47,6 +47,7 @@ impl SessionProcedures {
              ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(GREATEST(fence + 1, {floor})); \
              SELECT CAST(LAST_INSERT_ID() AS SIGNED) AS fence; \
              ELSE \
+             SET SESSION wait_timeout = @@GLOBAL.wait_timeout; \
              SELECT CAST(0 AS SIGNED) AS fence; \
              END IF; \
              END"
