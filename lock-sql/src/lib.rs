@@ -63,8 +63,8 @@
 //! first acquire when it cannot call it. The session strategy creates two the same
 //! way, `<prefix>_take_<digest>` and `<prefix>_free_<digest>`, which try a lock and
 //! let it go in one statement each (with the fence and the silence limit); without
-//! them each is two statements, sent together (the first try or release that cannot
-//! call them logs a warning).
+//! them each is two statements, sent together (a try or release that finds them gone
+//! or forbidden logs a warning, and they go as text from then on).
 //!
 //! # Durability
 //!

@@ -161,8 +161,9 @@ pub async fn locks_work_without_the_grant_procedure(sql: &Sql) {
 /// MariaDB, session strategy: as the lease strategy's grant procedure, its try and
 /// release procedures serve a client that may call them, which shares its locks with
 /// one that sends the statements as text; dropped while a lock is held, the release
-/// and the next tries go as text. On a server of its own (`private_server`), the check
-/// also counts the calls each client made.
+/// and the next tries go as text. On a server of its own (`private_server`), the
+/// check also reads the server's count of calls: none while the client without them
+/// runs alone, two a cycle or more while a client with them does.
 pub async fn session_locks_work_without_their_procedures(sql: &Sql, private_server: bool) {
     const CHECK: &str = "session_locks_work_without_their_procedures";
     const CYCLES: i64 = 5;
@@ -219,23 +220,31 @@ pub async fn session_locks_work_without_their_procedures(sql: &Sql, private_serv
     .await
     .expect("read the fence")
     .get(0);
+    // Two more clients that call the procedures, for the drop below.
+    let (one, two) = (
+        client(&admin, &ns, admin.options()).await,
+        client(&admin, &ns, admin.options()).await,
+    );
+    let before = user.calls().await;
+    for warm in [&one, &two] {
+        let name = warm.lock("warm").unwrap();
+        name.acquire().await.unwrap().release().await.unwrap();
+    }
+    let calls = user.calls().await - before;
+    if private_server {
+        assert!(
+            calls >= 4,
+            "{calls} calls for 2 cycles through the procedures"
+        );
+    }
     let held = mine.acquire().await.unwrap();
     assert_eq!(
         held.fencing_token(),
         raised as u64 + 1,
         "the token is not one past the counter"
     );
-    // Dropped while that lock is held: two clients that could call them before, one
-    // trying that lock, the other another, and the holder's release each find them
-    // gone and go as text.
-    let (one, two) = (
-        client(&admin, &ns, admin.options()).await,
-        client(&admin, &ns, admin.options()).await,
-    );
-    for warm in [&one, &two] {
-        let name = warm.lock("warm").unwrap();
-        name.acquire().await.unwrap().release().await.unwrap();
-    }
+    // Dropped while that lock is held: a try of that lock, a try of another, and the
+    // holder's release each find them gone and go as text.
     for role in ["take", "free"] {
         let made = user.procedures(&prefix, role).await;
         assert_eq!(made.len(), 1, "{role} procedures: {made:?}");

@@ -212,9 +212,9 @@ async fn try_lock(
         let started_at = Instant::now();
         match take(db, &mut pinned, id, key, Wait::Try, ttl).await {
             Ok(taken) => return Ok((pinned, taken, started_at)),
-            // Dropped or forbidden since connect: it did not run. The connection is
-            // closed all the same, as any a try failed on, and the try goes as text,
-            // now and from now on.
+            // Dropped, or not executable by this user: it did not run. The connection
+            // is closed all the same, as any a try failed on, and the try goes as
+            // text, now and from now on.
             Err(e) if !as_text && procedure_unusable(&e) => {
                 tracing::warn!(
                     error = %e,

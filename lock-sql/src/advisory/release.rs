@@ -81,7 +81,8 @@ async fn release_mysql_call(
         .await;
     match rows {
         Ok(rows) => Some(rows.into_iter().next().ok_or(sqlx::Error::RowNotFound)),
-        // Dropped or forbidden since connect: releases go as text from now on.
+        // Dropped, or not executable by this user: it did not run, and releases go
+        // as text from now on.
         Err(e) if procedure_unusable(&e) => {
             tracing::warn!(
                 error = %e,

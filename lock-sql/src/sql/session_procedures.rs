@@ -17,8 +17,9 @@ const RELEASE_FENCE: &str = "CONCAT('lock_sql_connection_', CONNECTION_ID())";
 #[derive(Debug)]
 pub(crate) struct SessionProcedures {
     /// Tries a lock without waiting; if taken, sets the session's silence limit and
-    /// draws the fence, else leaves the session without one, as the text does. Called with the lock's name, the limit in whole seconds and
-    /// the key's hash; answers one row: the fence, or 0 if the lock is busy.
+    /// draws the fence, else leaves the session without a limit, as the text does.
+    /// Called with the lock's name, the limit in whole seconds and the key's hash;
+    /// answers one row: the fence, or 0 if the lock is busy.
     pub(crate) take: Procedure,
     pub(crate) call_take: Stmt,
     /// Under the connection's release fence, puts the silence limit back and lets go
