@@ -449,8 +449,14 @@ pub(crate) async fn kill_under_release_fence(
 /// holder is never killed after its release began, when its connection may be on its
 /// way to another lock.
 fn release_fence(connection_id: i64) -> String {
-    format!("lock_sql_connection_{connection_id}")
+    format!("{RELEASE_FENCE_PREFIX}{connection_id}")
 }
+
+/// What every [`release_fence`] is named from.
+const RELEASE_FENCE_PREFIX: &str = "lock_sql_connection_";
+
+/// The [`release_fence`] of the connection a statement runs on, as a SQL expression.
+pub(crate) const OWN_RELEASE_FENCE: &str = "CONCAT('lock_sql_connection_', CONNECTION_ID())";
 
 /// The statement that bounds how long the server keeps a lock transaction whose
 /// client has gone silent (a partition, a frozen host, where the connection stays open
@@ -714,4 +720,18 @@ async fn kill_mysql_row_holder(db: &Db, key: &KeyId, kind: i64) -> Result<bool> 
         work.await.map_err(|e| db.err(e))
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_names_its_own_release_fence_as_a_kill_does() {
+        assert_eq!(
+            OWN_RELEASE_FENCE,
+            format!("CONCAT('{RELEASE_FENCE_PREFIX}', CONNECTION_ID())")
+        );
+        assert_eq!(release_fence(7), "lock_sql_connection_7");
+    }
 }

@@ -12,6 +12,7 @@ use crate::db::{q, Db};
 use crate::dialect::Dialect;
 use crate::error::procedure_unusable;
 use crate::pessimistic::{Pinned, PinnedConn};
+use crate::sql::AdvisoryStatements;
 use crate::SqlLease;
 
 /// Lets go of the lock and keeps the connection for the next lock (a connection that
@@ -96,19 +97,14 @@ async fn release_mysql_call(
     }
 }
 
-/// MariaDB: the release as text, two statements in one round trip (the silence limit
-/// is put back in the statement that takes the fence).
+/// MariaDB: the release as text ([`AdvisoryStatements::mysql_unlock`]).
+///
+/// [`AdvisoryStatements::mysql_unlock`]: crate::sql::AdvisoryStatements::mysql_unlock
 async fn release_mysql_text(
     id: &LockId,
     conn: &mut PinnedConn,
 ) -> std::result::Result<AnyRow, sqlx::Error> {
-    let sql = format!(
-        "SET @lock_sql_fenced = CAST(COALESCE(GET_LOCK(CONCAT('lock_sql_connection_', CONNECTION_ID()), 10), 0) \
-         AS SIGNED), SESSION wait_timeout = @@GLOBAL.wait_timeout; \
-         SELECT CAST(COALESCE(RELEASE_LOCK('{}'), 0) AS SIGNED), CAST(@lock_sql_fenced AS SIGNED), \
-         RELEASE_LOCK(CONCAT('lock_sql_connection_', CONNECTION_ID()))",
-        id.mysql
-    );
+    let sql = AdvisoryStatements::mysql_unlock(&id.mysql);
     let rows = sqlx::raw_sql(AssertSqlSafe(sql))
         .fetch_all(conn.conn())
         .await?;

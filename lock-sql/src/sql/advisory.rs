@@ -4,6 +4,7 @@
 
 use super::{s, Stmt, Tables};
 use crate::dialect::Dialect;
+use crate::pessimistic::OWN_RELEASE_FENCE;
 
 /// The fence of a grant: one past the key's last, and never below the server clock in
 /// microseconds. The counter's table is not durable (PostgreSQL `UNLOGGED`, MariaDB
@@ -135,6 +136,20 @@ impl AdvisoryStatements {
             "SET SESSION wait_timeout = IF(GET_LOCK('{name}', {wait_secs:.3}) = 1, {limit_secs}, @@GLOBAL.wait_timeout); \
              INSERT INTO {fences} (khash, fence) SELECT '{hash}', LAST_INSERT_ID({floor}) FROM DUAL \
              WHERE {held} ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(GREATEST(fence + 1, {floor}))"
+        )
+    }
+
+    /// MariaDB: lets go of the lock `name` under the connection's release fence
+    /// (which a force-unlock takes before it kills), putting the silence limit back in
+    /// the statement that takes the fence: two statements in one round trip, whose row
+    /// is 1 if the lock was held and let go, and 1 if the fence was had. `name` is a
+    /// hex digest, never user text.
+    pub(crate) fn mysql_unlock(name: &str) -> String {
+        format!(
+            "SET @lock_sql_fenced = CAST(COALESCE(GET_LOCK({OWN_RELEASE_FENCE}, 10), 0) AS SIGNED), \
+             SESSION wait_timeout = @@GLOBAL.wait_timeout; \
+             SELECT CAST(COALESCE(RELEASE_LOCK('{name}'), 0) AS SIGNED), CAST(@lock_sql_fenced AS SIGNED), \
+             RELEASE_LOCK({OWN_RELEASE_FENCE})"
         )
     }
 }

@@ -4,14 +4,11 @@
 use super::advisory::clock_floor;
 use super::{s, Procedure, Stmt, Tables};
 use crate::dialect::Dialect;
-
-/// The release fence of a connection (see [`crate::pessimistic`]): a force-unlock
-/// takes it before it kills the connection, a release while it lets go.
-const RELEASE_FENCE: &str = "CONCAT('lock_sql_connection_', CONNECTION_ID())";
+use crate::pessimistic::OWN_RELEASE_FENCE as RELEASE_FENCE;
 
 /// Two stored procedures that do on the server what the session strategy's text
 /// statements do (see [`AdvisoryStatements::mysql_lock`](super::AdvisoryStatements)
-/// and the release in `crate::advisory`), each in one statement the server parses
+/// and [`AdvisoryStatements::mysql_unlock`](super::AdvisoryStatements)), each in one statement the server parses
 /// once: MariaDB spends about as much on each statement it is sent as on what the
 /// statement does, and the try and the release are two statements each as text.
 #[derive(Debug)]
