@@ -5,6 +5,7 @@
 
 pub mod extra;
 pub mod late_commits;
+pub mod orphans;
 pub mod procedures;
 pub mod servers;
 pub mod tls;
@@ -415,6 +416,9 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     extra::a_silent_holder_lets_go(&for_update).await;
     extra::a_release_the_server_missed_still_forgets_its_holder(&for_update).await;
     extra::a_ticket_the_server_missed_the_removal_of_goes(&lease).await;
+    orphans::a_transaction_a_cut_leaves_open_never_keeps_its_key(&lease).await;
+    orphans::the_server_ends_a_transaction_left_idle(&lease, &for_update).await;
+    orphans::a_statement_given_up_over_a_cut_gives_its_place_back(&lease).await;
     extra::a_downgrade_asked_again_keeps_its_read_side(&lease).await;
     extra::a_holder_cut_off_for_good_is_forgotten(&for_update).await;
     extra::inspect_never_names_an_earlier_grant(&for_update).await;
