@@ -19,6 +19,7 @@ use crate::dialect::Dialect;
 use crate::error::{classify, convert, timed_out, Class};
 use crate::hot::HotConnection;
 use crate::lease::BlindUndos;
+use crate::pessimistic::{idle_transaction_limit, LimitScope};
 use crate::spare::SpareConnection;
 use crate::sql::{Procedure, Statements, Stmt, SCHEMA_VERSION};
 use crate::url::DbUrl;
@@ -194,6 +195,48 @@ fn held_session_sql(options: &SqlConfig, dialect: Dialect) -> Arc<Vec<String>> {
 /// See [`held_session_sql`].
 pub(crate) const FENCE_TABLE_SIZE_MYSQL: &str = "SET SESSION max_heap_table_size = 1073741824";
 
+/// The session statements of the pool's connections: the server ends a transaction
+/// of theirs left idle for three request timeouts, then the caller's. Their
+/// transactions last a request each; one its client gave up on over a cut network,
+/// whose close never reaches the server, would otherwise keep the rows it locked (a
+/// key's row: its lock, for every client) until the server drops the idle connection,
+/// hours later. The connections pinned to held locks set limits of their own.
+fn pool_session_sql(options: &SqlConfig, dialect: Dialect) -> Vec<String> {
+    let mut sql = Vec::with_capacity(options.session_sql.len() + 1);
+    if dialect != Dialect::Sqlite {
+        let limit = options
+            .request_timeout
+            .saturating_mul(3)
+            .max(Duration::from_secs(1));
+        sql.push(idle_transaction_limit(dialect, limit, LimitScope::Session));
+    }
+    sql.extend(options.session_sql.iter().cloned());
+    sql
+}
+
+/// Whether a connection given back to a pool still answers, within `limit`: sqlx
+/// pings it again after this with no limit, and one whose statement was given up on
+/// over a cut network would keep its place in the pool until TCP gives up (a quarter
+/// of an hour), or for good behind a link that keeps the socket open. One that does
+/// not answer is closed. A SQLite connection is a file this process opened.
+async fn answers_within(
+    conn: &mut sqlx::AnyConnection,
+    dialect: Dialect,
+    limit: Duration,
+) -> std::result::Result<bool, sqlx::Error> {
+    use sqlx::Connection as _;
+    if dialect == Dialect::Sqlite {
+        return Ok(true);
+    }
+    match tokio::time::timeout(limit, conn.ping()).await {
+        Ok(answered) => answered.map(|()| true),
+        Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("a connection given back to the pool did not answer within {limit:?}"),
+        ))),
+    }
+}
+
 /// What serialises schema changes between clients: a transaction-level advisory lock
 /// on PostgreSQL, a named lock on MySQL.
 const SCHEMA_LOCK_POSTGRES: &str =
@@ -225,6 +268,8 @@ impl Db {
         sqlx::any::install_default_drivers();
         let dialect = url.dialect;
         let session_sql = Arc::new(options.session_sql.clone());
+        let pool_session_sql = Arc::new(pool_session_sql(options, dialect));
+        let release_check = options.request_timeout;
         let pool_options = |max: u32, session_sql: &Arc<Vec<String>>| {
             let setup_sql = session_sql.clone();
             AnyPoolOptions::new()
@@ -240,7 +285,10 @@ impl Db {
                     Box::pin(async move { setup_connection(conn, dialect, &extra).await })
                 })
         };
-        let pool = pool_options(options.max_connections, &session_sql)
+        let pool = pool_options(options.max_connections, &pool_session_sql)
+            .after_release(move |conn, _meta| {
+                Box::pin(answers_within(conn, dialect, release_check))
+            })
             .connect_lazy(&url.driver_url)
             .map_err(|e| convert(dialect.name(), e))?;
         let held_pool = match options.strategy {
@@ -258,7 +306,7 @@ impl Db {
             }
             Strategy::Lease => pool.clone(),
         };
-        probe(&url, &options.session_sql, options.connect_timeout).await?;
+        probe(&url, &pool_session_sql, options.connect_timeout).await?;
         let scope = format!("{} tables {}", url.location(), options.table_prefix);
         let mut db = Db {
             pool,

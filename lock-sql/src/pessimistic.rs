@@ -468,14 +468,39 @@ pub(crate) const OWN_RELEASE_FENCE: &str = "CONCAT('lock_sql_connection_', CONNE
 /// shorter than `ttl`: the client counts its lease from before a statement is sent, the
 /// server from after it ran. A lease beyond the server's largest limit gets none.
 pub(crate) fn silence_limit(dialect: Dialect, ttl: Duration) -> String {
+    idle_transaction_limit(dialect, ttl, LimitScope::Transaction)
+}
+
+/// What an [`idle_transaction_limit`] applies to on PostgreSQL (MariaDB's is always
+/// the session's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LimitScope {
+    /// The transaction the statement runs in.
+    Transaction,
+    /// Every transaction of the session.
+    Session,
+}
+
+/// The statement after which the server ends a session left idle inside a
+/// transaction for `limit` (whole seconds on MariaDB, never less than one); a limit
+/// beyond the server's largest sets none.
+pub(crate) fn idle_transaction_limit(
+    dialect: Dialect,
+    limit: Duration,
+    scope: LimitScope,
+) -> String {
     match dialect {
         Dialect::Postgres => {
-            let ms = ttl.as_nanos().div_ceil(1_000_000).max(1);
+            let ms = limit.as_nanos().div_ceil(1_000_000).max(1);
             let ms = if ms > i32::MAX as u128 { 0 } else { ms };
-            format!("SET LOCAL idle_in_transaction_session_timeout = {ms}")
+            let scope = match scope {
+                LimitScope::Transaction => "LOCAL",
+                LimitScope::Session => "SESSION",
+            };
+            format!("SET {scope} idle_in_transaction_session_timeout = {ms}")
         }
         _ => {
-            let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+            let secs = limit.as_secs() + u64::from(limit.subsec_nanos() > 0);
             // MariaDB's largest: a year.
             let secs = if secs > 31_536_000 { 0 } else { secs.max(1) };
             format!(
@@ -733,5 +758,26 @@ mod tests {
             format!("CONCAT('{RELEASE_FENCE_PREFIX}', CONNECTION_ID())")
         );
         assert_eq!(release_fence(7), "lock_sql_connection_7");
+    }
+
+    #[test]
+    fn an_idle_transaction_limit_is_set_where_it_is_asked_and_rounded_up() {
+        let pg = |limit, scope| idle_transaction_limit(Dialect::Postgres, limit, scope);
+        assert_eq!(
+            pg(Duration::from_micros(1500), LimitScope::Transaction),
+            "SET LOCAL idle_in_transaction_session_timeout = 2"
+        );
+        assert_eq!(
+            pg(Duration::from_secs(3), LimitScope::Session),
+            "SET SESSION idle_in_transaction_session_timeout = 3000"
+        );
+        assert_eq!(
+            pg(Duration::MAX, LimitScope::Session),
+            "SET SESSION idle_in_transaction_session_timeout = 0"
+        );
+        let mariadb = |limit| idle_transaction_limit(Dialect::MySql, limit, LimitScope::Session);
+        assert!(mariadb(Duration::from_millis(1001)).contains("idle_transaction_timeout = 2,"));
+        assert!(mariadb(Duration::from_millis(1)).contains("idle_write_transaction_timeout = 1"));
+        assert!(mariadb(Duration::MAX).ends_with("idle_write_transaction_timeout = 0"));
     }
 }
