@@ -189,7 +189,9 @@ impl LockBackend for SqlBackend {
 
     fn lease_validity(&self, ttl: Duration) -> Duration {
         match (self.inner.strategy, self.inner.db.dialect) {
-            (Strategy::Session, Dialect::MySql) => ttl.min(advisory::LONGEST_MYSQL_LIMIT),
+            (Strategy::Session, Dialect::MySql) => {
+                ttl.min(crate::server_limits::LONGEST_MYSQL_LIMIT)
+            }
             _ => ttl,
         }
     }

@@ -115,6 +115,7 @@ mod lease;
 mod listen;
 mod local_wake;
 mod pessimistic;
+mod server_limits;
 mod spare;
 mod sql;
 mod tls;

@@ -32,6 +32,7 @@ use crate::dialect::Dialect;
 use crate::error::{classify, Class};
 use crate::holder_record::{HolderRecord, UnconfirmedRecord};
 use crate::key::{kind_code, KeyId};
+use crate::server_limits::{limit_ms, whole_secs, LONGEST_MYSQL_LIMIT};
 use crate::spare::SpareConnection;
 use crate::SqlLease;
 
@@ -491,18 +492,22 @@ pub(crate) fn idle_transaction_limit(
 ) -> String {
     match dialect {
         Dialect::Postgres => {
-            let ms = limit.as_nanos().div_ceil(1_000_000).max(1);
-            let ms = if ms > i32::MAX as u128 { 0 } else { ms };
             let scope = match scope {
                 LimitScope::Transaction => "LOCAL",
                 LimitScope::Session => "SESSION",
             };
-            format!("SET {scope} idle_in_transaction_session_timeout = {ms}")
+            format!(
+                "SET {scope} idle_in_transaction_session_timeout = {}",
+                limit_ms(limit)
+            )
         }
         _ => {
-            let secs = limit.as_secs() + u64::from(limit.subsec_nanos() > 0);
-            // MariaDB's largest: a year.
-            let secs = if secs > 31_536_000 { 0 } else { secs.max(1) };
+            let secs = whole_secs(limit);
+            let secs = if secs > LONGEST_MYSQL_LIMIT.as_secs() {
+                0
+            } else {
+                secs.max(1)
+            };
             format!(
                 "SET SESSION idle_transaction_timeout = {secs}, \
                  idle_readonly_transaction_timeout = {secs}, \

@@ -13,13 +13,14 @@ use sqlx::{Any, AssertSqlSafe, Row};
 use tokio::time::Instant;
 
 use super::names::{register, LockId};
-use super::{limit_ms, limit_secs, silence_limit, supports};
+use super::{limit_secs, silence_limit, supports};
 use crate::db::{q, Db};
 use crate::dialect::Dialect;
 use crate::error::{classify, procedure_unusable, Class};
 use crate::key::KeyId;
 use crate::lease::last_insert_id;
 use crate::pessimistic::{Connection, Pinned, PinnedConn, WaitGuard};
+use crate::server_limits::limit_ms;
 use crate::SqlLease;
 
 /// A connection for a lock: the spare, else one from the held-lock pool.

@@ -25,6 +25,7 @@ use std::time::Duration;
 use lock_core::LockKind;
 
 use crate::dialect::Dialect;
+use crate::server_limits::{limit_ms, whole_secs, LONGEST_MYSQL_LIMIT};
 
 pub(crate) use acquire::acquire;
 pub(crate) use admin::{force_unlock, inspect, is_locked};
@@ -42,25 +43,12 @@ pub(crate) fn supports(dialect: Dialect, kind: LockKind) -> bool {
 }
 
 /// The server-side silence limit of a session (see [`crate::pessimistic`]'s
-/// `silence_limit` for the idea): PostgreSQL's `idle_session_timeout` in ms (0: none,
-/// past its largest value), MariaDB's `wait_timeout` in whole seconds, rounded up.
-fn limit_ms(ttl: Duration) -> String {
-    let ms = ttl.as_nanos().div_ceil(1_000_000).max(1);
-    if ms > i32::MAX as u128 {
-        "0".to_owned()
-    } else {
-        ms.to_string()
-    }
-}
-
+/// `silence_limit` for the idea): MariaDB's `wait_timeout` in whole seconds, rounded
+/// up, at most [`LONGEST_MYSQL_LIMIT`] (PostgreSQL's `idle_session_timeout` is
+/// [`limit_ms`]).
 fn limit_secs(ttl: Duration) -> u64 {
-    let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-    secs.clamp(1, LONGEST_MYSQL_LIMIT.as_secs())
+    whole_secs(ttl).clamp(1, LONGEST_MYSQL_LIMIT.as_secs())
 }
-
-/// MariaDB's largest `wait_timeout`: the longest lease a session can be held to, so
-/// the longest the client may count on ([`crate::SqlBackend`]'s `lease_validity`).
-pub(crate) const LONGEST_MYSQL_LIMIT: Duration = Duration::from_secs(31_536_000);
 
 /// The statement that moves a held session's silence limit to `ttl` from now.
 pub(crate) fn silence_limit(dialect: Dialect, ttl: Duration) -> String {
@@ -76,11 +64,10 @@ mod tests {
 
     #[test]
     fn limits_round_up_and_stay_in_range() {
-        assert_eq!(limit_ms(Duration::from_micros(1500)), "2");
-        assert_eq!(limit_ms(Duration::from_secs(10_000_000)), "0");
         assert_eq!(limit_secs(Duration::from_millis(600)), 1);
         assert_eq!(limit_secs(Duration::from_millis(2001)), 3);
         assert_eq!(limit_secs(Duration::from_secs(u32::MAX as u64)), 31_536_000);
+        assert_eq!(limit_secs(Duration::MAX), 31_536_000);
     }
 
     #[test]
