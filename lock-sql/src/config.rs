@@ -240,7 +240,11 @@ impl SqlConfig {
 
     /// How long one request (a statement or a short transaction) may take before it
     /// fails with `Error::Unavailable` (default [`DEFAULT_REQUEST_TIMEOUT`]). Waiting
-    /// for a lock is bounded by the acquire's own wait limit instead.
+    /// for a lock is bounded by the acquire's own wait limit instead. It also bounds
+    /// what a request the client gave up on can leave behind: the server ends a pooled
+    /// connection's transaction left idle for three request timeouts (at least 1 s),
+    /// and a connection given back to the pool that does not answer a ping within one
+    /// is closed.
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
