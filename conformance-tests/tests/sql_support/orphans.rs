@@ -36,34 +36,13 @@ pub async fn a_transaction_a_cut_leaves_open_never_keeps_its_key(sql: &Sql) {
         .fetch_all(&mut *blocker)
         .await
         .unwrap();
-    let waits_before = lock_waits(&checker, &keys_pattern(&checker)).await;
     let waiting = tokio::spawn(async move {
         permits
             .acquire_with(AcquireOptions::wait_for(Duration::from_secs(2)))
             .await
             .map(drop)
     });
-    let until = Instant::now() + Duration::from_secs(20);
-    while lock_waits(&checker, &keys_pattern(&checker)).await <= waits_before {
-        assert!(
-            Instant::now() < until,
-            "the acquire never waited for the key's row"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    proxy.cut();
-    let gave_up = tokio::time::timeout(Duration::from_secs(30), waiting)
-        .await
-        .expect("the cut-off acquire ends")
-        .unwrap();
-    assert!(gave_up.is_err(), "a cut-off acquire: {gave_up:?}");
-    // The cut-off transaction's statement gets the row now, and its answer is lost.
-    blocker.commit().await.unwrap();
-    while lock_waits(&checker, &keys_pattern(&checker)).await > waits_before {
-        assert!(Instant::now() < until, "the cut-off statement never ran");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    proxy.heal();
+    cut_while_waiting(&checker, &proxy, blocker, &keys_pattern(&checker), waiting).await;
 
     let wait = AcquireOptions::wait_for(Duration::from_secs(20));
     let theirs = other
@@ -123,32 +102,11 @@ pub async fn a_statement_given_up_over_a_cut_gives_its_place_back(sql: &Sql) {
         .await
         .unwrap();
     let pattern = format!("%DELETE FROM _{}_leases_%", sql.prefix);
-    let waits_before = lock_waits(&checker, &pattern).await;
     let unlocking = {
         let (cut_off, key) = (cut_off.clone(), key.clone());
         tokio::spawn(async move { cut_off.force_unlock(&key, LockFamily::Exclusive).await })
     };
-    let until = Instant::now() + Duration::from_secs(20);
-    while lock_waits(&checker, &pattern).await <= waits_before {
-        assert!(
-            Instant::now() < until,
-            "the forced unlock never waited for the lease row"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    proxy.cut();
-    let gave_up = tokio::time::timeout(Duration::from_secs(30), unlocking)
-        .await
-        .expect("a call over a cut network ends")
-        .unwrap();
-    assert!(gave_up.is_err(), "a forced unlock over a cut: {gave_up:?}");
-    // The statement runs now, outside any transaction, and its answer is lost.
-    blocker.commit().await.unwrap();
-    while lock_waits(&checker, &pattern).await > waits_before {
-        assert!(Instant::now() < until, "the cut-off statement never ran");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    proxy.heal();
+    cut_while_waiting(&checker, &proxy, blocker, &pattern, unlocking).await;
 
     let until = Instant::now() + Duration::from_secs(20);
     loop {
@@ -213,6 +171,35 @@ pub async fn the_server_ends_a_transaction_left_idle(lease: &Sql, for_update: &S
         "sql-extra[{}] PASS the_server_ends_a_transaction_left_idle",
         lease.label
     );
+}
+
+/// Cuts the network of `call` once its statement (whose text is `like`, the only one
+/// of its kind on these tables) waits on the server for rows `blocker` locked, checks the call gives up, then commits `blocker`:
+/// the statement runs, and its answer is lost. Heals the network once it ran.
+async fn cut_while_waiting<T: std::fmt::Debug>(
+    checker: &SqlBackend,
+    proxy: &Blackhole,
+    blocker: sqlx::Transaction<'static, sqlx::Any>,
+    like: &str,
+    call: tokio::task::JoinHandle<lock_core::Result<T>>,
+) {
+    let until = Instant::now() + Duration::from_secs(20);
+    while lock_waits(checker, like).await == 0 {
+        assert!(Instant::now() < until, "the call never waited for the rows");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.cut();
+    let gave_up = tokio::time::timeout(Duration::from_secs(30), call)
+        .await
+        .expect("a call over a cut network ends")
+        .unwrap();
+    assert!(gave_up.is_err(), "a call over a cut network: {gave_up:?}");
+    blocker.commit().await.unwrap();
+    while lock_waits(checker, like).await > 0 {
+        assert!(Instant::now() < until, "the cut-off statement never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.heal();
 }
 
 /// Locks the key rows of the namespace bound as its one parameter.
