@@ -36,6 +36,8 @@ pub struct Blackhole {
     chunks_to_server: Arc<AtomicU64>,
     /// How many chunks the server's bytes reached clients in.
     chunks_to_client: Arc<AtomicU64>,
+    /// Set when dropped: ends the connections whose end a cut holds back.
+    gone: Arc<AtomicBool>,
     task: JoinHandle<()>,
 }
 
@@ -57,12 +59,15 @@ impl Blackhole {
         let (up, down) = (requests_open.clone(), replies_open.clone());
         let delay = reply_delay_ms.clone();
         let (heard, healed) = (last_to_server.clone(), heals.clone());
+        let gone = Arc::new(AtomicBool::new(false));
+        let epoch_gone = gone.clone();
         let (sent, received) = (chunks_to_server.clone(), chunks_to_client.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let epoch = Epoch {
                     heals: healed.clone(),
                     at: healed.load(Ordering::SeqCst),
+                    gone: gone.clone(),
                 };
                 let Ok(server) = TcpStream::connect(("127.0.0.1", server_port)).await else {
                     continue;
@@ -94,6 +99,7 @@ impl Blackhole {
             }
         });
         Ok(Blackhole {
+            gone: epoch_gone,
             port,
             requests_open,
             replies_open,
@@ -177,16 +183,23 @@ impl Blackhole {
 struct Epoch {
     heals: Arc<AtomicU64>,
     at: u64,
+    /// Set when the proxy is dropped.
+    gone: Arc<AtomicBool>,
 }
 
 impl Epoch {
     fn is_stale(&self) -> bool {
         self.heals.load(Ordering::SeqCst) != self.at
     }
+
+    fn proxy_gone(&self) -> bool {
+        self.gone.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for Blackhole {
     fn drop(&mut self) {
+        self.gone.store(true, Ordering::SeqCst);
         self.task.abort();
     }
 }
@@ -249,6 +262,12 @@ async fn pump(
             }
             Ok(_) => {} // dropped on the floor
         }
+    }
+    // An end read while this direction is cut is lost like its bytes: the other side
+    // learns of it once the network heals (the connection, made before, then closes)
+    // or the proxy goes.
+    while !direction.open.load(Ordering::SeqCst) && !epoch.is_stale() && !epoch.proxy_gone() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // What was read before the end still goes on at its time; then the writer drops
     // its half, which closes it.
