@@ -170,7 +170,11 @@ impl SqlBackend {
     }
 
     /// The connection pool, to run your own statements in the same database (for
-    /// example to inspect the lock tables).
+    /// example to inspect the lock tables). On PostgreSQL and MariaDB the server ends a
+    /// transaction on it left idle for three request timeouts (at least 1 s; see
+    /// [`SqlConfig::with_request_timeout`](crate::SqlConfig::with_request_timeout)):
+    /// keep longer transactions on a pool of your own, or lift the limit for one
+    /// (`SET LOCAL idle_in_transaction_session_timeout = 0` on PostgreSQL).
     pub fn pool(&self) -> &sqlx::AnyPool {
         &self.inner.db.pool
     }

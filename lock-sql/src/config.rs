@@ -243,8 +243,8 @@ impl SqlConfig {
     /// for a lock is bounded by the acquire's own wait limit instead. It also bounds
     /// what a request the client gave up on can leave behind: the server ends a pooled
     /// connection's transaction left idle for three request timeouts (at least 1 s),
-    /// and a connection given back to the pool that does not answer a ping within one
-    /// is closed.
+    /// and a connection given back to the pool is closed if the answer it is still
+    /// owed (of a statement given up on) does not come within one.
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self

@@ -132,7 +132,6 @@ async fn probe(url: &DbUrl, session_sql: &[String], limit: Duration) -> Result<(
     }
     let checked = async {
         let mut conn = sqlx::AnyConnection::connect(&url.driver_url).await?;
-        setup_connection(&mut conn, dialect, session_sql).await?;
         let version = match dialect {
             Dialect::MySql => Some(
                 sqlx::raw_sql("SELECT VERSION()")
@@ -142,6 +141,14 @@ async fn probe(url: &DbUrl, session_sql: &[String], limit: Duration) -> Result<(
             ),
             _ => None,
         };
+        // A server we refuse is told so, not by the error a session setting it lacks
+        // (MySQL has no idle transaction limit) would give.
+        if version
+            .as_deref()
+            .is_none_or(|v| check_mysql_server(v).is_ok())
+        {
+            setup_connection(&mut conn, dialect, session_sql).await?;
+        }
         let _ = conn.close().await;
         Ok::<_, sqlx::Error>(version)
     };
@@ -214,11 +221,15 @@ fn pool_session_sql(options: &SqlConfig, dialect: Dialect) -> Vec<String> {
     sql
 }
 
-/// Whether a connection given back to a pool still answers, within `limit`: sqlx
-/// pings it again after this with no limit, and one whose statement was given up on
-/// over a cut network would keep its place in the pool until TCP gives up (a quarter
-/// of an hour), or for good behind a link that keeps the socket open. One that does
-/// not answer is closed. A SQLite connection is a file this process opened.
+/// Whether a connection given back to the pool is done with what it was sent, within
+/// `limit`: the answer of a statement its caller gave up on, or the ROLLBACK sqlx
+/// queued for a dropped transaction. sqlx then pings it, with no limit: one whose
+/// answer was lost to a cut network would keep its place in the pool until TCP gives
+/// up (a quarter of an hour), or for good behind a link that keeps the socket open.
+/// One that is not done in time is closed (its statement, if still running, ends on
+/// the server when it answers into the closed socket). Nothing pending costs nothing:
+/// `flush` waits only for what is owed, unlike a ping's round trip. A SQLite
+/// connection is a file this process opened.
 async fn answers_within(
     conn: &mut sqlx::AnyConnection,
     dialect: Dialect,
@@ -228,11 +239,11 @@ async fn answers_within(
     if dialect == Dialect::Sqlite {
         return Ok(true);
     }
-    match tokio::time::timeout(limit, conn.ping()).await {
-        Ok(answered) => answered.map(|()| true),
+    match tokio::time::timeout(limit, conn.flush()).await {
+        Ok(done) => done.map(|()| true),
         Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
-            format!("a connection given back to the pool did not answer within {limit:?}"),
+            format!("a connection given back to the pool was not done within {limit:?}"),
         ))),
     }
 }

@@ -60,6 +60,9 @@ fn classify_database(db: &dyn sqlx::error::DatabaseError) -> Class {
     match code.as_str() {
         "40001" | "40P01" => Class::Transient,
         "55P03" => Class::LockNotAvailable,
+        // The server ended a session idle in a transaction, or a transaction that
+        // outlived its limit: the connection is gone.
+        "25P03" | "25P04" => Class::Unavailable,
         c if c.starts_with("08") || c.starts_with("57P") || c.starts_with("53") => {
             Class::Unavailable
         }
