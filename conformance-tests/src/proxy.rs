@@ -1,8 +1,9 @@
 //! A TCP proxy on loopback between clients and a server, for tests that cut a client off
 //! the way a network does: [`Blackhole::cut`] stops every byte both ways while the
-//! connections stay open (no reset, no FIN), as when packets are silently dropped;
-//! [`Blackhole::cut_replies`] stops only what the server sends, so requests still act on
-//! the server but their replies are lost; [`Blackhole::delay_replies`] holds every
+//! connections stay open (no reset, no FIN: a side's close reaches the other only once
+//! the network heals), as when packets are silently dropped;
+//! [`Blackhole::cut_replies`] stops only what the server sends (its close included), so
+//! requests still act on the server but their replies are lost; [`Blackhole::delay_replies`] holds every
 //! reply back for a while (a congested or flapping link), in order;
 //! [`Blackhole::heal`] lets new connections through again.
 
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -36,8 +37,8 @@ pub struct Blackhole {
     chunks_to_server: Arc<AtomicU64>,
     /// How many chunks the server's bytes reached clients in.
     chunks_to_client: Arc<AtomicU64>,
-    /// Set when dropped: ends the connections whose end a cut holds back.
-    gone: Arc<AtomicBool>,
+    /// Dropped with the proxy, which ends every connection through it.
+    _gone: watch::Sender<()>,
     task: JoinHandle<()>,
 }
 
@@ -59,8 +60,7 @@ impl Blackhole {
         let (up, down) = (requests_open.clone(), replies_open.clone());
         let delay = reply_delay_ms.clone();
         let (heard, healed) = (last_to_server.clone(), heals.clone());
-        let gone = Arc::new(AtomicBool::new(false));
-        let epoch_gone = gone.clone();
+        let (gone_sender, gone) = watch::channel(());
         let (sent, received) = (chunks_to_server.clone(), chunks_to_client.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
@@ -99,7 +99,7 @@ impl Blackhole {
             }
         });
         Ok(Blackhole {
-            gone: epoch_gone,
+            _gone: gone_sender,
             port,
             requests_open,
             replies_open,
@@ -183,23 +183,18 @@ impl Blackhole {
 struct Epoch {
     heals: Arc<AtomicU64>,
     at: u64,
-    /// Set when the proxy is dropped.
-    gone: Arc<AtomicBool>,
+    /// Ends (its sender dropped) when the proxy is dropped.
+    gone: watch::Receiver<()>,
 }
 
 impl Epoch {
     fn is_stale(&self) -> bool {
         self.heals.load(Ordering::SeqCst) != self.at
     }
-
-    fn proxy_gone(&self) -> bool {
-        self.gone.load(Ordering::SeqCst)
-    }
 }
 
 impl Drop for Blackhole {
     fn drop(&mut self) {
-        self.gone.store(true, Ordering::SeqCst);
         self.task.abort();
     }
 }
@@ -244,8 +239,13 @@ async fn pump(
         }
     });
     let mut buf = vec![0u8; 16 * 1024];
+    let mut gone = epoch.gone.clone();
     loop {
-        match from.read(&mut buf).await {
+        let read = tokio::select! {
+            read = from.read(&mut buf) => read,
+            _ = gone.changed() => break,
+        };
+        match read {
             Ok(0) | Err(_) => break,
             // Made before a heal: closed (both directions, as each side sees the other
             // side's end).
@@ -266,8 +266,11 @@ async fn pump(
     // An end read while this direction is cut is lost like its bytes: the other side
     // learns of it once the network heals (the connection, made before, then closes)
     // or the proxy goes.
-    while !direction.open.load(Ordering::SeqCst) && !epoch.is_stale() && !epoch.proxy_gone() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    while !direction.open.load(Ordering::SeqCst) && !epoch.is_stale() {
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            _ = gone.changed() => break,
+        }
     }
     // What was read before the end still goes on at its time; then the writer drops
     // its half, which closes it.
