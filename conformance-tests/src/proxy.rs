@@ -3,8 +3,9 @@
 //! connections stay open (no reset, no FIN: a side's close reaches the other only once
 //! the network heals), as when packets are silently dropped;
 //! [`Blackhole::cut_replies`] stops only what the server sends (its close included), so
-//! requests still act on the server but their replies are lost; [`Blackhole::delay_replies`] holds every
-//! reply back for a while (a congested or flapping link), in order;
+//! requests still act on the server but their replies are lost;
+//! [`Blackhole::delay_replies`] holds every reply back for a while (a congested or
+//! flapping link), in order;
 //! [`Blackhole::heal`] lets new connections through again.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -19,7 +19,7 @@ use crate::dialect::Dialect;
 use crate::error::{classify, convert, timed_out, Class};
 use crate::hot::HotConnection;
 use crate::lease::BlindUndos;
-use crate::pessimistic::{idle_transaction_limit, LimitScope};
+use crate::server_limits::{idle_transaction_limit, LimitScope};
 use crate::spare::SpareConnection;
 use crate::sql::{Procedure, Statements, Stmt, SCHEMA_VERSION};
 use crate::url::DbUrl;

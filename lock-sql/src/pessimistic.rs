@@ -32,7 +32,7 @@ use crate::dialect::Dialect;
 use crate::error::{classify, Class};
 use crate::holder_record::{HolderRecord, UnconfirmedRecord};
 use crate::key::{kind_code, KeyId};
-use crate::server_limits::{limit_ms, whole_secs, LONGEST_MYSQL_LIMIT};
+use crate::server_limits::{idle_transaction_limit, LimitScope};
 use crate::spare::SpareConnection;
 use crate::SqlLease;
 
@@ -472,51 +472,6 @@ pub(crate) fn silence_limit(dialect: Dialect, ttl: Duration) -> String {
     idle_transaction_limit(dialect, ttl, LimitScope::Transaction)
 }
 
-/// What an [`idle_transaction_limit`] applies to on PostgreSQL (MariaDB's is always
-/// the session's).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LimitScope {
-    /// The transaction the statement runs in.
-    Transaction,
-    /// Every transaction of the session.
-    Session,
-}
-
-/// The statement after which the server ends a session left idle inside a
-/// transaction for `limit` (whole seconds on MariaDB, never less than one); a limit
-/// beyond the server's largest sets none.
-pub(crate) fn idle_transaction_limit(
-    dialect: Dialect,
-    limit: Duration,
-    scope: LimitScope,
-) -> String {
-    match dialect {
-        Dialect::Postgres => {
-            let scope = match scope {
-                LimitScope::Transaction => "LOCAL",
-                LimitScope::Session => "SESSION",
-            };
-            format!(
-                "SET {scope} idle_in_transaction_session_timeout = {}",
-                limit_ms(limit)
-            )
-        }
-        _ => {
-            let secs = whole_secs(limit);
-            let secs = if secs > LONGEST_MYSQL_LIMIT.as_secs() {
-                0
-            } else {
-                secs.max(1)
-            };
-            format!(
-                "SET SESSION idle_transaction_timeout = {secs}, \
-                 idle_readonly_transaction_timeout = {secs}, \
-                 idle_write_transaction_timeout = {secs}"
-            )
-        }
-    }
-}
-
 /// MySQL: [`rollback`] under the connection's [`release_fence`], in one round trip.
 async fn rollback_fenced(pinned: &mut PinnedConn, connection_id: i64) -> bool {
     let fence = release_fence(connection_id);
@@ -763,26 +718,5 @@ mod tests {
             format!("CONCAT('{RELEASE_FENCE_PREFIX}', CONNECTION_ID())")
         );
         assert_eq!(release_fence(7), "lock_sql_connection_7");
-    }
-
-    #[test]
-    fn an_idle_transaction_limit_is_set_where_it_is_asked_and_rounded_up() {
-        let pg = |limit, scope| idle_transaction_limit(Dialect::Postgres, limit, scope);
-        assert_eq!(
-            pg(Duration::from_micros(1500), LimitScope::Transaction),
-            "SET LOCAL idle_in_transaction_session_timeout = 2"
-        );
-        assert_eq!(
-            pg(Duration::from_secs(3), LimitScope::Session),
-            "SET SESSION idle_in_transaction_session_timeout = 3000"
-        );
-        assert_eq!(
-            pg(Duration::MAX, LimitScope::Session),
-            "SET SESSION idle_in_transaction_session_timeout = 0"
-        );
-        let mariadb = |limit| idle_transaction_limit(Dialect::MySql, limit, LimitScope::Session);
-        assert!(mariadb(Duration::from_millis(1001)).contains("idle_transaction_timeout = 2,"));
-        assert!(mariadb(Duration::from_millis(1)).contains("idle_write_transaction_timeout = 1"));
-        assert!(mariadb(Duration::MAX).ends_with("idle_write_transaction_timeout = 0"));
     }
 }

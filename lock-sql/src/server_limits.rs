@@ -4,7 +4,11 @@
 
 use std::time::Duration;
 
-/// MariaDB's largest `wait_timeout` and `idle_*transaction_timeout`.
+use crate::dialect::Dialect;
+
+/// MariaDB's largest `wait_timeout` and `idle_*transaction_timeout`: with the session
+/// strategy, the longest lease a session can be held to, so the longest the client may
+/// count on ([`crate::SqlBackend`]'s `lease_validity`).
 pub(crate) const LONGEST_MYSQL_LIMIT: Duration = Duration::from_secs(31_536_000);
 
 /// A PostgreSQL limit in whole milliseconds, at least one; `"0"` (none) past its
@@ -25,6 +29,51 @@ pub(crate) fn whole_secs(limit: Duration) -> u64 {
         .saturating_add(u64::from(limit.subsec_nanos() > 0))
 }
 
+/// What an [`idle_transaction_limit`] applies to on PostgreSQL (MariaDB's is always
+/// the session's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LimitScope {
+    /// The transaction the statement runs in.
+    Transaction,
+    /// Every transaction of the session.
+    Session,
+}
+
+/// The statement after which the server ends a session left idle inside a
+/// transaction for `limit` (whole seconds on MariaDB, never less than one); a limit
+/// beyond the server's largest sets none.
+pub(crate) fn idle_transaction_limit(
+    dialect: Dialect,
+    limit: Duration,
+    scope: LimitScope,
+) -> String {
+    match dialect {
+        Dialect::Postgres => {
+            let scope = match scope {
+                LimitScope::Transaction => "LOCAL",
+                LimitScope::Session => "SESSION",
+            };
+            format!(
+                "SET {scope} idle_in_transaction_session_timeout = {}",
+                limit_ms(limit)
+            )
+        }
+        _ => {
+            let secs = whole_secs(limit);
+            let secs = if secs > LONGEST_MYSQL_LIMIT.as_secs() {
+                0
+            } else {
+                secs.max(1)
+            };
+            format!(
+                "SET SESSION idle_transaction_timeout = {secs}, \
+                 idle_readonly_transaction_timeout = {secs}, \
+                 idle_write_transaction_timeout = {secs}"
+            )
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -37,5 +86,26 @@ mod tests {
         assert_eq!(whole_secs(Duration::from_millis(2001)), 3);
         assert_eq!(whole_secs(Duration::ZERO), 0);
         assert_eq!(whole_secs(Duration::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn an_idle_transaction_limit_is_set_where_it_is_asked_and_rounded_up() {
+        let pg = |limit, scope| idle_transaction_limit(Dialect::Postgres, limit, scope);
+        assert_eq!(
+            pg(Duration::from_micros(1500), LimitScope::Transaction),
+            "SET LOCAL idle_in_transaction_session_timeout = 2"
+        );
+        assert_eq!(
+            pg(Duration::from_secs(3), LimitScope::Session),
+            "SET SESSION idle_in_transaction_session_timeout = 3000"
+        );
+        assert_eq!(
+            pg(Duration::MAX, LimitScope::Session),
+            "SET SESSION idle_in_transaction_session_timeout = 0"
+        );
+        let mariadb = |limit| idle_transaction_limit(Dialect::MySql, limit, LimitScope::Session);
+        assert!(mariadb(Duration::from_millis(1001)).contains("idle_transaction_timeout = 2,"));
+        assert!(mariadb(Duration::from_millis(1)).contains("idle_write_transaction_timeout = 1"));
+        assert!(mariadb(Duration::MAX).ends_with("idle_write_transaction_timeout = 0"));
     }
 }

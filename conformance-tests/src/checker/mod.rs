@@ -41,7 +41,7 @@ use crate::backend::{Backend, ClientOptions};
 use exec::Cuttable;
 use gen::{generate, Limits, Plan};
 pub use members::{Consensus, Members};
-pub use proxied::{MakeBackend, ProxiedUrl};
+pub use proxied::{loopback_port, through, MakeBackend, ProxiedUrl};
 pub use verify::Violation;
 
 /// How many seeds each real-server test target runs after its conformance suite: what

@@ -31,14 +31,7 @@ impl ProxiedUrl {
         url: &str,
         make: impl Fn(String) -> Arc<dyn Backend> + Send + Sync + 'static,
     ) -> Result<Self, String> {
-        let after = url
-            .split_once("127.0.0.1:")
-            .ok_or_else(|| format!("no 127.0.0.1:<port> in {url}"))?
-            .1;
-        let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
-        let port = digits
-            .parse()
-            .map_err(|e| format!("no port after 127.0.0.1: in {url}: {e}"))?;
+        let port = loopback_port(url)?;
         Ok(ProxiedUrl {
             url: url.to_owned(),
             port,
@@ -64,15 +57,35 @@ impl ProxiedUrl {
     }
 }
 
+/// The port of the `127.0.0.1:<port>` that `url` names.
+///
+/// # Errors
+/// If `url` names no `127.0.0.1:<port>`.
+pub fn loopback_port(url: &str) -> Result<u16, String> {
+    let after = url
+        .split_once("127.0.0.1:")
+        .ok_or_else(|| format!("no 127.0.0.1:<port> in {url}"))?
+        .1;
+    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+    digits
+        .parse()
+        .map_err(|e| format!("no port after 127.0.0.1: in {url}: {e}"))
+}
+
+/// `url` with its `127.0.0.1:<port>` replaced by `127.0.0.1:<proxy_port>`.
+pub fn through(url: &str, port: u16, proxy_port: u16) -> String {
+    url.replacen(
+        &format!("127.0.0.1:{port}"),
+        &format!("127.0.0.1:{proxy_port}"),
+        1,
+    )
+}
+
 #[async_trait]
 impl CutOff for ProxiedUrl {
     async fn cuttable(&self) -> Result<(Arc<dyn Backend>, Arc<Blackhole>), String> {
         let proxy = Blackhole::to(self.port).await.map_err(|e| e.to_string())?;
-        let through = self.url.replacen(
-            &format!("127.0.0.1:{}", self.port),
-            &format!("127.0.0.1:{}", proxy.port()),
-            1,
-        );
+        let through = through(&self.url, self.port, proxy.port());
         Ok(((self.make)(through), Arc::new(proxy)))
     }
 

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use conformance_tests::checker::{loopback_port, through};
 use conformance_tests::proxy::Blackhole;
 use lock_core::backend::LockBackend as _;
 use lock_core::prelude::*;
@@ -226,18 +227,9 @@ fn lock_keys_sql(backend: &SqlBackend) -> String {
 /// with short timeouts and one pooled connection (one the client loses track of leaves
 /// it none), and that proxy.
 async fn behind_a_proxy(sql: &Sql) -> (SqlConfig, Blackhole) {
-    let port: u16 = sql
-        .url
-        .split_once("127.0.0.1:")
-        .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|digits| digits.parse().ok())
-        .expect("a loopback URL");
+    let port = loopback_port(&sql.url).expect("a loopback URL");
     let proxy = Blackhole::to(port).await.expect("proxy");
-    let through = super::with_short_timeouts(&sql.url).replacen(
-        &format!("127.0.0.1:{port}"),
-        &format!("127.0.0.1:{}", proxy.port()),
-        1,
-    );
+    let through = through(&super::with_short_timeouts(&sql.url), port, proxy.port());
     let options = Sql::new(&through, sql.strategy, &sql.prefix)
         .options()
         .with_max_connections(1);
