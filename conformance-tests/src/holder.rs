@@ -15,6 +15,9 @@ pub const TIMED_OUT: &str = "TIMED_OUT";
 /// What the holder prints when its client was shut down (`--shutdown`).
 pub const SHUT_DOWN: &str = "SHUT_DOWN";
 
+/// What the holder prints once it released the lock (`--release-after-ms`).
+pub const RELEASED: &str = "RELEASED";
+
 /// A running `lock-holder` process that holds a lock. Killed when dropped.
 #[derive(Debug)]
 pub struct HolderProcess {

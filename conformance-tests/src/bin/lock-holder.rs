@@ -5,6 +5,8 @@
 //! timeout does. With `--shutdown`, once it holds the lock it starts waiting on the
 //! exclusive lock `--queue-on` (if given), calls `shutdown` on its client, prints
 //! `SHUT_DOWN` and exits with code 0 at once, as a program that ends cleanly does.
+//! With `--release-after-ms`, it releases the lock that long after it got it, prints
+//! `RELEASED` and exits with code 0.
 //! With `--kind permit --permits N`, it holds a permit of the semaphore NAME of N; with
 //! `--kind leader --value V`, the leadership of the election NAME, campaigning with V.
 //!
@@ -64,6 +66,9 @@ struct Args {
     /// With `--shutdown`: first start waiting on this exclusive lock.
     #[arg(long)]
     queue_on: Option<String>,
+    /// Release the lock this many milliseconds after getting it, and exit.
+    #[arg(long)]
+    release_after_ms: Option<u64>,
 }
 
 async fn hold(args: &Args, client: &Arc<dyn LockProvider>) -> distributed_locks::Result<LockGuard> {
@@ -150,6 +155,16 @@ async fn main() {
     let _ = std::io::stdout().flush();
     if args.shutdown {
         shut_down(client, args.queue_on.as_deref()).await;
+    }
+    if let Some(ms) = args.release_after_ms {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        if let Err(err) = guard.release().await {
+            eprintln!("lock-holder: release: {err}");
+            std::process::exit(1);
+        }
+        // The test may have stopped reading.
+        let _ = writeln!(std::io::stdout(), "{}", conformance_tests::holder::RELEASED);
+        std::process::exit(0);
     }
     let loss = guard.lost().await;
     eprintln!("lock-holder: {loss}");

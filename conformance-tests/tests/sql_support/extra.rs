@@ -295,6 +295,55 @@ pub async fn same_process_waiter_woken_at_release(sql: &Sql) {
     );
 }
 
+/// A waiter in another process than the holder's gets the lock at the release, not at
+/// its next poll: PostgreSQL's notification, MariaDB's doorbell. The holder, a
+/// `lock-holder` process, releases 2 s after it got the lock; the waiter polls 10-20 s
+/// apart (and the 60 s lease does not shorten that), so it must be granted well under
+/// its first poll's 10 s.
+pub async fn other_process_waiter_woken_at_release(sql: &Sql) {
+    let namespace = ns();
+    let slow_polls = sql
+        .options()
+        .with_poll_interval(Duration::from_secs(20), Duration::from_secs(20));
+    let waiter = LockClient::builder(SqlBackend::connect(slow_polls).await.expect("connect"))
+        .namespace(namespace.clone())
+        .watchdog_lease(Duration::from_secs(60))
+        .build()
+        .expect("client");
+    let spec = HolderSpec {
+        namespace,
+        name: "bell".into(),
+        watchdog_lease: Duration::from_secs(60),
+    };
+    let mut command = sql.holder_command(&spec).expect("a holder process");
+    command.args(["--release-after-ms", "2000"]);
+    let mut holder = HolderProcess::start(command, Duration::from_secs(30))
+        .await
+        .expect("the holder process holds the lock");
+    let lock = waiter.lock("bell").unwrap();
+    let asked = Instant::now();
+    assert!(
+        lock.try_acquire().await.unwrap().is_none(),
+        "the holder process released before the wait began"
+    );
+    let guard = lock
+        .acquire_timeout(Duration::from_secs(40))
+        .await
+        .expect("granted");
+    let took = asked.elapsed();
+    guard.release().await.unwrap();
+    holder.kill().await;
+    assert!(
+        took < Duration::from_secs(8),
+        "granted {took:?} after the wait began, the holder releasing after 2 s: \
+         the release in the other process did not wake the waiter"
+    );
+    println!(
+        "sql-extra[{}] PASS other_process_waiter_woken_at_release ({took:?})",
+        sql.label
+    );
+}
+
 /// The server stalls (frozen) as an uncontended acquire reaches it, for longer than
 /// the watchdog lease (1.5 s against 1 s): the grant's reply comes after the lease, counted from the send,
 /// has run out here, while the server counts it from when it took it. The guard

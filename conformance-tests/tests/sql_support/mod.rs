@@ -408,6 +408,7 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
         procedures::locks_work_without_the_grant_procedure(&lease).await;
     }
     extra::same_process_waiter_woken_at_release(&lease).await;
+    extra::other_process_waiter_woken_at_release(&lease).await;
     if spec.name == "postgres" {
         extra::only_a_waiting_client_hears_releases(&lease).await;
     }
