@@ -1,7 +1,7 @@
 //! [`SqlBackend`]: the lock-core backend over one database.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use lock_core::{Capabilities, Error, LockFamily, LockInfo, LockKey, LockKind, Result};
@@ -9,6 +9,7 @@ use lock_core::{Capabilities, Error, LockFamily, LockInfo, LockKey, LockKind, Re
 use lock_core::backend::{AcquireRequest, Grant, HeldLease, LockBackend, Renewal};
 
 use crate::advisory;
+use crate::bells::BellHold;
 use crate::config::{SqlConfig, Strategy};
 use crate::db::Db;
 use crate::dialect::Dialect;
@@ -26,11 +27,37 @@ use crate::pessimistic::{self, Pinned};
 pub struct SqlLease {
     pub(crate) key: KeyId,
     pub(crate) pinned: Option<Pinned>,
+    /// MariaDB's lease strategy: the lease's doorbell, freed once the lease row is
+    /// gone (see [`crate::bells`]).
+    pub(crate) bell: Mutex<Option<BellHold>>,
 }
 
 impl SqlLease {
-    pub(crate) fn lease(key: KeyId) -> Self {
-        SqlLease { key, pinned: None }
+    pub(crate) fn lease(key: KeyId, bell: Option<BellHold>) -> Self {
+        SqlLease {
+            key,
+            pinned: None,
+            bell: Mutex::new(bell),
+        }
+    }
+
+    /// A lease held by a pinned connection.
+    pub(crate) fn pinned(key: KeyId, pinned: Pinned) -> Self {
+        SqlLease {
+            key,
+            pinned: Some(pinned),
+            bell: Mutex::new(None),
+        }
+    }
+
+    /// Frees the lease's doorbell, if it has one: its row is gone.
+    pub(crate) fn ring(&self) {
+        drop(
+            self.bell
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
     }
 }
 
@@ -39,6 +66,7 @@ impl fmt::Debug for SqlLease {
         f.debug_struct("SqlLease")
             .field("key", &self.key.hash)
             .field("pinned", &self.pinned.is_some())
+            .field("bell", &self.bell)
             .finish()
     }
 }

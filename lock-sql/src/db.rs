@@ -14,6 +14,7 @@ use sqlx::any::{AnyArguments, AnyPoolOptions};
 use sqlx::query::Query;
 use sqlx::{Any, AnyPool, AssertSqlSafe, Row};
 
+use crate::bells::{Bells, MAX_WATCHES};
 use crate::config::{SqlConfig, Strategy};
 use crate::dialect::Dialect;
 use crate::error::{classify, convert, timed_out, Class};
@@ -64,6 +65,8 @@ pub(crate) struct Db {
     /// Where the lock tables are (the address without credentials, and the tables'
     /// prefix): names the backend's location and its in-process release topics.
     pub(crate) scope: String,
+    /// MariaDB's lease strategy: the doorbells that wake waiters in other processes.
+    pub(crate) bells: Option<Bells>,
 }
 
 /// A query for `stmt`. The text is trusted: see [`crate::sql`].
@@ -319,6 +322,25 @@ impl Db {
         };
         probe(&url, &pool_session_sql, options.connect_timeout).await?;
         let scope = format!("{} tables {}", url.location(), options.table_prefix);
+        let bells = match (dialect, options.strategy) {
+            (Dialect::MySql, Strategy::Lease) => {
+                // No ping before use: a dead connection fails its statement, and
+                // waiters poll meanwhile.
+                let lazy = |max| {
+                    pool_options(max, &pool_session_sql)
+                        .test_before_acquire(false)
+                        .connect_lazy(&url.driver_url)
+                        .map_err(|e| convert(dialect.name(), e))
+                };
+                Some(Bells::new(
+                    &scope,
+                    lazy(1)?,
+                    lazy(MAX_WATCHES)?,
+                    options.request_timeout,
+                ))
+            }
+            _ => None,
+        };
         let mut db = Db {
             pool,
             held_pool,
@@ -337,6 +359,7 @@ impl Db {
             session_procedures: AtomicBool::new(false),
             blind_undos: BlindUndos::default(),
             scope,
+            bells,
         };
         db.timed("creating the schema", db.ensure_schema()).await?;
         db.timed("adding the newer columns", db.ensure_added_columns())

@@ -32,7 +32,7 @@
 //! | connections | pooled, none held between calls | one pinned connection per held lock | one pinned connection per held lock |
 //! | holder crashes | freed when its lease runs out | freed as soon as the connection drops, or when its lease runs out if the connection stays open | as FOR UPDATE |
 //! | the server restarts | held locks stay held on a server that writes commits out before acknowledging them (see [Durability](#durability)) | every lock frees with the server; its holder learns at its next keep-alive (a fixed lease's holder: when the lease ends), so a server back sooner may grant it to another meanwhile | as FOR UPDATE |
-//! | waiting | PostgreSQL `LISTEN/NOTIFY` (a client listens only while one of its handles is blocked waiting, and 2–3 s after, so others' releases cost an idle client nothing); MySQL/SQLite polling with backoff and jitter, releases in the same process wake at once; a release wakes one waiter of each kind per client (every reader), and only that one (and every reader) polls | inside the database's lock queue | inside the database's lock queue |
+//! | waiting | PostgreSQL `LISTEN/NOTIFY` (a client listens only while one of its handles is blocked waiting, and 2–3 s after, so others' releases cost an idle client nothing); MariaDB exclusive locks: the holder's doorbell, a `GET_LOCK` name its client holds while the lease lasts, on which waiters in other processes block; else MySQL/SQLite polling with backoff and jitter, releases in the same process wake at once; a release wakes one waiter of each kind per client (every reader), and only that one (and every reader) polls | inside the database's lock queue | inside the database's lock queue |
 //! | lock types | exclusive, fair, read-write | exclusive | exclusive; fair on PostgreSQL |
 //! | `inspect` | holders with owner, token, description, times | owner and token | whether it is held |
 //! | fixed leases | yes | yes (the server ends a transaction silent for its lease; MySQL rounds up to whole seconds) | yes (the server ends a session silent for its lease: PostgreSQL 14+ `idle_session_timeout`; MySQL `wait_timeout`, whole seconds) |
@@ -103,6 +103,7 @@
 
 mod advisory;
 mod backend;
+mod bells;
 mod config;
 mod db;
 mod decide;

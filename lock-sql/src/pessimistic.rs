@@ -207,10 +207,7 @@ pub(crate) async fn acquire(
     Ok(Some(Grant {
         fence: fence as u64,
         started_at,
-        data: SqlLease {
-            key,
-            pinned: Some(Pinned::new(pinned, connection_id)),
-        },
+        data: SqlLease::pinned(key, Pinned::new(pinned, connection_id)),
     }))
 }
 

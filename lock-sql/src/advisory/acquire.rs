@@ -323,9 +323,6 @@ fn granted(key: KeyId, pinned: PinnedConn, fence: i64, started_at: Instant) -> G
     Grant {
         fence: fence as u64,
         started_at,
-        data: SqlLease {
-            key,
-            pinned: Some(Pinned::new(pinned, 0)),
-        },
+        data: SqlLease::pinned(key, Pinned::new(pinned, 0)),
     }
 }

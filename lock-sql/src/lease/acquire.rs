@@ -90,10 +90,18 @@ pub(crate) async fn acquire(
     // woken by PostgreSQL's notifications once listening, else by this process's own
     // announcements.
     let group = Group::of(req.kind, db);
+    let topic = local_wake::topic(&db.scope, &key.hash);
     let place = match listener {
         Some(listener) => listener.lines().join(key.hash.as_str().into(), group),
-        None => local_wake::lines().join(local_wake::topic(&db.scope, &key.hash), group),
+        None => local_wake::lines().join(topic.clone(), group),
     };
+    // MariaDB's exclusive leases: this request's doorbell, taken once it leads the
+    // waiters of its client, so that its own waiters can watch it once it is granted.
+    let bells = db
+        .bells
+        .as_ref()
+        .filter(|_| req.kind == LockKind::Exclusive);
+    let mut own_bell = None;
     // A blocked waiter's claim on PostgreSQL's listening, from its first blocked look.
     let mut hearing = None;
     loop {
@@ -110,17 +118,23 @@ pub(crate) async fn acquire(
             .flatten()
             .map(|at| at.max(Instant::now() + ATTEMPT_GRACE));
         let outcome = attempt(db, &ask, &mut ticket.id, enqueue, cut_at).await?;
-        let wake_in_ms = match outcome {
+        let (wake_in_ms, blocker) = match outcome {
             Outcome::Granted(fence) => {
                 // The grant removed the ticket in its transaction.
                 ticket.id = None;
+                let bell = own_bell
+                    .take()
+                    .or_else(|| bells.map(|bells| bells.take(&key.hash, &ask.owner, false)));
                 return Ok(Some(Grant {
                     fence,
                     started_at: attempt_sent,
-                    data: SqlLease::lease(key.clone()),
+                    data: SqlLease::lease(key.clone(), bell),
                 }));
             }
-            Outcome::Blocked { wake_in_ms } => wake_in_ms,
+            Outcome::Blocked {
+                wake_in_ms,
+                blocker,
+            } => (wake_in_ms, blocker),
             Outcome::OtherCount(count) => {
                 let _ = tokio::time::timeout(TICKET_REMOVAL_GRACE, ticket.remove()).await;
                 return Err(Error::other_permit_count(req.key, count, req.permits));
@@ -151,9 +165,27 @@ pub(crate) async fn acquire(
             }
             None => false,
         };
+        // MariaDB: the blocker's doorbell, if it keeps one, rings at its release.
+        let rung = match (bells, blocker.as_deref()) {
+            (Some(bells), Some(blocker)) => {
+                if own_bell.is_none() && place.leads() {
+                    own_bell = Some(bells.take(&key.hash, &ask.owner, true));
+                }
+                // No longer than the waiter would sleep without it.
+                let mut lasts = timing.poll_max * 4;
+                if let Some(ms) = wake_in_ms {
+                    lasts = lasts.min(Duration::from_millis(ms.max(0) as u64 + 1));
+                }
+                if let Some(at) = req.deadline.instant() {
+                    lasts = lasts.min(at.saturating_duration_since(Instant::now()));
+                }
+                bells.watch(topic.clone(), &key.hash, blocker, lasts)
+            }
+            _ => false,
+        };
         place.looked(ticket.id);
-        let poll = if heard {
-            // Notified on release; the timeout only covers a lost notification.
+        let poll = if heard || rung {
+            // Notified (or rung) on release; the timeout only covers a lost one.
             timing.poll_max * 4
         } else {
             // Only releases in this process are announced (or, while PostgreSQL's
@@ -201,12 +233,20 @@ pub(super) async fn attempt(
         let until = cut_at.map_or(timeout_at, |cut| cut.min(timeout_at));
         if tries > 0 && until <= Instant::now() {
             // A retry past the cut would be sent and at once undone.
-            return Ok(Outcome::Blocked { wake_in_ms: None });
+            return Ok(Outcome::Blocked {
+                wake_in_ms: None,
+                blocker: None,
+            });
         }
         let (outcome, next, mut pending) =
             match tokio::time::timeout_at(until, attempt_once(db, ask, *ticket, enqueue)).await {
                 Ok(answer) => answer?,
-                Err(_) if until < timeout_at => return Ok(Outcome::Blocked { wake_in_ms: None }),
+                Err(_) if until < timeout_at => {
+                    return Ok(Outcome::Blocked {
+                        wake_in_ms: None,
+                        blocker: None,
+                    })
+                }
                 Err(_) => return Err(timed_out(db.name(), "acquiring a lock", db.request_timeout)),
             };
         match outcome {
@@ -484,15 +524,22 @@ pub(super) async fn fast_grant_one_call(
         // Only the exclusive statement answers a refusal (with a row of its own).
         Dialect::Postgres => Some(Outcome::Blocked {
             wake_in_ms: left_ms,
+            blocker: None,
         }),
         // The procedure answers every refusal: an exclusive request blocked by
         // another owner's live lease has what it needs to wait; the rest (its own
         // row, a kind that queues) go on to the general path.
-        _ => left_ms
-            .filter(|_| ask.kind == LockKind::Exclusive)
-            .map(|ms| Outcome::Blocked {
+        _ => match left_ms.filter(|_| ask.kind == LockKind::Exclusive) {
+            Some(ms) => Some(Outcome::Blocked {
                 wake_in_ms: Some(ms),
+                // The procedure's third column (SQLite's statements have none).
+                blocker: match db.dialect {
+                    Dialect::MySql => row.try_get(2).map_err(decoded)?,
+                    _ => None,
+                },
             }),
+            None => None,
+        },
     })
 }
 

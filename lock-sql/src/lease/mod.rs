@@ -69,6 +69,9 @@ pub(super) enum Outcome {
     Granted(u64),
     Blocked {
         wake_in_ms: Option<i64>,
+        /// The owner of the lease that blocks it, where the refusal tells (MariaDB's
+        /// grant procedure, for exclusive requests): whose doorbell to watch.
+        blocker: Option<String>,
     },
     /// A semaphore's holders or waiters use this count, not the request's.
     OtherCount(u32),

@@ -148,7 +148,12 @@ pub(super) async fn notify(db: &Db, khash: &str) -> Result<()> {
 pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>) -> Result<()> {
     let fence = i64::try_from(lease.fence).unwrap_or(-1);
     let khash = &lease.data.key.hash;
-    if delete_lease(db, khash, lease.kind, lease.owner.as_str(), Some(fence)).await? {
+    // The doorbell is freed as the row is deleted, not a round trip after: a waiter
+    // it wakes looks a round trip later, and a look that still meets the delete waits
+    // for its row lock; one that comes before finds the doorbell free and looks again.
+    lease.data.ring();
+    let deleted = delete_lease(db, khash, lease.kind, lease.owner.as_str(), Some(fence)).await?;
+    if deleted {
         Ok(())
     } else {
         Err(Error::not_owner(&lease.key))

@@ -84,7 +84,10 @@ pub(super) async fn prepare(
                 ask,
                 ticket,
                 enqueue,
-                Outcome::Blocked { wake_in_ms },
+                Outcome::Blocked {
+                    wake_in_ms,
+                    blocker: None,
+                },
             )
             .await
         }
@@ -203,7 +206,10 @@ async fn grant(
         tx.rollback().await?;
         return Ok(Prepared {
             tx: None,
-            outcome: Outcome::Blocked { wake_in_ms: None },
+            outcome: Outcome::Blocked {
+                wake_in_ms: None,
+                blocker: None,
+            },
             fence: None,
             new_ticket: None,
             ticket,

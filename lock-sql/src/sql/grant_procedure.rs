@@ -16,9 +16,10 @@ use crate::key::kind_code;
 /// for a refusal. One round trip, where the transaction takes four (BEGIN, the bump,
 /// the grant, COMMIT).
 ///
-/// It answers one row: the granted fence, or NULL and how long a live lease of
-/// another owner of the requested kind has left (what an exclusive request needs to
-/// know to wait; the other kinds take the general path to queue).
+/// It answers one row: the granted fence, or NULL, how long a live lease of another
+/// owner of the requested kind has left and that owner (what an exclusive request
+/// needs to know to wait, and whose doorbell to watch: [`crate::bells`]; the other
+/// kinds take the general path to queue).
 #[derive(Debug)]
 pub(crate) struct GrantProcedure {
     pub(crate) procedure: Procedure,
@@ -122,6 +123,7 @@ impl GrantProcedure {
              COMMENT 'lock-sql: the uncontended grant of a lease in one call' \
              BEGIN \
              DECLARE a_fence BIGINT; DECLARE a_kept BIGINT; DECLARE a_left BIGINT; \
+             DECLARE a_blocker VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin; \
              DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END; \
              START TRANSACTION; \
              INSERT INTO {keys} (khash, fence, ticket, namespace, name) VALUES (a_key, 1, 0, a_namespace, a_name) \
@@ -131,11 +133,13 @@ impl GrantProcedure {
              {branches} \
              SET a_kept = (SELECT fence FROM {leases} WHERE khash = a_key AND kind = a_kind AND holder = a_holder); \
              IF a_kept <=> a_fence THEN \
-             COMMIT; SELECT a_fence AS fence, CAST(NULL AS SIGNED) AS left_ms; \
+             COMMIT; SELECT a_fence AS fence, CAST(NULL AS SIGNED) AS left_ms, CAST(NULL AS CHAR) AS blocker; \
              ELSE \
              SET a_left = (SELECT MAX(expires_ms) - {now} FROM {leases} WHERE khash = a_key AND kind = a_kind \
              AND owner <> a_owner AND expires_ms > {now}); \
-             ROLLBACK; SELECT CAST(NULL AS SIGNED) AS fence, a_left AS left_ms; \
+             SET a_blocker = (SELECT owner FROM {leases} WHERE khash = a_key AND kind = a_kind \
+             AND owner <> a_owner AND expires_ms > {now} ORDER BY expires_ms DESC LIMIT 1); \
+             ROLLBACK; SELECT CAST(NULL AS SIGNED) AS fence, a_left AS left_ms, a_blocker AS blocker; \
              END IF; \
              END"
         );
