@@ -16,6 +16,8 @@ mod measured;
 mod ours;
 mod peers;
 mod permits;
+#[cfg(feature = "sql")]
+mod piped_ours;
 mod plots;
 mod report;
 mod scenarios;
@@ -89,6 +91,10 @@ struct Args {
     /// Where to write `report.md`, `latency.svg` and `handoff.svg`.
     #[arg(long, default_value = "target/lock-bench")]
     out: PathBuf,
+    /// Serve as one worker of `ours (a process per worker)` on stdin and stdout,
+    /// taking the lock NAME at URL, instead of running the bench.
+    #[arg(long, num_args = 2, value_names = ["URL", "NAME"], hide = true)]
+    piped_worker: Option<Vec<String>>,
 }
 
 impl Args {
@@ -109,6 +115,14 @@ static HEAP: allocated::Counting = allocated::Counting;
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
+    #[cfg(feature = "sql")]
+    if let Some([url, name]) = args.piped_worker.as_deref() {
+        if let Err(err) = piped_ours::serve(url, name).await {
+            eprintln!("lock-bench worker: {err}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if args.held > 0 {
         allocated::start_counting();
     }
@@ -173,6 +187,14 @@ async fn bench(args: &Args, url: &str) -> Result<Target, BenchError> {
     let mut contenders: Vec<Box<dyn Contender>> = vec![Box::new(ours)];
     if let Some(session) = ours::Ours::session(url).await? {
         contenders.push(Box::new(session));
+    }
+    #[cfg(feature = "sql")]
+    if matches!(
+        url.split("://").next().unwrap_or_default(),
+        "postgres" | "postgresql" | "mysql" | "mariadb" | "sqlite"
+    ) {
+        // Whether a release in another process is told as one in this process is.
+        contenders.extend(peers::Piped::ours(url).map(|c| Box::new(c) as Box<dyn Contender>));
     }
     contenders.extend(peers::for_url(url));
     let backend = url.split("://").next().unwrap_or(url).to_owned();

@@ -67,7 +67,10 @@ impl Ours {
     }
 }
 
-async fn client(url: &str, namespace: &str) -> Result<Arc<dyn LockProvider>, BenchError> {
+pub(crate) async fn client(
+    url: &str,
+    namespace: &str,
+) -> Result<Arc<dyn LockProvider>, BenchError> {
     let options = ConnectOptions::default()
         .namespace(namespace)
         .watchdog_lease(Duration::from_secs(30));

@@ -13,8 +13,10 @@ mod mariadb_get_lock;
 mod naive_table;
 #[cfg(feature = "sql")]
 mod pg_advisory;
-#[cfg(feature = "zookeeper")]
+#[cfg(any(feature = "zookeeper", feature = "sql"))]
 mod piped;
+#[cfg(feature = "sql")]
+pub use piped::Piped;
 #[cfg(feature = "redis")]
 mod redis_raw;
 #[cfg(feature = "redis")]

@@ -1,7 +1,9 @@
-//! Peers in other languages, each worker a process of its own driven over a pipe, a
-//! line at a time: kazoo's `Lock` and `Semaphore` (Python, Debian's python3-kazoo) and
-//! Apache Curator's `InterProcessMutex` and `InterProcessSemaphoreV2` (Java, Debian's
-//! libcurator-recipes-java), the most used ZooKeeper recipes.
+//! Contenders whose workers are each a process of its own, driven over a pipe, a line
+//! at a time: peers in other languages, kazoo's `Lock` and `Semaphore` (Python,
+//! Debian's python3-kazoo) and Apache Curator's `InterProcessMutex` and
+//! `InterProcessSemaphoreV2` (Java, Debian's libcurator-recipes-java), the most used
+//! ZooKeeper recipes; and this library, as the bench's own binary
+//! ([`crate::piped_ours`]).
 //!
 //! A worker answers `ok ready` once connected, then each command with `ok ...` or
 //! `err ...`: `acquire`, `release`, and `cycles N` (N uncontended acquire + release,
@@ -17,19 +19,23 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::contender::{BenchError, Contender, Role, Worker};
 
+#[cfg(feature = "zookeeper")]
 const KAZOO_SCRIPT: &str = include_str!("kazoo_worker.py");
 
 /// Debian's interpreter, where python3-kazoo is installed (a `python3` earlier on
 /// `PATH` may lack it).
+#[cfg(feature = "zookeeper")]
 const PYTHON: &str = "/usr/bin/python3";
 
 /// The Curator worker, run as a source file.
+#[cfg(feature = "zookeeper")]
 const CURATOR_SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/peers/CuratorWorker.java");
 
 /// A peer whose workers are processes speaking the protocol above.
 pub struct Piped {
     name: &'static str,
-    program: &'static str,
+    role: Role,
+    program: String,
     /// The arguments before the worker's own: the hosts, its lock path and, for a
     /// semaphore, the count follow.
     args: Vec<String>,
@@ -41,6 +47,7 @@ pub struct Piped {
 }
 
 impl Piped {
+    #[cfg(feature = "zookeeper")]
     /// kazoo's `Lock` at `url` (`zk://host:port[,host:port][/chroot]`), or its
     /// `Semaphore` of `permits` leases.
     pub fn kazoo(url: &str, permits: Option<u32>) -> Self {
@@ -49,7 +56,8 @@ impl Piped {
                 None => "kazoo (Python)",
                 Some(_) => "kazoo Semaphore (Python)",
             },
-            program: PYTHON,
+            role: Role::Peer,
+            program: PYTHON.to_owned(),
             args: vec!["-c".to_owned(), KAZOO_SCRIPT.to_owned()],
             hosts: url.trim_start_matches("zk://").to_owned(),
             root: "/bench-kazoo",
@@ -58,6 +66,7 @@ impl Piped {
         }
     }
 
+    #[cfg(feature = "zookeeper")]
     /// Curator's `InterProcessMutex` at `url`, or its `InterProcessSemaphoreV2` of
     /// `permits` leases.
     pub fn curator(url: &str, permits: Option<u32>) -> Self {
@@ -66,7 +75,8 @@ impl Piped {
                 None => "Curator InterProcessMutex (Java)",
                 Some(_) => "Curator InterProcessSemaphoreV2 (Java)",
             },
-            program: "java",
+            role: Role::Peer,
+            program: "java".to_owned(),
             args: vec![
                 // Nothing but the protocol on stdout.
                 "-XX:+DisplayVMOutputToStderr".to_owned(),
@@ -80,6 +90,23 @@ impl Piped {
             install_hint: conformance_tests::curator::INSTALL_HINT,
         }
     }
+
+    #[cfg(feature = "sql")]
+    /// Our lock at `url`, each worker this bench's binary in a process of its own
+    /// (`None` if the binary's path cannot be read).
+    pub fn ours(url: &str) -> Option<Self> {
+        let program = std::env::current_exe().ok()?;
+        Some(Piped {
+            name: "ours (a process per worker)",
+            role: Role::Ours,
+            program: program.to_string_lossy().into_owned(),
+            args: vec!["--piped-worker".to_owned()],
+            hosts: url.to_owned(),
+            root: "bench-processes",
+            permits: None,
+            install_hint: "the bench's own binary",
+        })
+    }
 }
 
 #[async_trait]
@@ -89,7 +116,7 @@ impl Contender for Piped {
     }
 
     fn role(&self) -> Role {
-        Role::Peer
+        self.role
     }
 
     async fn worker(&self, name: &str) -> Result<Box<dyn Worker>, BenchError> {
@@ -97,13 +124,13 @@ impl Contender for Piped {
         args.push(self.hosts.clone());
         args.push(format!("{}/{name}", self.root));
         args.extend(self.permits.map(|n| n.to_string()));
-        let mut child = Command::new(self.program)
+        let mut child = Command::new(&self.program)
             .args(&args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| format!("{}: {e} ({})", self.program, self.install_hint))?;
+            .map_err(|e| format!("{}: {e} ({})", self.name, self.install_hint))?;
         let stdin = child.stdin.take().ok_or("no stdin")?;
         let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
         let mut worker = PipedWorker {
