@@ -9,7 +9,7 @@ use lock_core::{Capabilities, Error, LockFamily, LockInfo, LockKey, LockKind, Re
 use lock_core::backend::{AcquireRequest, Grant, HeldLease, LockBackend, Renewal};
 
 use crate::advisory;
-use crate::bells::BellHold;
+use crate::bells::{BellHold, Here};
 use crate::config::{SqlConfig, Strategy};
 use crate::db::Db;
 use crate::dialect::Dialect;
@@ -27,8 +27,8 @@ use crate::pessimistic::{self, Pinned};
 pub struct SqlLease {
     pub(crate) key: KeyId,
     pub(crate) pinned: Option<Pinned>,
-    /// MariaDB's lease strategy: the lease's doorbell, freed once the lease row is
-    /// gone (see [`crate::bells`]).
+    /// MariaDB's lease strategy: the lease's doorbell, freed as the lease row is
+    /// deleted, or when the lease is dropped (see [`crate::bells`]).
     pub(crate) bell: Mutex<Option<BellHold>>,
 }
 
@@ -50,14 +50,15 @@ impl SqlLease {
         }
     }
 
-    /// Frees the lease's doorbell, if it has one: its row is gone.
-    pub(crate) fn ring(&self) {
-        drop(
-            self.bell
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take(),
-        );
+    /// Frees the lease's doorbell, if it has one: its row is being deleted. Gives back
+    /// the mark of the lease as this process's, to drop once the row is gone.
+    pub(crate) fn ring(&self) -> Option<Here> {
+        let bell = self
+            .bell
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        bell.and_then(BellHold::free)
     }
 }
 

@@ -322,7 +322,8 @@ impl Db {
         };
         probe(&url, &pool_session_sql, options.connect_timeout).await?;
         let scope = format!("{} tables {}", url.location(), options.table_prefix);
-        let bells = match (dialect, options.strategy) {
+        // The doorbells' connections: the ringer's, the watches'.
+        let bell_pools = match (dialect, options.strategy) {
             (Dialect::MySql, Strategy::Lease) => {
                 // No ping before use: a dead connection fails its statement, and
                 // waiters poll meanwhile.
@@ -332,12 +333,7 @@ impl Db {
                         .connect_lazy(&url.driver_url)
                         .map_err(|e| convert(dialect.name(), e))
                 };
-                Some(Bells::new(
-                    &scope,
-                    lazy(1)?,
-                    lazy(MAX_WATCHES)?,
-                    options.request_timeout,
-                ))
+                Some((lazy(1)?, lazy(MAX_WATCHES)?))
             }
             _ => None,
         };
@@ -359,7 +355,7 @@ impl Db {
             session_procedures: AtomicBool::new(false),
             blind_undos: BlindUndos::default(),
             scope,
-            bells,
+            bells: None,
         };
         db.timed("creating the schema", db.ensure_schema()).await?;
         db.timed("adding the newer columns", db.ensure_added_columns())
@@ -378,6 +374,20 @@ impl Db {
                 )
                 .await?;
             db.grant_procedure.store(ready, Ordering::Relaxed);
+        }
+        if let Some((ring_pool, watch_pool)) = bell_pools {
+            let space = db
+                .timed(
+                    "reading where the doorbells live",
+                    crate::advisory::lock_space(&db, &options.table_prefix),
+                )
+                .await?;
+            db.bells = Some(Bells::new(
+                &space,
+                ring_pool,
+                watch_pool,
+                options.request_timeout,
+            ));
         }
         if options.strategy == Strategy::Session {
             db.timed("creating the fence table", async {

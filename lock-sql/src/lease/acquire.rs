@@ -16,6 +16,7 @@ use sqlx::{Any, Row};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::bells::{Watch, SECOND_WATCH_AFTER};
 use crate::db::{q, Db};
 use crate::dialect::Dialect;
 use crate::error::{classify, procedure_unusable, timed_out, Class};
@@ -96,12 +97,16 @@ pub(crate) async fn acquire(
         None => local_wake::lines().join(topic.clone(), group),
     };
     // MariaDB's exclusive leases: this request's doorbell, taken once it leads the
-    // waiters of its client, so that its own waiters can watch it once it is granted.
+    // waiters of its client and is blocked by another process's lease, so that the
+    // waiters of other processes can watch it once it is granted.
     let bells = db
         .bells
         .as_ref()
         .filter(|_| req.kind == LockKind::Exclusive);
+    let _here = bells.map(|bells| bells.mark_here(&key.hash, &ask.owner));
     let mut own_bell = None;
+    // How many watches in a row found the doorbell of the same blocker free, and whose.
+    let mut not_held = (0_u32, None::<String>);
     // A blocked waiter's claim on PostgreSQL's listening, from its first blocked look.
     let mut hearing = None;
     loop {
@@ -168,9 +173,6 @@ pub(crate) async fn acquire(
         // MariaDB: the blocker's doorbell, if it keeps one, rings at its release.
         let rung = match (bells, blocker.as_deref()) {
             (Some(bells), Some(blocker)) => {
-                if own_bell.is_none() && place.leads() {
-                    own_bell = Some(bells.take(&key.hash, &ask.owner, true));
-                }
                 // No longer than the waiter would sleep without it.
                 let mut lasts = timing.poll_max * 4;
                 if let Some(ms) = wake_in_ms {
@@ -179,7 +181,28 @@ pub(crate) async fn acquire(
                 if let Some(at) = req.deadline.instant() {
                     lasts = lasts.min(at.saturating_duration_since(Instant::now()));
                 }
-                bells.watch(topic.clone(), &key.hash, blocker, lasts)
+                let watch = bells.watch(topic.clone(), &key.hash, blocker, lasts).await;
+                if watch == Watch::On && own_bell.is_none() && place.leads() {
+                    // Another process holds it and rings: once granted, this request
+                    // rings at once for the waiters there.
+                    own_bell = Some(bells.take(&key.hash, &ask.owner, true));
+                }
+                if watch != Watch::NotHeld {
+                    not_held = (0, None);
+                } else if not_held.1.as_deref() == Some(blocker) {
+                    not_held.0 += 1;
+                } else {
+                    not_held = (1, Some(blocker.to_owned()));
+                }
+                match watch {
+                    Watch::On => true,
+                    // Announced here; polled for as before, in case it is not.
+                    Watch::Here => false,
+                    // Freed since the look, or not taken yet: look once more at once;
+                    // then once the holder has surely taken it, if it keeps one.
+                    Watch::NotHeld if not_held.0 == 1 => continue,
+                    Watch::NotHeld | Watch::Off => false,
+                }
             }
             _ => false,
         };
@@ -187,6 +210,8 @@ pub(crate) async fn acquire(
         let poll = if heard || rung {
             // Notified (or rung) on release; the timeout only covers a lost one.
             timing.poll_max * 4
+        } else if not_held.0 == 2 {
+            backoff.next_pause().min(SECOND_WATCH_AFTER)
         } else {
             // Only releases in this process are announced (or, while PostgreSQL's
             // listening is off, none): keep polling for the rest.

@@ -151,8 +151,10 @@ pub(crate) async fn release(db: &Db, lease: &HeldLease<SqlLease>) -> Result<()> 
     // The doorbell is freed as the row is deleted, not a round trip after: a waiter
     // it wakes looks a round trip later, and a look that still meets the delete waits
     // for its row lock; one that comes before finds the doorbell free and looks again.
-    lease.data.ring();
-    let deleted = delete_lease(db, khash, lease.kind, lease.owner.as_str(), Some(fence)).await?;
+    let here = lease.data.ring();
+    let deleted = delete_lease(db, khash, lease.kind, lease.owner.as_str(), Some(fence)).await;
+    drop(here);
+    let deleted = deleted?;
     if deleted {
         Ok(())
     } else {

@@ -135,10 +135,8 @@ impl GrantProcedure {
              IF a_kept <=> a_fence THEN \
              COMMIT; SELECT a_fence AS fence, CAST(NULL AS SIGNED) AS left_ms, CAST(NULL AS CHAR) AS blocker; \
              ELSE \
-             SET a_left = (SELECT MAX(expires_ms) - {now} FROM {leases} WHERE khash = a_key AND kind = a_kind \
-             AND owner <> a_owner AND expires_ms > {now}); \
-             SET a_blocker = (SELECT owner FROM {leases} WHERE khash = a_key AND kind = a_kind \
-             AND owner <> a_owner AND expires_ms > {now} ORDER BY expires_ms DESC LIMIT 1); \
+             SELECT expires_ms - {now}, owner INTO a_left, a_blocker FROM {leases} WHERE khash = a_key \
+             AND kind = a_kind AND owner <> a_owner AND expires_ms > {now} ORDER BY expires_ms DESC LIMIT 1; \
              ROLLBACK; SELECT CAST(NULL AS SIGNED) AS fence, a_left AS left_ms, a_blocker AS blocker; \
              END IF; \
              END"
