@@ -1,5 +1,5 @@
 //! This library with each worker a process of its own: the bench runs its own binary
-//! as a worker (`--piped-worker URL --piped-name NAME`), driven over a pipe with the
+//! as a worker (`--piped-worker URL NAME`), driven over a pipe with the
 //! protocol of [`crate::peers`]' piped peers. Releases in one process and grants in
 //! another show what crosses between processes (PostgreSQL's notifications, MariaDB's
 //! doorbells, SQLite's polling), which workers of one process pass among themselves.

@@ -6,7 +6,8 @@
 //! exclusive lock `--queue-on` (if given), calls `shutdown` on its client, prints
 //! `SHUT_DOWN` and exits with code 0 at once, as a program that ends cleanly does.
 //! With `--release-after-ms`, it releases the lock that long after it got it, prints
-//! `RELEASED` and exits with code 0.
+//! `RELEASED` and stays, its client connected, until killed: what the release itself
+//! tells other processes, not its connections' end.
 //! With `--kind permit --permits N`, it holds a permit of the semaphore NAME of N; with
 //! `--kind leader --value V`, the leadership of the election NAME, campaigning with V.
 //!
@@ -66,7 +67,7 @@ struct Args {
     /// With `--shutdown`: first start waiting on this exclusive lock.
     #[arg(long)]
     queue_on: Option<String>,
-    /// Release the lock this many milliseconds after getting it, and exit.
+    /// Release the lock this many milliseconds after getting it, and stay until killed.
     #[arg(long)]
     release_after_ms: Option<u64>,
 }
@@ -164,7 +165,9 @@ async fn main() {
         }
         // The test may have stopped reading.
         let _ = writeln!(std::io::stdout(), "{}", conformance_tests::holder::RELEASED);
-        std::process::exit(0);
+        let _ = std::io::stdout().flush();
+        let _keep = client;
+        match std::future::pending::<std::convert::Infallible>().await {}
     }
     let loss = guard.lost().await;
     eprintln!("lock-holder: {loss}");

@@ -297,9 +297,10 @@ pub async fn same_process_waiter_woken_at_release(sql: &Sql) {
 
 /// A waiter in another process than the holder's gets the lock at the release, not at
 /// its next poll: PostgreSQL's notification, MariaDB's doorbell. The holder, a
-/// `lock-holder` process, releases 2 s after it got the lock; the waiter polls 10-20 s
-/// apart (and the 60 s lease does not shorten that), so it must be granted well under
-/// its first poll's 10 s.
+/// `lock-holder` process, releases 2 s after it got the lock and keeps its connections
+/// (so only the release can tell); the waiter begins once the holder has surely taken
+/// its doorbell, and polls 10-20 s apart (the 60 s lease does not shorten that), so it
+/// must be granted well under its first poll's 10 s.
 pub async fn other_process_waiter_woken_at_release(sql: &Sql) {
     let namespace = ns();
     let slow_polls = sql
@@ -321,6 +322,9 @@ pub async fn other_process_waiter_woken_at_release(sql: &Sql) {
         .await
         .expect("the holder process holds the lock");
     let lock = waiter.lock("bell").unwrap();
+    // A lease granted without a wait takes its doorbell 5 ms after the grant, on a
+    // connection the holder opens then.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let asked = Instant::now();
     assert!(
         lock.try_acquire().await.unwrap().is_none(),

@@ -24,8 +24,8 @@
 //! - A watch lasts at most as long as the waiter would otherwise sleep (four poll caps,
 //!   the holder's expiry, the waiter's deadline), so a lease that ends with its doorbell
 //!   still held (an expiry, a forced unlock from another process) is seen by then.
-//! - Costs: the ringer connection while the client holds or waits for exclusive leases
-//!   (given back to the pool [`LINGER`] after the last), one statement on it per lease
+//! - Costs: the ringer connection while the client holds doorbells (given back to the
+//!   pool 2 s after the last), one statement on it per lease
 //!   held longer than [`TAKE_AFTER`] and one per its release (batched); one watch
 //!   connection per key with blocked waiters in the client, at most [`MAX_WATCHES`]
 //!   (waiters of further keys poll).
@@ -228,8 +228,9 @@ impl Bells {
 
     /// Watches the doorbell of `blocker`'s lease of key `khash` for at most `lasts`:
     /// its end wakes this client's waiters of `topic`. Answers once the watch knows
-    /// whether the doorbell is held (a round trip), or at once if a watch of it is on
-    /// already or the lease is this process's (whose release is announced here).
+    /// whether the doorbell is held (a round trip), or at once if a watch of it waits
+    /// already (`On`) or still checks (`Off`: poll), or if the lease is this process's
+    /// (`Here`: its release is announced here).
     pub(crate) async fn watch(
         &self,
         topic: Arc<str>,
@@ -248,13 +249,16 @@ impl Bells {
         let watches = &self.watches;
         {
             let mut on = watches.on.lock().unwrap_or_else(PoisonError::into_inner);
-            if on.contains(&name) {
-                return Watch::On;
+            match on.get(&name) {
+                // Waiting in `GET_LOCK`: its end wakes the waiters.
+                Some(true) => return Watch::On,
+                // Still checking: it may find none and tell no one.
+                Some(false) => return Watch::Off,
+                None if on.len() >= MAX_WATCHES as usize => return Watch::Off,
+                None => {
+                    on.insert(name.clone(), false);
+                }
             }
-            if on.len() >= MAX_WATCHES as usize {
-                return Watch::Off;
-            }
-            on.insert(name.clone());
         }
         let (checked, check) = oneshot::channel();
         let watch = Watching {

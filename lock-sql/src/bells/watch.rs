@@ -1,7 +1,7 @@
 //! Watches: a waiter's wait, on a connection of its client's, for the doorbell of the
 //! lease that blocks it.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -13,8 +13,9 @@ use crate::local_wake;
 #[derive(Debug)]
 pub(super) struct Watches {
     pub(super) pool: AnyPool,
-    /// The doorbells being watched.
-    pub(super) on: Mutex<HashSet<Arc<str>>>,
+    /// The doorbells being watched, and whether the watch waits for its freeing yet
+    /// (else it still checks whether it is held).
+    pub(super) on: Mutex<HashMap<Arc<str>, bool>>,
 }
 
 /// What a waiter learns from [`Bells::watch`].
@@ -88,6 +89,15 @@ impl Watching {
         if checked.send(Watch::On).is_err() {
             // The waiter left.
             return;
+        }
+        if let Some(waiting) = self
+            .watches
+            .on
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(name)
+        {
+            *waiting = true;
         }
         // Freed between the check and now, it is granted at once: a ring all the same.
         let secs = lasts.as_secs_f64().max(0.001);

@@ -105,8 +105,9 @@ pub(crate) async fn acquire(
         .filter(|_| req.kind == LockKind::Exclusive);
     let _here = bells.map(|bells| bells.mark_here(&key.hash, &ask.owner));
     let mut own_bell = None;
-    // How many watches in a row found the doorbell of the same blocker free, and whose.
-    let mut not_held = (0_u32, None::<String>);
+    // How many watches since the last one that found a doorbell held (or a lease of
+    // this process) found none.
+    let mut not_held = 0_u32;
     // A blocked waiter's claim on PostgreSQL's listening, from its first blocked look.
     let mut hearing = None;
     loop {
@@ -181,26 +182,34 @@ pub(crate) async fn acquire(
                 if let Some(at) = req.deadline.instant() {
                     lasts = lasts.min(at.saturating_duration_since(Instant::now()));
                 }
-                let watch = bells.watch(topic.clone(), &key.hash, blocker, lasts).await;
-                if watch == Watch::On && own_bell.is_none() && place.leads() {
+                // Only the first waiter of the client watches (the rest are woken in
+                // turn), and its check does not outlast its wait.
+                let watch = if place.leads() {
+                    let check = bells.watch(topic.clone(), &key.hash, blocker, lasts);
+                    tokio::time::timeout(lasts, check)
+                        .await
+                        .unwrap_or(Watch::Off)
+                } else {
+                    Watch::Off
+                };
+                if watch == Watch::On && own_bell.is_none() {
                     // Another process holds it and rings: once granted, this request
                     // rings at once for the waiters there.
                     own_bell = Some(bells.take(&key.hash, &ask.owner, true));
                 }
-                if watch != Watch::NotHeld {
-                    not_held = (0, None);
-                } else if not_held.1.as_deref() == Some(blocker) {
-                    not_held.0 += 1;
-                } else {
-                    not_held = (1, Some(blocker.to_owned()));
+                match watch {
+                    Watch::On | Watch::Here => not_held = 0,
+                    Watch::NotHeld => not_held += 1,
+                    Watch::Off => {}
                 }
                 match watch {
                     Watch::On => true,
                     // Announced here; polled for as before, in case it is not.
                     Watch::Here => false,
                     // Freed since the look, or not taken yet: look once more at once;
-                    // then once the holder has surely taken it, if it keeps one.
-                    Watch::NotHeld if not_held.0 == 1 => continue,
+                    // then once its holder has surely taken it, if it keeps one; then
+                    // poll (holders that keep none, or leases shorter than 5 ms).
+                    Watch::NotHeld if not_held == 1 => continue,
                     Watch::NotHeld | Watch::Off => false,
                 }
             }
@@ -210,7 +219,7 @@ pub(crate) async fn acquire(
         let poll = if heard || rung {
             // Notified (or rung) on release; the timeout only covers a lost one.
             timing.poll_max * 4
-        } else if not_held.0 == 2 {
+        } else if not_held == 2 {
             backoff.next_pause().min(SECOND_WATCH_AFTER)
         } else {
             // Only releases in this process are announced (or, while PostgreSQL's
