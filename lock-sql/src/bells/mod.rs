@@ -16,8 +16,8 @@
 //!   otherwise takes its doorbell [`TAKE_AFTER`] the grant, if still held then: a
 //!   shorter lease costs no doorbell at all.
 //! - A watch that finds no doorbell held (a holder that keeps none or has not taken it
-//!   yet, or one just freed) has the waiter look once more at once; a second one of the
-//!   same holder, again within [`SECOND_WATCH_AFTER`]; after that it polls as without
+//!   yet, or one just freed) has the waiter look once more at once; the next three in
+//!   a row, again within [`SECOND_WATCH_AFTER`]; after that it polls as without
 //!   doorbells, and each blocked look after a poll watches again.
 //! - A waiter blocked by a lease of its own process watches nothing: the release is
 //!   announced in the process, and it polls as without doorbells.

@@ -38,6 +38,10 @@ use crate::hot::{HotError, ReadyHot};
 /// it answers.
 const TICKET_REMOVAL_GRACE: Duration = Duration::from_millis(500);
 
+/// How many watches in a row may find no doorbell before the waiter polls at its own
+/// pace again: until then it looks again within [`SECOND_WATCH_AFTER`].
+const SHORT_LOOKS: u32 = 4;
+
 /// The least time an attempt of an acquire that may wait gets, however near its
 /// deadline it begins.
 const ATTEMPT_GRACE: Duration = Duration::from_millis(250);
@@ -207,8 +211,9 @@ pub(crate) async fn acquire(
                     // Announced here; polled for as before, in case it is not.
                     Watch::Here => false,
                     // Freed since the look, or not taken yet: look once more at once;
-                    // then once its holder has surely taken it, if it keeps one; then
-                    // poll (holders that keep none, or leases shorter than 5 ms).
+                    // then, a few times, once its holder has surely taken it, if it
+                    // keeps one; then poll (holders that keep none, or a stream of
+                    // leases shorter than 5 ms).
                     Watch::NotHeld if not_held == 1 => continue,
                     Watch::NotHeld | Watch::Off => false,
                 }
@@ -219,7 +224,8 @@ pub(crate) async fn acquire(
         let poll = if heard || rung {
             // Notified (or rung) on release; the timeout only covers a lost one.
             timing.poll_max * 4
-        } else if not_held == 2 {
+        } else if (2..=SHORT_LOOKS).contains(&not_held) {
+            // Its holder, or the next, may take its doorbell soon.
             backoff.next_pause().min(SECOND_WATCH_AFTER)
         } else {
             // Only releases in this process are announced (or, while PostgreSQL's
