@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use sqlx::AnyPool;
-use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -63,9 +63,6 @@ pub(crate) const MAX_WATCHES: u32 = 8;
 pub(crate) struct Bells {
     ringer: UnboundedSender<Ring>,
     later: Arc<Later>,
-    /// The ringer's end of the channel, until the first doorbell starts it.
-    unstarted: Mutex<Option<UnboundedReceiver<Ring>>>,
-    ring_pool: AnyPool,
     watches: Arc<Watches>,
     space: String,
     request_timeout: Duration,
@@ -146,19 +143,20 @@ impl Bells {
     /// The doorbells of the tables at `space` (the database and the table prefix, as
     /// the server names them, so that every client of those tables, whatever URL it
     /// came by, makes the same names): the ringer's connection from `ring_pool` (of
-    /// one connection), the watches' from `watch_pool`.
+    /// one connection, opened at its first doorbell), the watches' from `watch_pool`.
+    /// Starts the ringer, which ends once the doorbells and their holds are dropped.
     pub(crate) fn new(
         space: &str,
         ring_pool: AnyPool,
         watch_pool: AnyPool,
         request_timeout: Duration,
     ) -> Self {
-        let (ringer, unstarted) = mpsc::unbounded_channel();
+        let (ringer, asked) = mpsc::unbounded_channel();
+        let later = Arc::<Later>::default();
+        tokio::spawn(ring(ring_pool, asked, later.clone(), request_timeout));
         Bells {
             ringer,
-            later: Arc::default(),
-            unstarted: Mutex::new(Some(unstarted)),
-            ring_pool,
+            later,
             watches: Arc::new(Watches {
                 pool: watch_pool,
                 on: Mutex::default(),
@@ -180,24 +178,11 @@ impl Bells {
         crate::key::push_hex("lock_sql_bell_".to_owned(), &digest.finalize()[..20]).into()
     }
 
-    /// Takes `owner`'s doorbell of key `khash`, freed when the hold is dropped: at
-    /// once for a waiter (`waited`), else [`TAKE_AFTER`] if still held then. The call
-    /// returns at once: the ringer takes it in the background.
-    pub(crate) fn take(&self, khash: &str, owner: &str, waited: bool) -> BellHold {
-        let name = self.name(khash, owner);
-        if let Some(unstarted) = self
-            .unstarted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
-            tokio::spawn(ring(
-                self.ring_pool.clone(),
-                unstarted,
-                self.later.clone(),
-                self.request_timeout,
-            ));
-        }
+    /// Takes the doorbell of the request marked `here`, freed when the hold is
+    /// dropped: at once for a waiter (`waited`), else [`TAKE_AFTER`] if still held
+    /// then. The call returns at once: the ringer takes it in the background.
+    pub(crate) fn take(&self, here: &Here, waited: bool) -> BellHold {
+        let name = here.name.clone();
         let later = if waited {
             let _ = self.ringer.send(Ring::Take(name.clone()));
             None

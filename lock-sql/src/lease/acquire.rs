@@ -107,7 +107,7 @@ pub(crate) async fn acquire(
         .bells
         .as_ref()
         .filter(|_| req.kind == LockKind::Exclusive);
-    let _here = bells.map(|bells| bells.mark_here(&key.hash, &ask.owner));
+    let here = bells.map(|bells| bells.mark_here(&key.hash, &ask.owner));
     let mut own_bell = None;
     // How many watches since the last one that found a doorbell held (or a lease of
     // this process) found none.
@@ -132,9 +132,10 @@ pub(crate) async fn acquire(
             Outcome::Granted(fence) => {
                 // The grant removed the ticket in its transaction.
                 ticket.id = None;
-                let bell = own_bell
-                    .take()
-                    .or_else(|| bells.map(|bells| bells.take(&key.hash, &ask.owner, false)));
+                let bell = own_bell.take().or_else(|| {
+                    let (bells, here) = bells.zip(here.as_ref())?;
+                    Some(bells.take(here, false))
+                });
                 return Ok(Some(Grant {
                     fence,
                     started_at: attempt_sent,
@@ -196,10 +197,10 @@ pub(crate) async fn acquire(
                 } else {
                     Watch::Off
                 };
-                if watch == Watch::On && own_bell.is_none() {
+                if let (Watch::On, None, Some(here)) = (watch, &own_bell, &here) {
                     // Another process holds it and rings: once granted, this request
                     // rings at once for the waiters there.
-                    own_bell = Some(bells.take(&key.hash, &ask.owner, true));
+                    own_bell = Some(bells.take(here, true));
                 }
                 match watch {
                     Watch::On | Watch::Here => not_held = 0,
