@@ -8,7 +8,9 @@ use conformance_tests::holder::HolderProcess;
 use conformance_tests::server::Freezer;
 use conformance_tests::{Backend, HolderSpec};
 use lock_core::prelude::*;
-use lock_core::{AcquireOptions, Error, LockClient, LockKey, LockName, Namespace};
+use lock_core::{
+    AcquireOptions, Error, LockClient, LockGuard, LockKey, LockKind, LockName, Namespace,
+};
 use lock_sql::{sqlx, Dialect, SqlBackend, SqlConfig, Strategy};
 use sqlx::Row;
 use tokio::time::Instant;
@@ -296,56 +298,103 @@ pub async fn same_process_waiter_woken_at_release(sql: &Sql) {
 }
 
 /// A waiter in another process than the holder's gets the lock at the release, not at
-/// its next poll: PostgreSQL's notification, MariaDB's doorbell. The holder, a
-/// `lock-holder` process, releases 2 s after it got the lock and keeps its connections
-/// (so only the release can tell); the waiter begins once the holder has surely taken
-/// its doorbell, and polls 10-20 s apart (the 60 s lease does not shorten that), so it
-/// must be granted well under its first poll's 10 s.
+/// its next poll: PostgreSQL's notification, MariaDB's doorbell; for every kind of
+/// lock, each blocked by the kind a `lock-holder` process holds. Each holder releases
+/// 2 s after it got its lock and keeps its connections (so only the release can tell);
+/// the waiters begin once the holders have surely taken their doorbells, and poll (and
+/// refresh their queue tickets) 20 s apart (the 60 s leases do not shorten that), so
+/// each must be granted well under its first poll's 20 s.
 pub async fn other_process_waiter_woken_at_release(sql: &Sql) {
     let namespace = ns();
     let slow_polls = sql
         .options()
-        .with_poll_interval(Duration::from_secs(20), Duration::from_secs(20));
+        .with_poll_interval(Duration::from_secs(20), Duration::from_secs(20))
+        .with_queue_ttl(Duration::from_secs(60));
     let waiter = LockClient::builder(SqlBackend::connect(slow_polls).await.expect("connect"))
         .namespace(namespace.clone())
         .watchdog_lease(Duration::from_secs(60))
         .build()
         .expect("client");
-    let spec = HolderSpec {
-        namespace,
-        name: "bell".into(),
-        watchdog_lease: Duration::from_secs(60),
-    };
-    let mut command = sql.holder_command(&spec).expect("a holder process");
-    command.args(["--release-after-ms", "2000"]);
-    let mut holder = HolderProcess::start(command, Duration::from_secs(30))
-        .await
-        .expect("the holder process holds the lock");
-    let lock = waiter.lock("bell").unwrap();
-    // A lease granted without a wait takes its doorbell 5 ms after the grant, on a
-    // connection the holder opens then.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let asked = Instant::now();
+    // The kind the holder process holds, and the kind it blocks.
+    let cases = [
+        ("exclusive", LockKind::Exclusive),
+        ("fair", LockKind::Fair),
+        ("write", LockKind::Read),
+        ("read", LockKind::Write),
+        ("permit", LockKind::Permit),
+        ("leader", LockKind::Leader),
+    ];
+    let waits = cases.iter().map(|&(held, wanted)| {
+        let (sql, waiter, namespace) = (sql, &waiter, namespace.clone());
+        async move {
+            let name = format!("bell-{held}");
+            let spec = HolderSpec {
+                namespace,
+                name: name.clone(),
+                watchdog_lease: Duration::from_secs(60),
+            };
+            let mut command = sql.holder_command(&spec).expect("a holder process");
+            command.args(["--kind", held, "--release-after-ms", "2000"]);
+            let mut holder = HolderProcess::start(command, Duration::from_secs(30))
+                .await
+                .expect("the holder process holds the lock");
+            // A lease granted without a wait takes its doorbell 5 ms after the grant,
+            // on a connection the holder opens then.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let asked = Instant::now();
+            let tried = take(waiter, &name, wanted, AcquireOptions::try_once()).await;
+            assert!(
+                matches!(tried, Err(Error::Timeout { .. })),
+                "{wanted:?} beside a holder of {held}: the holder process released \
+                 before the wait began, or the try failed: {tried:?}"
+            );
+            let wait = AcquireOptions::wait_for(Duration::from_secs(40));
+            let guard = take(waiter, &name, wanted, wait).await.expect("granted");
+            let took = asked.elapsed();
+            guard.release().await.unwrap();
+            holder.kill().await;
+            let line = format!("{wanted:?} beside {held}: granted {took:?} after the wait began");
+            if took < Duration::from_secs(8) {
+                Ok(line)
+            } else {
+                Err(line)
+            }
+        }
+    });
+    let took = futures::future::join_all(waits).await;
+    let slow: Vec<&String> = took.iter().filter_map(|case| case.as_ref().err()).collect();
     assert!(
-        lock.try_acquire().await.unwrap().is_none(),
-        "the holder process released before the wait began"
+        slow.is_empty(),
+        "the holders releasing after 2 s, a release in the other process did not wake \
+         the waiter: {slow:?} (all: {took:?})"
     );
-    let guard = lock
-        .acquire_timeout(Duration::from_secs(40))
-        .await
-        .expect("granted");
-    let took = asked.elapsed();
-    guard.release().await.unwrap();
-    holder.kill().await;
-    assert!(
-        took < Duration::from_secs(8),
-        "granted {took:?} after the wait began, the holder releasing after 2 s: \
-         the release in the other process did not wake the waiter"
-    );
+    let took: Vec<&String> = took.iter().filter_map(|case| case.as_ref().ok()).collect();
     println!(
         "sql-extra[{}] PASS other_process_waiter_woken_at_release ({took:?})",
         sql.label
     );
+}
+
+/// Takes the lock `name` of `kind` (a semaphore of one permit; an election's
+/// leadership) with `options`.
+async fn take(
+    client: &LockClient<SqlBackend>,
+    name: &str,
+    kind: LockKind,
+    options: AcquireOptions,
+) -> lock_core::Result<LockGuard> {
+    match kind {
+        LockKind::Exclusive => client.lock(name)?.acquire_with(options).await,
+        LockKind::Fair => client.fair_lock(name)?.acquire_with(options).await,
+        LockKind::Read => client.rw_lock(name)?.read_with(options).await,
+        LockKind::Write => client.rw_lock(name)?.write_with(options).await,
+        LockKind::Permit => client.semaphore(name, 1)?.acquire_with(options).await,
+        LockKind::Leader => {
+            let election = client.election(name)?;
+            let leadership = election.campaign_with("waiter", options).await?;
+            Ok(leadership.into_guard())
+        }
+    }
 }
 
 /// The server stalls (frozen) as an uncontended acquire reaches it, for longer than
