@@ -255,8 +255,8 @@ impl SqlConfig {
     /// `min` and doubles up to `max`, with random jitter, and never sleeps past the
     /// holder's expiry (defaults 5 ms and 250 ms). On MySQL and SQLite a release in the
     /// waiter's own process wakes it at once. Releases in other processes are found by
-    /// polling, except on MariaDB for exclusive locks with the lease strategy: there the
-    /// holder's doorbell wakes the waiter, which looks again at least every `4 × max`.
+    /// polling, except on MariaDB with the lease strategy: there the holder's doorbell
+    /// wakes the waiter, which looks again at least every `4 × max`.
     pub fn with_poll_interval(mut self, min: Duration, max: Duration) -> Self {
         self.poll_min = min;
         self.poll_max = max;

@@ -44,6 +44,43 @@ pub(crate) enum Decision {
     OtherCount(u32),
 }
 
+/// The live lease whose release a blocked request waits for (MariaDB watches its
+/// doorbell, [`crate::bells`]).
+#[derive(Debug)]
+pub(crate) struct Blocking<'a> {
+    pub(crate) lease: &'a LiveLease,
+    /// Whether the release of another lease may let the request in first (a
+    /// semaphore's holders: any release frees a permit); else the others must go too
+    /// (a writer's readers), or there are none.
+    pub(crate) one_of_several: bool,
+}
+
+/// Of the live leases that keep a request of `kind` by `owner` waiting, the one that
+/// expires last. None when only queue tickets block it.
+pub(crate) fn blocking_lease<'a>(
+    kind: LockKind,
+    owner: &str,
+    leases: &'a [LiveLease],
+) -> Option<Blocking<'a>> {
+    let blocks = |lease: &LiveLease| match kind {
+        LockKind::Exclusive | LockKind::Fair | LockKind::Leader | LockKind::Permit => {
+            lease.kind == kind
+        }
+        // Its own write lock lets a reader in (downgrade).
+        LockKind::Read => lease.kind == LockKind::Write && lease.owner != owner,
+        LockKind::Write => matches!(lease.kind, LockKind::Read | LockKind::Write),
+    };
+    let lease = leases
+        .iter()
+        .filter(|lease| blocks(lease))
+        .max_by_key(|lease| lease.remaining_ms)?;
+    let blocking = leases.iter().filter(|lease| blocks(lease)).count();
+    Some(Blocking {
+        lease,
+        one_of_several: kind == LockKind::Permit && blocking > 1,
+    })
+}
+
 fn blocked(remaining: impl Iterator<Item = i64>) -> Decision {
     Decision::Blocked {
         wake_in_ms: remaining.min(),
@@ -168,6 +205,45 @@ mod tests {
         Decision::Blocked {
             wake_in_ms: Some(ms),
         }
+    }
+
+    #[test]
+    fn the_blocking_lease_is_of_a_kind_that_blocks_and_expires_last() {
+        use LockKind::*;
+        let owner = |kind, me, leases: &[LiveLease]| {
+            blocking_lease(kind, me, leases).map(|blocking| blocking.lease.owner.clone())
+        };
+        let several = |kind, leases: &[LiveLease]| {
+            blocking_lease(kind, "me", leases).map(|blocking| blocking.one_of_several)
+        };
+        let readers = [
+            lease(Read, "r1", 300),
+            lease(Read, "r2", 900),
+            lease(Exclusive, "x", 5_000),
+        ];
+        assert_eq!(owner(Write, "w", &readers), Some("r2".into()));
+        assert_eq!(owner(Read, "r3", &readers), None, "readers block no reader");
+        assert_eq!(owner(Exclusive, "e", &readers), Some("x".into()));
+        assert_eq!(owner(Fair, "f", &readers), None, "another kind's lease");
+        let writer = [lease(Write, "w", 700)];
+        assert_eq!(owner(Read, "r", &writer), Some("w".into()));
+        assert_eq!(owner(Read, "w", &writer), None, "downgrade");
+        let permits = [lease(Permit, "p1", 100), lease(Permit, "p2", 200)];
+        assert_eq!(owner(Permit, "p3", &permits), Some("p2".into()));
+        assert_eq!(
+            several(Permit, &permits),
+            Some(true),
+            "any release frees one"
+        );
+        assert_eq!(several(Permit, &permits[..1]), Some(false));
+        assert_eq!(
+            several(Write, &readers),
+            Some(false),
+            "every reader must go"
+        );
+        let leader = [lease(Leader, "l", 100), lease(Fair, "f", 200)];
+        assert_eq!(owner(Leader, "c", &leader), Some("l".into()));
+        assert_eq!(owner(Fair, "g", &leader), Some("f".into()));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Releases announced within this process, for the databases that have no
 //! notifications (MySQL/MariaDB, SQLite): the next waiter in the releaser's process
-//! tries again at once instead of at its next poll. Waiters in other processes still
-//! poll, which also covers an announcement missed here.
+//! tries again at once instead of at its next poll. Waiters in other processes poll,
+//! which also covers an announcement missed here, or on MariaDB watch the holder's
+//! doorbell ([`crate::bells`]).
 
 use std::sync::{Arc, OnceLock};
 

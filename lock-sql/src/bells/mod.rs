@@ -1,16 +1,23 @@
 //! MariaDB's doorbells: how a release in one process wakes the waiters of another for
-//! the lease strategy's exclusive locks, where MariaDB has no notifications.
+//! the lease strategy's locks, where MariaDB has no notifications.
 //!
-//! While a client holds an exclusive lease it also holds a doorbell: a MariaDB user
-//! lock (`GET_LOCK`) named after the database, the table prefix, the key and the
-//! lease's owner, on one connection of the client's own (the ringer) that holds all its
-//! doorbells. The release frees the doorbell as it deletes the lease row. A waiter in
-//! another process that finds the lock taken learns the holder's owner with the
-//! refusal, checks that the doorbell is held, and blocks in `GET_LOCK` on it on a
-//! connection of its own (a watch); the doorbell's freeing ends the watch, which lets
-//! go of it at once and wakes the client's first waiter of the key to look again.
+//! While a client holds a lease (of any kind: a reader's, a permit's, a leader's alike)
+//! it also holds a doorbell: a MariaDB user lock (`GET_LOCK`) named after the
+//! database, the table prefix, the key, the lease's kind and its owner, on one
+//! connection of the client's own (the ringer) that holds all its doorbells. The
+//! release frees the doorbell as it deletes the lease row. A waiter in another process
+//! that finds the lock taken learns with the refusal the lease that blocks it (the
+//! grant procedure's answer to an exclusive request; for the other kinds, of the
+//! leases that block it, the one that expires last), checks that its doorbell is held,
+//! and blocks in `GET_LOCK` on it on a connection of its own (a watch); the doorbell's
+//! freeing ends the watch, which lets go of it at once and wakes the client's first
+//! waiter of the key of each kind, and every reader, to look again.
 //!
-//! - The first waiter of a key in a client takes its own doorbell as soon as it finds
+//! - A waiter kept waiting only by other waiters' queue tickets (a fair waiter behind
+//!   another's ticket, a reader behind a waiting writer) has no doorbell to watch: it
+//!   polls until a lease blocks it. A semaphore's waiter blocked by several holders
+//!   watches one and polls as well: any holder's release frees a permit.
+//! - The first waiter of a key in a client (every reader) takes its own doorbell as soon as it finds
 //!   the doorbell of a lease of another process held (waiters there watch), so that
 //!   once granted the waiters of that process can watch at once. A lease granted
 //!   otherwise takes its doorbell [`TAKE_AFTER`] the grant, if still held then: a
@@ -27,8 +34,8 @@
 //! - Costs: the ringer connection while the client holds doorbells (given back to the
 //!   pool 2 s after the last), one statement on it per lease
 //!   held longer than [`TAKE_AFTER`] and one per its release (batched); one watch
-//!   connection per key with blocked waiters in the client, at most [`MAX_WATCHES`]
-//!   (waiters of further keys poll).
+//!   connection per doorbell the client's blocked waiters watch, at most
+//!   [`MAX_WATCHES`] (waiters of further doorbells poll).
 
 mod ringer;
 mod watch;
@@ -38,12 +45,14 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
+use lock_core::LockKind;
 use sha2::{Digest, Sha256};
 use sqlx::AnyPool;
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::key::kind_code;
 use ringer::{ring, Later, Ring, FREED, PENDING};
 pub(crate) use watch::Watch;
 use watch::{Watches, Watching};
@@ -166,11 +175,13 @@ impl Bells {
         }
     }
 
-    /// The doorbell of `owner`'s lease of key `khash`: MariaDB's user locks are the
+    /// The doorbell of `owner`'s lease of `kind` of key `khash` (a write lock's owner
+    /// also holds the read lock it downgrades to): MariaDB's user locks are the
     /// server's, so the name holds the tables' place too; a digest keeps it within
     /// MariaDB's 64 characters and to characters that need no quoting.
-    fn name(&self, khash: &str, owner: &str) -> Arc<str> {
+    fn name(&self, khash: &str, kind: LockKind, owner: &str) -> Arc<str> {
         let mut digest = Sha256::new();
+        digest.update(kind_code(kind).to_be_bytes());
         for part in [self.space.as_str(), khash, owner] {
             digest.update((part.len() as u64).to_be_bytes());
             digest.update(part.as_bytes());
@@ -206,12 +217,13 @@ impl Bells {
         }
     }
 
-    /// Marks `owner`'s request for key `khash` as this process's until dropped.
-    pub(crate) fn mark_here(&self, khash: &str, owner: &str) -> Here {
-        Here::mark(self.name(khash, owner))
+    /// Marks `owner`'s request for a lease of `kind` of key `khash` as this process's
+    /// until dropped.
+    pub(crate) fn mark_here(&self, khash: &str, kind: LockKind, owner: &str) -> Here {
+        Here::mark(self.name(khash, kind, owner))
     }
 
-    /// Watches the doorbell of `blocker`'s lease of key `khash` for at most `lasts`:
+    /// Watches the doorbell of `blocker`'s lease of `kind` of key `khash` for at most `lasts`:
     /// its end wakes this client's waiters of `topic`. Answers once the watch knows
     /// whether the doorbell is held (a round trip), or at once if a watch of it waits
     /// already (`On`) or still checks (`Off`: poll), or if the lease is this process's
@@ -220,10 +232,11 @@ impl Bells {
         &self,
         topic: Arc<str>,
         khash: &str,
+        kind: LockKind,
         blocker: &str,
         lasts: Duration,
     ) -> Watch {
-        let name = self.name(khash, blocker);
+        let name = self.name(khash, kind, blocker);
         if held_here()
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

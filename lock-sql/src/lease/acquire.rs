@@ -31,7 +31,7 @@ use crate::SqlLease;
 use super::finished_if_left::FinishedIfLeft;
 use super::transaction::prepare;
 use super::undo::{may_have_landed, PendingWrite, Ticket};
-use super::{millis, Ask, Outcome, Timing};
+use super::{millis, Ask, Blocker, Outcome, Timing};
 use crate::hot::{HotError, ReadyHot};
 
 /// How long an acquire whose wait ran out waits for its queue ticket's removal before
@@ -100,14 +100,11 @@ pub(crate) async fn acquire(
         Some(listener) => listener.lines().join(key.hash.as_str().into(), group),
         None => local_wake::lines().join(topic.clone(), group),
     };
-    // MariaDB's exclusive leases: this request's doorbell, taken once it leads the
-    // waiters of its client and is blocked by another process's lease, so that the
-    // waiters of other processes can watch it once it is granted.
-    let bells = db
-        .bells
-        .as_ref()
-        .filter(|_| req.kind == LockKind::Exclusive);
-    let here = bells.map(|bells| bells.mark_here(&key.hash, &ask.owner));
+    // MariaDB's leases: this request's doorbell, taken once it leads the waiters of
+    // its client and is blocked by another process's lease, so that the waiters of
+    // other processes can watch it once it is granted.
+    let bells = db.bells.as_ref();
+    let here = bells.map(|bells| bells.mark_here(&key.hash, req.kind, &ask.owner));
     let mut own_bell = None;
     // How many watches since the last one that found a doorbell held (or a lease of
     // this process) found none.
@@ -177,7 +174,7 @@ pub(crate) async fn acquire(
             None => false,
         };
         // MariaDB: the blocker's doorbell, if it keeps one, rings at its release.
-        let rung = match (bells, blocker.as_deref()) {
+        let rung = match (bells, blocker.as_ref()) {
             (Some(bells), Some(blocker)) => {
                 // No longer than the waiter would sleep without it.
                 let mut lasts = timing.poll_max * 4;
@@ -187,10 +184,17 @@ pub(crate) async fn acquire(
                 if let Some(at) = req.deadline.instant() {
                     lasts = lasts.min(at.saturating_duration_since(Instant::now()));
                 }
-                // Only the first waiter of the client watches (the rest are woken in
-                // turn), and its check does not outlast its wait.
+                // Only the first waiter of the client of each kind (every reader)
+                // watches (the rest are woken in turn), and its check does not
+                // outlast its wait.
                 let watch = if place.leads() {
-                    let check = bells.watch(topic.clone(), &key.hash, blocker, lasts);
+                    let check = bells.watch(
+                        topic.clone(),
+                        &key.hash,
+                        blocker.kind,
+                        &blocker.owner,
+                        lasts,
+                    );
                     tokio::time::timeout(lasts, check)
                         .await
                         .unwrap_or(Watch::Off)
@@ -208,7 +212,8 @@ pub(crate) async fn acquire(
                     Watch::Off => {}
                 }
                 match watch {
-                    Watch::On => true,
+                    // Else another holder's release may come first: poll too.
+                    Watch::On => !blocker.one_of_several,
                     // Announced here; polled for as before, in case it is not.
                     Watch::Here => false,
                     // Freed since the look, or not taken yet: look once more at once;
@@ -575,7 +580,15 @@ pub(super) async fn fast_grant_one_call(
                 wake_in_ms: Some(ms),
                 // The procedure's third column (SQLite's statements have none).
                 blocker: match db.dialect {
-                    Dialect::MySql => row.try_get(2).map_err(decoded)?,
+                    Dialect::MySql => {
+                        row.try_get::<Option<String>, _>(2)
+                            .map_err(decoded)?
+                            .map(|owner| Blocker {
+                                kind: LockKind::Exclusive,
+                                owner,
+                                one_of_several: false,
+                            })
+                    }
                     _ => None,
                 },
             }),

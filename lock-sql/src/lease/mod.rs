@@ -69,10 +69,20 @@ pub(super) enum Outcome {
     Granted(u64),
     Blocked {
         wake_in_ms: Option<i64>,
-        /// The owner of the lease that blocks it, where the refusal tells (MariaDB's
-        /// grant procedure, for exclusive requests): whose doorbell to watch.
-        blocker: Option<String>,
+        /// The lease that blocks it, where the attempt tells (MariaDB: the grant
+        /// procedure's refusal of an exclusive request, or the general path's reads):
+        /// whose doorbell to watch.
+        blocker: Option<Blocker>,
     },
     /// A semaphore's holders or waiters use this count, not the request's.
     OtherCount(u32),
+}
+
+/// The live lease a blocked request waits for: its kind and owner name its doorbell.
+pub(super) struct Blocker {
+    pub(super) kind: LockKind,
+    pub(super) owner: String,
+    /// Whether another lease's release may let the request in first (a semaphore's
+    /// holders), so that its waiter polls as well.
+    pub(super) one_of_several: bool,
 }

@@ -127,7 +127,8 @@ fn lost(lease: &HeldLease<SqlLease>) -> Error {
 }
 
 /// Tells waiters that `khash` may be free: PostgreSQL's through a notification, this
-/// process's elsewhere (other processes see it at their next poll).
+/// process's elsewhere (other processes see it at their next poll, or on MariaDB by
+/// the doorbell the release frees).
 pub(super) async fn notify(db: &Db, khash: &str) -> Result<()> {
     if db.dialect != Dialect::Postgres {
         local_wake::announce(local_wake::topic(&db.scope, khash));

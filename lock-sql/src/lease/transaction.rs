@@ -9,12 +9,12 @@ use sqlx::query::Query;
 use sqlx::{Any, AnyConnection, Row, Transaction};
 
 use crate::db::{q, Db};
-use crate::decide::{decide, Decision, LiveLease, LiveTicket};
+use crate::decide::{blocking_lease, decide, Decision, LiveLease, LiveTicket};
 use crate::dialect::Dialect;
 use crate::key::{holder_of, kind_code, kind_of, KeyId};
 
 use super::acquire::{bind_args, fast_grant_of};
-use super::{Ask, Outcome};
+use super::{Ask, Blocker, Outcome};
 
 /// What one attempt's transaction decided, not yet committed.
 pub(super) struct Prepared {
@@ -78,6 +78,11 @@ pub(super) async fn prepare(
             })
         }
         Decision::Blocked { wake_in_ms } => {
+            let blocker = blocking_lease(ask.kind, &ask.owner, &leases).map(|blocking| Blocker {
+                kind: blocking.lease.kind,
+                owner: blocking.lease.owner.clone(),
+                one_of_several: blocking.one_of_several,
+            });
             wait(
                 tx,
                 db,
@@ -86,7 +91,7 @@ pub(super) async fn prepare(
                 enqueue,
                 Outcome::Blocked {
                     wake_in_ms,
-                    blocker: None,
+                    blocker,
                 },
             )
             .await
