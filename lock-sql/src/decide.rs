@@ -48,10 +48,12 @@ pub(crate) enum Decision {
 /// doorbell, [`crate::bells`]).
 #[derive(Debug)]
 pub(crate) struct Blocking<'a> {
+    /// Of the leases that block the request, the one that expires last.
     pub(crate) lease: &'a LiveLease,
-    /// Whether the release of another lease may let the request in first (a
-    /// semaphore's holders: any release frees a permit); else the others must go too
-    /// (a writer's readers), or there are none.
+    /// Whether something else may let the request in first: a semaphore of more than
+    /// one permit, where any holder's release, or a waiter ahead that leaves, frees a
+    /// place. Else the other blocking leases must go too (a writer's readers), or
+    /// there are none.
     pub(crate) one_of_several: bool,
 }
 
@@ -77,7 +79,7 @@ pub(crate) fn blocking_lease<'a>(
     let blocking = leases.iter().filter(|lease| blocks(lease)).count();
     Some(Blocking {
         lease,
-        one_of_several: kind == LockKind::Permit && blocking > 1,
+        one_of_several: kind == LockKind::Permit && (blocking > 1 || lease.permits > 1),
     })
 }
 
@@ -235,7 +237,20 @@ mod tests {
             Some(true),
             "any release frees one"
         );
-        assert_eq!(several(Permit, &permits[..1]), Some(false));
+        let of_one = LiveLease {
+            permits: 1,
+            ..lease(Permit, "p1", 100)
+        };
+        assert_eq!(several(Permit, std::slice::from_ref(&of_one)), Some(false));
+        let of_two = LiveLease {
+            permits: 2,
+            ..of_one
+        };
+        assert_eq!(
+            several(Permit, &[of_two]),
+            Some(true),
+            "a waiter ahead may leave"
+        );
         assert_eq!(
             several(Write, &readers),
             Some(false),

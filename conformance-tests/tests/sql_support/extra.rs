@@ -300,8 +300,8 @@ pub async fn same_process_waiter_woken_at_release(sql: &Sql) {
 /// A waiter in another process than the holder's gets the lock at the release, not at
 /// its next poll: PostgreSQL's notification, MariaDB's doorbell; for every kind of
 /// lock, each blocked by the kind a `lock-holder` process holds, all at once. Each
-/// holder releases 3 s after it got its lock and keeps its connections (so only the
-/// release can tell); the waiters begin 1 s after the grants, once the holders have
+/// holder releases 5 s after it got its lock and keeps its connections (so only the
+/// release can tell); the waiters begin 2 s after the grants, once the holders have
 /// surely taken their doorbells, and poll (and refresh their queue tickets) 10-20 s
 /// apart (the 60 s leases do not shorten that), so each must be granted well before
 /// its first poll.
@@ -335,13 +335,13 @@ pub async fn other_process_waiter_woken_at_release(sql: &Sql) {
                 watchdog_lease: Duration::from_secs(60),
             };
             let mut command = sql.holder_command(&spec).expect("a holder process");
-            command.args(["--kind", held, "--release-after-ms", "3000"]);
+            command.args(["--kind", held, "--release-after-ms", "5000"]);
             let mut holder = HolderProcess::start(command, Duration::from_secs(30))
                 .await
                 .expect("the holder process holds the lock");
             // A lease granted without a wait takes its doorbell 5 ms after the grant,
             // on a connection the holder opens then (six holders start at once).
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tokio::time::sleep(Duration::from_secs(2)).await;
             let asked = Instant::now();
             let tried = take(waiter, &name, wanted, AcquireOptions::try_once()).await;
             assert!(
@@ -366,7 +366,7 @@ pub async fn other_process_waiter_woken_at_release(sql: &Sql) {
     let slow: Vec<&String> = took.iter().filter_map(|case| case.as_ref().err()).collect();
     assert!(
         slow.is_empty(),
-        "the holders releasing 2 s after the waits began, a release in the other process \
+        "the holders releasing 3 s after the waits began, a release in the other process \
          did not wake the waiter: {slow:?} (all: {took:?})"
     );
     let took: Vec<&String> = took.iter().filter_map(|case| case.as_ref().ok()).collect();

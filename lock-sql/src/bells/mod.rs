@@ -15,8 +15,9 @@
 //!
 //! - A waiter kept waiting only by other waiters' queue tickets (a fair waiter behind
 //!   another's ticket, a reader behind a waiting writer) has no doorbell to watch: it
-//!   polls until a lease blocks it. A semaphore's waiter blocked by several holders
-//!   watches one and polls as well: any holder's release frees a permit.
+//!   polls until a lease blocks it. A waiter of a semaphore of more than one permit
+//!   watches one holder and polls as well: any holder's release, or a waiter ahead
+//!   that leaves, may free a place.
 //! - The first waiter of a key in a client (every reader) takes its own doorbell as soon as it finds
 //!   the doorbell of a lease of another process held (waiters there watch), so that
 //!   once granted the waiters of that process can watch at once. A lease granted

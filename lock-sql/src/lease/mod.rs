@@ -82,7 +82,7 @@ pub(super) enum Outcome {
 pub(super) struct Blocker {
     pub(super) kind: LockKind,
     pub(super) owner: String,
-    /// Whether another lease's release may let the request in first (a semaphore's
-    /// holders), so that its waiter polls as well.
+    /// Whether something else may let the request in first (a semaphore of more
+    /// than one permit), so that its waiter polls as well.
     pub(super) one_of_several: bool,
 }

@@ -78,11 +78,16 @@ pub(super) async fn prepare(
             })
         }
         Decision::Blocked { wake_in_ms } => {
-            let blocker = blocking_lease(ask.kind, &ask.owner, &leases).map(|blocking| Blocker {
-                kind: blocking.lease.kind,
-                owner: blocking.lease.owner.clone(),
-                one_of_several: blocking.one_of_several,
-            });
+            // Only MariaDB's doorbells need it.
+            let blocker = db
+                .bells
+                .as_ref()
+                .and_then(|_| blocking_lease(ask.kind, &ask.owner, &leases))
+                .map(|blocking| Blocker {
+                    kind: blocking.lease.kind,
+                    owner: blocking.lease.owner.clone(),
+                    one_of_several: blocking.one_of_several,
+                });
             wait(
                 tx,
                 db,
