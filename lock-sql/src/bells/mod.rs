@@ -18,11 +18,11 @@
 //!   polls until a lease blocks it. A waiter of a semaphore of more than one permit
 //!   watches one holder and polls as well: any holder's release, or a waiter ahead
 //!   that leaves, may free a place.
-//! - The first waiter of a key in a client (every reader) takes its own doorbell as soon as it finds
-//!   the doorbell of a lease of another process held (waiters there watch), so that
-//!   once granted the waiters of that process can watch at once. A lease granted
-//!   otherwise takes its doorbell [`TAKE_AFTER`] the grant, if still held then: a
-//!   shorter lease costs no doorbell at all.
+//! - The first waiter of a key in a client (every reader) takes its own doorbell as
+//!   soon as it finds the doorbell of a lease of another process held (waiters there
+//!   watch), so that once granted the waiters of that process can watch at once. A
+//!   lease granted otherwise takes its doorbell [`TAKE_AFTER`] the grant, if still
+//!   held then: a shorter lease costs no doorbell at all.
 //! - A watch that finds no doorbell held (a holder that keeps none or has not taken it
 //!   yet, or one just freed) has the waiter look once more at once; the next three in
 //!   a row, again within [`SECOND_WATCH_AFTER`]; after that it polls as without
@@ -224,11 +224,11 @@ impl Bells {
         Here::mark(self.name(khash, kind, owner))
     }
 
-    /// Watches the doorbell of `blocker`'s lease of `kind` of key `khash` for at most `lasts`:
-    /// its end wakes this client's waiters of `topic`. Answers once the watch knows
-    /// whether the doorbell is held (a round trip), or at once if a watch of it waits
-    /// already (`On`) or still checks (`Off`: poll), or if the lease is this process's
-    /// (`Here`: its release is announced here).
+    /// Watches the doorbell of `blocker`'s lease of `kind` of key `khash` for at most
+    /// `lasts`: its end wakes this client's waiters of `topic`. Answers once the watch
+    /// knows whether the doorbell is held (a round trip), or at once if a watch of it
+    /// waits already (`On`) or still checks (`Off`: poll), or if the lease is this
+    /// process's (`Here`: its release is announced here).
     pub(crate) async fn watch(
         &self,
         topic: Arc<str>,

@@ -212,7 +212,8 @@ pub(crate) async fn acquire(
                     Watch::Off => {}
                 }
                 match watch {
-                    // Else another holder's release may come first: poll too.
+                    // Unless something else may let it in first (a semaphore of
+                    // more than one permit): then poll too.
                     Watch::On => !blocker.one_of_several,
                     // Announced here; polled for as before, in case it is not.
                     Watch::Here => false,
