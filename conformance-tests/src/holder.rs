@@ -3,6 +3,10 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use lock_core::{
+    AcquireOptions, DistributedLock, Election, LockGuard, LockKind, LockProvider, ReadWriteLock,
+    Semaphore,
+};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -17,6 +21,36 @@ pub const SHUT_DOWN: &str = "SHUT_DOWN";
 
 /// What the holder prints once it released the lock (`--release-after-ms`).
 pub const RELEASED: &str = "RELEASED";
+
+/// Takes the lock `name` of `kind` from `provider` with `options`: for a permit, of the
+/// semaphore of `permits`; for leadership, of the election, campaigning with `value`.
+///
+/// # Errors
+/// The acquire's error, or the handle's (a bad name).
+pub async fn take(
+    provider: &dyn LockProvider,
+    name: &str,
+    kind: LockKind,
+    permits: u32,
+    value: &str,
+    options: AcquireOptions,
+) -> lock_core::Result<LockGuard> {
+    match kind {
+        LockKind::Exclusive => provider.lock(name)?.acquire_with(options).await,
+        LockKind::Fair => provider.fair_lock(name)?.acquire_with(options).await,
+        LockKind::Read => provider.rw_lock(name)?.read_with(options).await,
+        LockKind::Write => provider.rw_lock(name)?.write_with(options).await,
+        LockKind::Permit => {
+            let semaphore = provider.semaphore(name, permits)?;
+            semaphore.acquire_with(options).await
+        }
+        LockKind::Leader => {
+            let election = provider.election(name)?;
+            let leadership = election.campaign_with(value, options).await?;
+            Ok(leadership.into_guard())
+        }
+    }
+}
 
 /// A running `lock-holder` process that holds a lock. Killed when dropped.
 #[derive(Debug)]

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use distributed_locks::{
-    connect, AcquireOptions, ConnectOptions, DistributedLockExt, LockGuard, LockProvider,
+    connect, AcquireOptions, ConnectOptions, DistributedLockExt, LockGuard, LockKind, LockProvider,
 };
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -77,21 +77,16 @@ async fn hold(args: &Args, client: &Arc<dyn LockProvider>) -> distributed_locks:
         Some(ms) => AcquireOptions::wait_for(Duration::from_millis(ms)),
         None => AcquireOptions::wait_forever(),
     };
-    match args.kind {
-        Kind::Exclusive => client.lock(&args.name)?.acquire_with(wait).await,
-        Kind::Fair => client.fair_lock(&args.name)?.acquire_with(wait).await,
-        Kind::Read => client.rw_lock(&args.name)?.read_with(wait).await,
-        Kind::Write => client.rw_lock(&args.name)?.write_with(wait).await,
-        Kind::Permit => {
-            let semaphore = client.semaphore(&args.name, args.permits)?;
-            semaphore.acquire_with(wait).await
-        }
-        Kind::Leader => {
-            let election = client.election(&args.name)?;
-            let leadership = election.campaign_with(&args.value, wait).await?;
-            Ok(leadership.into_guard())
-        }
-    }
+    let kind = match args.kind {
+        Kind::Exclusive => LockKind::Exclusive,
+        Kind::Fair => LockKind::Fair,
+        Kind::Read => LockKind::Read,
+        Kind::Write => LockKind::Write,
+        Kind::Permit => LockKind::Permit,
+        Kind::Leader => LockKind::Leader,
+    };
+    let name = args.name.as_str();
+    conformance_tests::holder::take(&**client, name, kind, args.permits, &args.value, wait).await
 }
 
 /// Starts a wait on `queue_on`, then shuts the client down: the wait must end with

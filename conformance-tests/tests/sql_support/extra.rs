@@ -4,13 +4,11 @@
 
 use std::time::Duration;
 
-use conformance_tests::holder::HolderProcess;
+use conformance_tests::holder::{take, HolderProcess};
 use conformance_tests::server::Freezer;
 use conformance_tests::{Backend, HolderSpec};
 use lock_core::prelude::*;
-use lock_core::{
-    AcquireOptions, Error, LockClient, LockGuard, LockKey, LockKind, LockName, Namespace,
-};
+use lock_core::{AcquireOptions, Error, LockClient, LockKey, LockKind, LockName, Namespace};
 use lock_sql::{sqlx, Dialect, SqlBackend, SqlConfig, Strategy};
 use sqlx::Row;
 use tokio::time::Instant;
@@ -343,14 +341,24 @@ pub async fn other_process_waiter_woken_at_release(sql: &Sql) {
             // on a connection the holder opens then (six holders start at once).
             tokio::time::sleep(Duration::from_secs(2)).await;
             let asked = Instant::now();
-            let tried = take(waiter, &name, wanted, AcquireOptions::try_once()).await;
+            let tried = take(
+                waiter,
+                &name,
+                wanted,
+                1,
+                "waiter",
+                AcquireOptions::try_once(),
+            )
+            .await;
             assert!(
                 matches!(tried, Err(Error::Timeout { .. })),
                 "{wanted:?} beside a holder of {held}: the holder process released \
                  before the wait began, or the try failed: {tried:?}"
             );
             let wait = AcquireOptions::wait_for(Duration::from_secs(40));
-            let guard = take(waiter, &name, wanted, wait).await.expect("granted");
+            let guard = take(waiter, &name, wanted, 1, "waiter", wait)
+                .await
+                .expect("granted");
             let took = asked.elapsed();
             guard.release().await.unwrap();
             holder.kill().await;
@@ -374,28 +382,6 @@ pub async fn other_process_waiter_woken_at_release(sql: &Sql) {
         "sql-extra[{}] PASS other_process_waiter_woken_at_release ({took:?})",
         sql.label
     );
-}
-
-/// Takes the lock `name` of `kind` (a semaphore of one permit; an election's
-/// leadership) with `options`.
-async fn take(
-    client: &LockClient<SqlBackend>,
-    name: &str,
-    kind: LockKind,
-    options: AcquireOptions,
-) -> lock_core::Result<LockGuard> {
-    match kind {
-        LockKind::Exclusive => client.lock(name)?.acquire_with(options).await,
-        LockKind::Fair => client.fair_lock(name)?.acquire_with(options).await,
-        LockKind::Read => client.rw_lock(name)?.read_with(options).await,
-        LockKind::Write => client.rw_lock(name)?.write_with(options).await,
-        LockKind::Permit => client.semaphore(name, 1)?.acquire_with(options).await,
-        LockKind::Leader => {
-            let election = client.election(name)?;
-            let leadership = election.campaign_with("waiter", options).await?;
-            Ok(leadership.into_guard())
-        }
-    }
 }
 
 /// The server stalls (frozen) as an uncontended acquire reaches it, for longer than
