@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::guard::{HoldOps, LockGuard};
 use crate::handle::Handle;
 use crate::id::LockId;
+use crate::latch::Latch;
 use crate::lease::{LeaseLoss, Stamp};
 use crate::options::{validate_lease, AcquireOptions, Lease};
 use crate::watchdog::LeaseEntry;
@@ -37,7 +38,7 @@ pub(crate) struct Acquisition<B: LockBackend> {
     read_side: tokio::sync::Mutex<Weak<Acquisition<B>>>,
     /// Turns true once a release of this acquisition was answered, or can no longer
     /// be sent: a downgrade waits for it on the read side an earlier one made.
-    release_answered: tokio::sync::watch::Sender<bool>,
+    release_answered: Latch,
 }
 
 /// What giving up one hold did.
@@ -62,7 +63,7 @@ impl<B: LockBackend> Acquisition<B> {
             asked,
             holds: Mutex::new(1),
             read_side: tokio::sync::Mutex::new(Weak::new()),
-            release_answered: tokio::sync::watch::Sender::new(false),
+            release_answered: Latch::default(),
         })
     }
 
@@ -170,7 +171,7 @@ impl<B: LockBackend> Acquisition<B> {
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::debug!(key = %self.lease.held.key, "guard dropped outside a runtime; the lease will expire");
-            self.release_answered.send_replace(true);
+            self.release_answered.open();
             return;
         };
         let acquisition = AnsweredWhenDropped(self.clone());
@@ -227,7 +228,7 @@ impl<B: LockBackend> Acquisition<B> {
         let mut unfinished = Unfinished(Some(self.clone()));
         let result = self.handle.backend().release(held).instrument(span).await;
         unfinished.0 = None;
-        self.release_answered.send_replace(true);
+        self.release_answered.open();
         match self.outcome(result, lost_before, attempt) {
             Outcome::Done(result) => result,
             Outcome::Retry(err) => {
@@ -303,7 +304,7 @@ impl<B: LockBackend> Acquisition<B> {
     /// the backend answered.
     fn finish_in_background(self: &Arc<Self>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.release_answered.send_replace(true);
+            self.release_answered.open();
             return;
         };
         let acquisition = AnsweredWhenDropped(self.clone());
@@ -507,10 +508,9 @@ impl<B: LockBackend> Acquisition<B> {
             // Held but lost: no release is under way.
             return;
         }
-        let mut answered = read.release_answered.subscribe();
         let expiry = self.lease.state.expires_at();
         tokio::select! {
-            _ = answered.wait_for(|done| *done) => {}
+            () = read.release_answered.opened() => {}
             _ = self.lease.state.ended_future() => {}
             () = tokio::time::sleep_until(expiry) => {}
         }
@@ -524,7 +524,7 @@ struct AnsweredWhenDropped<B: LockBackend>(Arc<Acquisition<B>>);
 
 impl<B: LockBackend> Drop for AnsweredWhenDropped<B> {
     fn drop(&mut self) {
-        self.0.release_answered.send_replace(true);
+        self.0.release_answered.open();
     }
 }
 

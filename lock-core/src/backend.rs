@@ -31,11 +31,19 @@ pub use crate::text::push_decimal;
 pub struct OwnerToken(Arc<str>);
 
 impl OwnerToken {
-    pub(crate) fn new(client: &uuid::Uuid, acquisition: u64) -> Self {
-        use std::fmt::Write;
-        // One per acquisition: written into a string sized once.
-        let mut token = String::with_capacity(uuid::fmt::Hyphenated::LENGTH + 1 + 20);
-        let _ = write!(token, "{client}:{acquisition}");
+    /// What every token of the client whose uuid is `client` begins with, made once per
+    /// client: formatting the uuid again for each acquisition costs more than the rest.
+    pub(crate) fn prefix(client: &uuid::Uuid) -> Box<str> {
+        let mut prefix = client.hyphenated().to_string();
+        prefix.push(':');
+        prefix.into()
+    }
+
+    /// The token of `acquisition` of the client whose tokens begin with `prefix`.
+    pub(crate) fn with_prefix(prefix: &str, acquisition: u64) -> Self {
+        let mut token = String::with_capacity(prefix.len() + 20);
+        token.push_str(prefix);
+        push_decimal(&mut token, acquisition);
         OwnerToken(token.into())
     }
 

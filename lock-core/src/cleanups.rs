@@ -3,9 +3,10 @@
 //! before it exits ([`LockClient::shutdown`](crate::LockClient::shutdown)).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 /// Counts a component's background clean-ups and lets a caller wait until none is
 /// left. Cloning shares the count.
@@ -36,16 +37,45 @@ pub struct Cleanups {
 
 #[derive(Debug)]
 struct Pending {
-    count: watch::Sender<usize>,
+    // An atomic, and only its return to zero wakes anyone: every acquire changes the
+    // count of acquires under way twice.
+    count: AtomicUsize,
+    /// Signalled each time the count returns to zero.
+    drained: Notify,
     /// The `lock_cleanups_pending{backend}` gauge this count is reported to, if any.
     gauge: Option<metrics::Gauge>,
 }
 
 impl Pending {
-    fn change(&self, by: isize) {
-        self.count.send_modify(|n| *n = n.saturating_add_signed(by));
+    fn new(gauge: Option<metrics::Gauge>) -> Arc<Self> {
+        Arc::new(Pending {
+            count: AtomicUsize::new(0),
+            drained: Notify::new(),
+            gauge,
+        })
+    }
+
+    fn add(&self) {
+        self.count.fetch_add(1, Ordering::AcqRel);
+        self.report();
+    }
+
+    fn remove(&self) {
+        let before = self.count.fetch_sub(1, Ordering::AcqRel);
+        // Only a `PendingCleanup`, made by `add`, removes.
+        debug_assert!(before > 0);
+        let left = before.saturating_sub(1);
+        self.report();
+        if left == 0 {
+            self.drained.notify_waiters();
+        }
+    }
+
+    /// Sets the gauge to the count as read after the change. Racing changes may leave
+    /// it one change behind until the next change.
+    fn report(&self) {
         if let Some(gauge) = &self.gauge {
-            gauge.set(*self.count.borrow() as f64);
+            gauge.set(self.count.load(Ordering::Acquire) as f64);
         }
     }
 }
@@ -53,10 +83,7 @@ impl Pending {
 impl Default for Cleanups {
     fn default() -> Self {
         Cleanups {
-            pending: Arc::new(Pending {
-                count: watch::Sender::new(0),
-                gauge: None,
-            }),
+            pending: Pending::new(None),
         }
     }
 }
@@ -66,16 +93,16 @@ impl Cleanups {
     /// with `backend`.
     pub fn reported(backend: &'static str) -> Self {
         Cleanups {
-            pending: Arc::new(Pending {
-                count: watch::Sender::new(0),
-                gauge: Some(metrics::gauge!("lock_cleanups_pending", "backend" => backend)),
-            }),
+            pending: Pending::new(Some(metrics::gauge!(
+                "lock_cleanups_pending",
+                "backend" => backend
+            ))),
         }
     }
 
     /// Counts one clean-up until the returned value is dropped.
     pub fn begin(&self) -> PendingCleanup {
-        self.pending.change(1);
+        self.pending.add();
         PendingCleanup {
             pending: self.pending.clone(),
         }
@@ -96,7 +123,7 @@ impl Cleanups {
 
     /// How many clean-ups are under way.
     pub fn pending(&self) -> usize {
-        *self.pending.count.borrow()
+        self.pending.count.load(Ordering::Acquire)
     }
 
     /// Waits until no clean-up is under way.
@@ -104,9 +131,17 @@ impl Cleanups {
     /// # Cancel safety
     /// Cancel safe: it only waits; the clean-ups go on.
     pub async fn settled(&self) {
-        let mut count = self.pending.count.subscribe();
-        // The sender lives in `self`, so the channel cannot close while we wait.
-        let _ = count.wait_for(|n| *n == 0).await;
+        loop {
+            let drained = self.pending.drained.notified();
+            tokio::pin!(drained);
+            // Registered before the count is read: a return to zero after the read
+            // wakes this wait rather than passing it by.
+            drained.as_mut().enable();
+            if self.pending() == 0 {
+                return;
+            }
+            drained.await;
+        }
     }
 }
 
@@ -118,7 +153,7 @@ pub struct PendingCleanup {
 
 impl Drop for PendingCleanup {
     fn drop(&mut self) {
-        self.pending.change(-1);
+        self.pending.remove();
     }
 }
 

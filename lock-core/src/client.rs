@@ -1,7 +1,6 @@
 //! The client: one backend, one namespace, one watchdog, and the lock handles made
 //! from them.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, Weak};
@@ -16,6 +15,7 @@ use crate::backend::{Capabilities, LockBackend, OwnerToken};
 use crate::cleanups::Cleanups;
 use crate::election::{Election, ElectionHandle};
 use crate::error::Result;
+use crate::lease_ids::LeaseIdMap;
 use crate::locks::{FairLockHandle, LockHandle, ReadWriteLockHandle};
 use crate::name::{LockKey, LockName, Namespace};
 use crate::options::{
@@ -40,6 +40,8 @@ pub(crate) struct ClientInner<B: LockBackend> {
     pub(crate) description: Arc<str>,
     namespace: Namespace,
     id: uuid::Uuid,
+    /// `id` and a colon: what every owner token of this client begins with.
+    owner_prefix: Box<str>,
     next_owner: AtomicU64,
     next_lease: AtomicU64,
     /// Releases retried or made after a guard was dropped, still under way.
@@ -50,13 +52,16 @@ pub(crate) struct ClientInner<B: LockBackend> {
     closed: watch::Sender<bool>,
     /// Every acquisition granted and not yet given back, by lease id, for
     /// [`LockClient::shutdown`] to release.
-    held: StdMutex<HashMap<u64, Weak<Acquisition<B>>>>,
+    held: StdMutex<LeaseIdMap<Weak<Acquisition<B>>>>,
 }
 
 impl<B: LockBackend> ClientInner<B> {
     /// The owner token of a new acquisition: unique to it, across processes.
     pub(crate) fn next_owner_token(&self) -> OwnerToken {
-        OwnerToken::new(&self.id, self.next_owner.fetch_add(1, Ordering::Relaxed))
+        OwnerToken::with_prefix(
+            &self.owner_prefix,
+            self.next_owner.fetch_add(1, Ordering::Relaxed),
+        )
     }
 
     pub(crate) fn next_lease_id(&self) -> u64 {
@@ -98,7 +103,7 @@ impl<B: LockBackend> ClientInner<B> {
         self.held_map().remove(&lease.id).is_some()
     }
 
-    fn held_map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Weak<Acquisition<B>>>> {
+    fn held_map(&self) -> std::sync::MutexGuard<'_, LeaseIdMap<Weak<Acquisition<B>>>> {
         // Single inserts and removes: a panic cannot leave it half done.
         self.held
             .lock()
@@ -433,6 +438,7 @@ impl<B: LockBackend> LockClientBuilder<B> {
     /// Makes the client from checked settings.
     fn assemble(self, namespace: Namespace, drift: ClockDrift) -> LockClient<B> {
         let (backend, watchdog_lease) = (self.backend, self.watchdog_lease);
+        let id = uuid::Uuid::new_v4();
         let validity = drift.validity(watchdog_lease, backend.lease_validity(watchdog_lease));
         let telemetry = Arc::new(Telemetry::new(
             backend.name(),
@@ -457,12 +463,13 @@ impl<B: LockBackend> LockClientBuilder<B> {
                     .unwrap_or_else(crate::info::default_description)
                     .into(),
                 namespace,
-                id: uuid::Uuid::new_v4(),
+                id,
+                owner_prefix: OwnerToken::prefix(&id),
                 next_owner: AtomicU64::new(1),
                 next_lease: AtomicU64::new(1),
                 acquiring: Cleanups::default(),
                 closed: watch::Sender::new(false),
-                held: StdMutex::new(HashMap::new()),
+                held: StdMutex::new(LeaseIdMap::default()),
             }),
         }
     }

@@ -3,10 +3,11 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::telemetry::LeaseIdentity;
@@ -103,10 +104,33 @@ impl Status {
 /// Shared by a lease's guards, the watchdog and the backend's [`LossNotifier`].
 #[derive(Debug)]
 pub(crate) struct LeaseState {
-    status: watch::Sender<Status>,
+    shared: Arc<Shared>,
     /// Who the lease is, for the metrics, events and logs of its end (none in tests of
     /// the state alone).
     identity: Option<Arc<LeaseIdentity>>,
+}
+
+/// The status and its waiters, which outlive the [`LeaseState`]: a waiter still reads
+/// how the lease ended once every owner is gone.
+///
+/// A mutex and a `Notify`: every grant and release changes the status, and a change
+/// costs one lock and one wake-up call.
+#[derive(Debug)]
+struct Shared {
+    status: Mutex<Status>,
+    /// Woken at each change of `status`, and when the [`LeaseState`] is dropped.
+    changed: Notify,
+    /// Set when the [`LeaseState`] is dropped: nothing can renew the lease any more.
+    orphaned: AtomicBool,
+}
+
+impl Shared {
+    fn status(&self) -> MutexGuard<'_, Status> {
+        // Each update leaves the status whole before it can panic.
+        self.status
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 /// How often a waiter on [`LeaseState::ended_future`] looks again: after a suspend,
@@ -138,15 +162,32 @@ impl LeaseState {
         identity: Option<Arc<LeaseIdentity>>,
     ) -> Arc<Self> {
         Arc::new(LeaseState {
-            status: watch::Sender::new(Status {
-                ended: None,
-                letting_go: false,
-                pending,
-                expires_at,
-                mark: crate::clock::suspended(),
+            shared: Arc::new(Shared {
+                status: Mutex::new(Status {
+                    ended: None,
+                    letting_go: false,
+                    pending,
+                    expires_at,
+                    mark: crate::clock::suspended(),
+                }),
+                changed: Notify::new(),
+                orphaned: AtomicBool::new(false),
             }),
             identity,
         })
+    }
+
+    fn status(&self) -> MutexGuard<'_, Status> {
+        self.shared.status()
+    }
+
+    /// Applies `update`, and wakes the waiters if it says it changed the status.
+    fn update(&self, update: impl FnOnce(&mut Status) -> bool) -> bool {
+        let changed = update(&mut self.status());
+        if changed {
+            self.shared.changed.notify_waiters();
+        }
+        changed
     }
 
     /// Who the lease is.
@@ -163,12 +204,15 @@ impl LeaseState {
 
     /// Whether its holder may count on it: live, and no release sent.
     pub(crate) fn counts(&self) -> bool {
-        !self.status.borrow().letting_go && self.is_held()
+        // Read apart: the guard of a temporary lives to the end of its expression, and
+        // `is_held` takes the lock again.
+        let letting_go = self.status().letting_go;
+        !letting_go && self.is_held()
     }
 
     /// Its release is about to be sent: from now on nobody counts on it.
     pub(crate) fn letting_go(&self) {
-        self.status.send_if_modified(|status| {
+        self.update(|status| {
             let changed = !status.letting_go;
             status.letting_go = true;
             changed
@@ -177,12 +221,12 @@ impl LeaseState {
 
     /// The local expiry, as tokio's clock names it now.
     pub(crate) fn expires_at(&self) -> Instant {
-        self.status.borrow().effective_expiry()
+        self.status().effective_expiry()
     }
 
     /// Why the lease ended, counting a passed expiry; `None` while held.
     pub(crate) fn ended(&self) -> Option<LeaseLoss> {
-        let status = self.status.borrow();
+        let status = self.status();
         match &status.ended {
             Some(loss) => Some(loss.clone()),
             None if status.expired(Instant::now()) => Some(LeaseLoss::Expired),
@@ -207,12 +251,13 @@ impl LeaseState {
     /// Ends the pending state: the lease runs until `at + validity`, counting suspends
     /// from `mark` on.
     fn count_from(&self, at: Instant, mark: Duration, validity: Duration) {
-        self.status.send_if_modified(|status| {
+        let expires_at = at + validity;
+        self.update(|status| {
             if status.ended.is_some() {
                 return false;
             }
             status.pending = false;
-            status.expires_at = at + validity;
+            status.expires_at = expires_at;
             status.mark = mark;
             true
         });
@@ -227,7 +272,7 @@ impl LeaseState {
     /// of a lease at a time ([`LeaseEntry::renewal`](crate::watchdog::LeaseEntry)), so
     /// replies are applied in the order the server saw the requests.
     pub(crate) fn renewed(&self, sent: Stamp, validity: Duration) -> bool {
-        self.status.send_if_modified(|status| {
+        self.update(|status| {
             // A pending lease is not granted yet: nothing to renew.
             if status.ended.is_some() || status.pending || status.expired(Instant::now()) {
                 return false;
@@ -243,7 +288,7 @@ impl LeaseState {
     /// expiry, which came first (nobody had looked yet). Returns whether this call ended
     /// it (and then tells the metrics, the events and the log).
     pub(crate) fn end(&self, mut reason: LeaseLoss) -> bool {
-        let ended = self.status.send_if_modified(|status| {
+        let ended = self.update(|status| {
             if status.ended.is_some() {
                 return false;
             }
@@ -260,13 +305,20 @@ impl LeaseState {
         ended
     }
 
-    /// Resolves with the reason once the lease ends or its local expiry passes.
+    /// Resolves with the reason once the lease ends or its local expiry passes. It
+    /// does not keep the lease's owners alive: once every one is gone and the lease
+    /// had not ended, nothing can renew it, and it resolves as expired.
     pub(crate) fn ended_future(&self) -> impl Future<Output = LeaseLoss> + Send + 'static {
-        let mut rx = self.status.subscribe();
+        let shared = self.shared.clone();
         async move {
             loop {
+                let changed = shared.changed.notified();
+                tokio::pin!(changed);
+                // Registered before the status is read: a change after the read wakes
+                // this wait rather than passing it by.
+                changed.as_mut().enable();
                 let (ended, letting_go, expires_at) = {
-                    let status = rx.borrow_and_update();
+                    let status = shared.status();
                     (
                         status.ended.clone(),
                         status.letting_go,
@@ -285,19 +337,24 @@ impl LeaseState {
                 if expires_at.is_some_and(|at| now >= at) {
                     return LeaseLoss::Expired;
                 }
+                if shared.orphaned.load(Ordering::Acquire) {
+                    return LeaseLoss::Expired;
+                }
                 let look_again =
                     expires_at.map_or(now + SUSPEND_RECHECK, |at| at.min(now + SUSPEND_RECHECK));
                 tokio::select! {
-                    changed = rx.changed() => {
-                        if changed.is_err() {
-                            // Every owner of the state is gone: nothing can renew it.
-                            return LeaseLoss::Expired;
-                        }
-                    }
+                    () = &mut changed => {}
                     () = tokio::time::sleep_until(look_again) => {}
                 }
             }
         }
+    }
+}
+
+impl Drop for LeaseState {
+    fn drop(&mut self) {
+        self.shared.orphaned.store(true, Ordering::Release);
+        self.shared.changed.notify_waiters();
     }
 }
 

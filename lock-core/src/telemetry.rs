@@ -246,10 +246,11 @@ impl Telemetry {
     }
 
     fn labels(&self, key: &LockKey, kind: LockKind) -> Vec<Label> {
-        let mut labels = vec![
-            Label::new("backend", self.backend),
-            Label::new("kind", kind_label(kind)),
-        ];
+        // Room for the lock's name and one more label (an outcome, a reason), so that
+        // adding them does not grow the vector again.
+        let mut labels = Vec::with_capacity(4);
+        labels.push(Label::new("backend", self.backend));
+        labels.push(Label::new("kind", kind_label(kind)));
         if self.lock_names {
             labels.push(Label::new("lock", key.to_string()));
         }

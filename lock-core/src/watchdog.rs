@@ -1,7 +1,6 @@
 //! One watchdog per client: renews every watchdog-kept lease in one batched call per
 //! tick and reports the leases it could not keep.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -10,6 +9,7 @@ use tokio::time::Instant;
 
 use crate::backend::{HeldLease, LockBackend, Renewal};
 use crate::lease::{LeaseLoss, LeaseState, Stamp};
+use crate::lease_ids::LeaseIdMap;
 use crate::telemetry::Telemetry;
 
 /// One granted lease: what the backend needs, and what the client knows of it.
@@ -51,7 +51,7 @@ impl<B: LockBackend> LeaseEntry<B> {
 
 #[derive(Debug)]
 struct Registry<B: LockBackend> {
-    leases: HashMap<u64, Arc<LeaseEntry<B>>>,
+    leases: LeaseIdMap<Arc<LeaseEntry<B>>>,
     running: bool,
 }
 
@@ -85,7 +85,7 @@ impl<B: LockBackend> Watchdog<B> {
                 validity,
                 telemetry,
                 registry: Mutex::new(Registry {
-                    leases: HashMap::new(),
+                    leases: LeaseIdMap::default(),
                     running: false,
                 }),
             }),
