@@ -13,7 +13,7 @@ use lock_core::backend::{AcquireRequest, Grant, HeldLease, LockBackend, Renewal}
 use tokio::sync::{OwnedRwLockReadGuard, RwLock};
 use tokio::time::Instant;
 
-use crate::calls::{self, Call, Request, Undo};
+use crate::calls::{self, Invocation, Request, Undo};
 use crate::config::{RedisConfig, ReplicaAcks, TooFewReplicas};
 use crate::error::{self as err, BACKEND};
 use crate::holder_watch::HolderWatch;
@@ -172,7 +172,7 @@ impl RedisBackend {
 /// timeout goes out at once (see [`Place`]).
 pub(crate) async fn attempt(
     node: &Node,
-    call: Call,
+    call: Invocation,
     lease: Duration,
     undo: Undo,
     permit: Option<Permit>,
@@ -253,13 +253,12 @@ async fn undo_until(node: &Node, undo: &Undo, give_up: Instant) {
 /// is never sent on another connection: it would count nothing and pass.
 async fn acquire_acked(
     node: &Node,
-    call: &Call,
+    invocation: &Invocation,
     acks: ReplicaAcks,
     limit: Duration,
     undo: &Undo,
 ) -> Result<Attempt> {
     let mut conn = node.acks_conn().await?;
-    let invocation = call.invocation();
     let mut reply: Result<redis::RedisResult<Vec<i64>>, _> =
         tokio::time::timeout(limit, invocation.invoke_async(conn.get())).await;
     let dead = matches!(&reply, Ok(Err(error))
@@ -649,8 +648,8 @@ impl LockBackend for RedisBackend {
         lease.data.stop_watch();
         let keys = self.keys(&lease.key);
         let value = lease_value(lease.owner.as_str(), &lease.data, lease.fence);
-        let call = calls::release_with_receipt(&keys, lease.kind, &lease.data, value);
-        let released: i64 = self.node.call("release", &call).await?;
+        let call = calls::release_with_receipt(&keys, lease.kind, &lease.data, &value);
+        let released: i64 = self.node.eval("release", &call).await?;
         if released == 1 {
             Ok(())
         } else {

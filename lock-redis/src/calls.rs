@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use lock_core::{LockFamily, LockKind};
 use redis::aio::ConnectionLike;
-use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, RedisWrite, Script, ServerErrorKind};
 
-use crate::keys::{Keys, RedisLease, Stored};
+use crate::keys::{Keys, RedisLease, Stored, EXCLUSIVE_CHANNEL, EXCLUSIVE_WAITERS, FENCE, RECEIPT};
 use crate::pubsub::{Interest, Unclaimed};
 use crate::scripts;
 
@@ -24,21 +24,68 @@ impl Call {
     /// The call as the command that runs it, built once in one buffer.
     pub(crate) fn invocation(&self) -> Invocation {
         let data: usize = self.keys.iter().chain(&self.args).map(String::len).sum();
-        let mut cmd = Cmd::with_capacity(3 + self.keys.len() + self.args.len(), data + 64);
-        cmd.arg("EVALSHA")
-            .arg(self.script.get_hash())
-            .arg(self.keys.len())
-            .arg(&self.keys)
-            .arg(&self.args);
+        let mut packer = Packer::new(self.script, self.keys.len(), self.args.len(), data);
+        for part in self.keys.iter().chain(&self.args) {
+            packer.arg(part);
+        }
+        packer.done()
+    }
+}
+
+/// Writes a script call straight into its command (`EVALSHA <sha> <number of keys>`,
+/// the keys, then the arguments), in one buffer, with no string of its own for each
+/// key or argument: for the calls every lock cycle makes. Keys and arguments are
+/// written in the order the script reads them.
+pub(crate) struct Packer {
+    script: &'static Script,
+    cmd: Cmd,
+}
+
+impl Packer {
+    /// A call of `script` with `keys` keys and `args` arguments, about `data` bytes
+    /// of them in all.
+    pub(crate) fn new(script: &'static Script, keys: usize, args: usize, data: usize) -> Self {
+        let mut cmd = Cmd::with_capacity(3 + keys + args, data + 64);
+        cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
+        Packer { script, cmd }
+    }
+
+    /// The next key or argument.
+    pub(crate) fn arg(&mut self, arg: &str) -> &mut Self {
+        self.cmd.arg(arg);
+        self
+    }
+
+    /// The next key or argument, written from `parts` end to end.
+    pub(crate) fn joined(&mut self, parts: &[&str]) -> &mut Self {
+        use std::io::Write;
+        {
+            let mut arg = self.cmd.writer_for_next_arg();
+            for part in parts {
+                // Writing into the command's own buffer cannot fail.
+                let _ = arg.write_all(part.as_bytes());
+            }
+        }
+        self
+    }
+
+    /// The next argument: `d` in milliseconds (see [`millis`]).
+    pub(crate) fn millis(&mut self, d: Duration) -> &mut Self {
+        self.cmd.arg(millis_count(d));
+        self
+    }
+
+    pub(crate) fn done(self) -> Invocation {
         Invocation {
             script: self.script,
-            cmd,
+            cmd: self.cmd,
         }
     }
 }
 
 /// A script call ready to send: its `EVALSHA` command. (redis-rs's
 /// `ScriptInvocation` copies every key and argument twice more on each call.)
+#[derive(Clone)]
 pub(crate) struct Invocation {
     script: &'static Script,
     cmd: Cmd,
@@ -63,7 +110,12 @@ impl Invocation {
 
 /// Milliseconds for a Redis argument; never 0 (`PX 0` is an error).
 pub(crate) fn millis(d: Duration) -> String {
-    d.as_millis().clamp(1, i64::MAX as u128).to_string()
+    millis_count(d).to_string()
+}
+
+fn millis_count(d: Duration) -> u64 {
+    // `i64::MAX` fits a u64: it is what Redis reads an expiry into.
+    d.as_millis().clamp(1, i64::MAX as u128) as u64
 }
 
 /// Everything about one acquire request that the scripts need.
@@ -92,34 +144,50 @@ impl Request {
     }
 
     /// One acquire call, identified by `lease` (a new one per call: see
-    /// [`RedisLease`]); `wait` says whether a blocked request registers itself.
-    pub(crate) fn acquire_with(&self, lease: &RedisLease, wait: bool) -> Call {
+    /// [`RedisLease`]); `wait` says whether a blocked request registers itself. The
+    /// exclusive lock's, the call most lock cycles make, is written straight into its
+    /// command.
+    pub(crate) fn acquire_with(&self, lease: &RedisLease, wait: bool) -> Invocation {
         let k = &self.keys;
-        let ttl = millis(self.ttl);
-        let wait = if wait { "1" } else { "0" }.to_owned();
-        let request = lease.request().to_owned();
+        let wait = if wait { "1" } else { "0" };
+        let owned = || {
+            (
+                millis(self.ttl),
+                wait.to_owned(),
+                lease.request().to_owned(),
+            )
+        };
         match self.kind {
-            LockKind::Exclusive => Call {
-                script: scripts::EXCLUSIVE_ACQUIRE.get(k.sharded),
-                keys: vec![k.lock.clone(), k.fence(), k.exclusive_waiters()],
-                args: vec![
-                    self.owner.clone(),
-                    ttl,
-                    request,
-                    self.waiter.clone(),
-                    millis(self.waiter_lease),
-                    wait,
-                ],
-            },
+            LockKind::Exclusive => {
+                let data = 3 * k.lock.len()
+                    + self.owner.len()
+                    + lease.request().len()
+                    + self.waiter.len()
+                    + 64;
+                let mut call = Packer::new(scripts::EXCLUSIVE_ACQUIRE.get(k.sharded), 3, 6, data);
+                call.arg(&k.lock)
+                    .joined(&k.aux_parts(FENCE, ""))
+                    .joined(&k.aux_parts(EXCLUSIVE_WAITERS, ""))
+                    .arg(&self.owner)
+                    .millis(self.ttl)
+                    .arg(lease.request())
+                    .arg(&self.waiter)
+                    .millis(self.waiter_lease)
+                    .arg(wait);
+                call.done()
+            }
             LockKind::Fair | LockKind::Leader => {
+                let (ttl, wait, request) = owned();
                 let line = Line::of(k, self.kind);
                 Call {
                     script: scripts::FAIR_ACQUIRE.get(k.sharded),
                     keys: vec![line.holder, line.queue, line.timeouts, k.fence()],
                     args: self.queued_args(ttl, wait, line.channel, request),
                 }
+                .invocation()
             }
             LockKind::Permit => {
+                let (ttl, wait, request) = owned();
                 let mut args = self.queued_args(ttl, wait, k.semaphore_channel(), request);
                 args.push(self.permits.to_string());
                 Call {
@@ -132,25 +200,30 @@ impl Request {
                     ],
                     args,
                 }
+                .invocation()
             }
-            LockKind::Read | LockKind::Write => Call {
-                script: scripts::RW_ACQUIRE.get(k.sharded),
-                keys: vec![
-                    k.rw_writer(),
-                    k.rw_readers(),
-                    k.rw_waiting_writers(),
-                    k.fence(),
-                ],
-                args: vec![
-                    self.owner.clone(),
-                    ttl,
-                    side(self.kind).to_owned(),
-                    self.waiter.clone(),
-                    millis(self.waiter_lease),
-                    wait,
-                    request,
-                ],
-            },
+            LockKind::Read | LockKind::Write => {
+                let (ttl, wait, request) = owned();
+                Call {
+                    script: scripts::RW_ACQUIRE.get(k.sharded),
+                    keys: vec![
+                        k.rw_writer(),
+                        k.rw_readers(),
+                        k.rw_waiting_writers(),
+                        k.fence(),
+                    ],
+                    args: vec![
+                        self.owner.clone(),
+                        ttl,
+                        side(self.kind).to_owned(),
+                        self.waiter.clone(),
+                        millis(self.waiter_lease),
+                        wait,
+                        request,
+                    ],
+                }
+                .invocation()
+            }
         }
     }
 
@@ -357,13 +430,28 @@ pub(crate) fn release(keys: &Keys, kind: LockKind, values: &[String]) -> Call {
 /// release freed it, so it succeeds rather than report the lease lost. A lease that
 /// was already gone (run out, taken over, force-unlocked) when the release first ran
 /// leaves no receipt and is still reported lost.
+///
+/// The exclusive lock's, the release most lock cycles make, is written straight into
+/// its command.
 pub(crate) fn release_with_receipt(
     keys: &Keys,
     kind: LockKind,
     lease: &RedisLease,
-    value: String,
-) -> Call {
-    release_call(keys, kind, &[value], Some(keys.receipt(lease)))
+    value: &str,
+) -> Invocation {
+    if kind != LockKind::Exclusive {
+        return release_call(keys, kind, &[value.to_owned()], Some(keys.receipt(lease)))
+            .invocation();
+    }
+    let data = 4 * keys.lock.len() + lease.request().len() + value.len() + 64;
+    let mut call = Packer::new(scripts::EXCLUSIVE_RELEASE.get(keys.sharded), 3, 3, data);
+    call.arg(&keys.lock)
+        .joined(&keys.aux_parts(EXCLUSIVE_WAITERS, ""))
+        .joined(&keys.aux_parts(RECEIPT, lease.request()))
+        .joined(&keys.aux_parts(EXCLUSIVE_CHANNEL, ""))
+        .millis(RECEIPT_MARGIN)
+        .arg(value);
+    call.done()
 }
 
 fn release_call(keys: &Keys, kind: LockKind, values: &[String], receipt: Option<String>) -> Call {
@@ -553,6 +641,68 @@ pub(crate) fn proclaim(k: &Keys, lease: &str, value: &str) -> Call {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lock_core::{LockKey, LockName, Namespace};
+
+    fn packed(invocation: &Invocation) -> Vec<u8> {
+        invocation.cmd.get_packed_command()
+    }
+
+    fn exclusive_request(sharded: bool) -> Request {
+        let key = LockKey::new(
+            Namespace::new("app").unwrap(),
+            LockName::new("jobs").unwrap(),
+        );
+        Request {
+            keys: Keys::for_deployment(&key, sharded),
+            kind: LockKind::Exclusive,
+            permits: 1,
+            owner: "c:1".into(),
+            ttl: Duration::from_secs(30),
+            waiter: "inbox/7".into(),
+            inbox: "inbox".into(),
+            waiter_lease: Duration::from_millis(1500),
+        }
+    }
+
+    /// The exclusive lock's acquire and release are written straight into their
+    /// commands; they must stay the calls the scripts read, key for key.
+    #[test]
+    fn the_exclusive_calls_written_in_place_are_the_scripts_calls() {
+        for sharded in [false, true] {
+            let request = exclusive_request(sharded);
+            let k = &request.keys;
+            let lease = RedisLease::new("9f.desc");
+            for wait in [false, true] {
+                let expected = Call {
+                    script: scripts::EXCLUSIVE_ACQUIRE.get(sharded),
+                    keys: vec![k.lock.clone(), k.fence(), k.exclusive_waiters()],
+                    args: vec![
+                        "c:1".into(),
+                        "30000".into(),
+                        "9f.desc".into(),
+                        "inbox/7".into(),
+                        "1500".into(),
+                        if wait { "1" } else { "0" }.into(),
+                    ],
+                };
+                assert_eq!(
+                    packed(&request.acquire_with(&lease, wait)),
+                    packed(&expected.invocation())
+                );
+            }
+            let value = "c:1:9f.desc:12";
+            let expected = release_call(
+                k,
+                LockKind::Exclusive,
+                &[value.to_owned()],
+                Some(k.receipt(&lease)),
+            );
+            assert_eq!(
+                packed(&release_with_receipt(k, LockKind::Exclusive, &lease, value)),
+                packed(&expected.invocation())
+            );
+        }
+    }
 
     #[test]
     fn an_invocation_is_the_evalsha_of_the_calls_keys_and_arguments() {

@@ -19,19 +19,38 @@ const CLOCK_FENCES_FROM: u64 = 1_000_000_000_000_000;
 /// A new request id: 64 random bits in hex, then `.` and `description` when it is not
 /// empty.
 pub(crate) fn request_id(description: &str) -> String {
-    let random = format!("{:016x}", rand::random::<u64>());
+    // Sized once: one is made for every acquire call.
+    let mut id = String::with_capacity(16 + 1 + description.len() + 8);
+    let random = rand::random::<u64>();
+    id.extend(
+        (0..16)
+            .rev()
+            .map(|nibble| hex_digit(random >> (4 * nibble), false)),
+    );
     if description.is_empty() {
-        return random;
+        return id;
     }
-    let mut id = random;
     id.push('.');
     for c in description.chars() {
         match c {
-            '%' | ':' | '{' | '}' => id.push_str(&format!("%{:02X}", c as u32)),
+            '%' | ':' | '{' | '}' => {
+                let code = c as u64;
+                id.extend(['%', hex_digit(code >> 4, true), hex_digit(code, true)]);
+            }
             c => id.push(c),
         }
     }
     id
+}
+
+/// The hex digit of the low four bits of `n`.
+fn hex_digit(n: u64, upper: bool) -> char {
+    let digits = if upper {
+        b"0123456789ABCDEF"
+    } else {
+        b"0123456789abcdef"
+    };
+    char::from(digits[(n & 0xf) as usize])
 }
 
 /// The description a request id carries, if any.
@@ -150,7 +169,19 @@ mod tests {
             "{id}"
         );
         assert!(!id.contains([':', '{', '}']), "{id}");
+        assert!(
+            id[..16]
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+            "{id}"
+        );
+        assert_eq!(&id[16..], ".host-1%3A80 %7Bx%7D 100%25");
         assert_eq!(description_of(&id).as_deref(), Some("host-1:80 {x} 100%"));
+        assert_ne!(
+            request_id("")[..16],
+            request_id("")[..16],
+            "64 random bits each"
+        );
         let plain = request_id("");
         assert_eq!(plain.len(), 16);
         assert_eq!(description_of(&plain), None);

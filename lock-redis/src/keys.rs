@@ -19,6 +19,16 @@ use lock_core::{LockKey, LockKind};
 
 use crate::holder_watch::HolderWatch;
 
+/// The suffix of the fencing counter's key ([`Keys::fence`]).
+pub(crate) const FENCE: &str = "fence";
+/// The suffix of the exclusive lock's waiters' key ([`Keys::exclusive_waiters`]).
+pub(crate) const EXCLUSIVE_WAITERS: &str = "waiting";
+/// The suffix of the exclusive lock's channel ([`Keys::exclusive_channel`]).
+pub(crate) const EXCLUSIVE_CHANNEL: &str = "channel";
+/// What a release receipt's key has after the lock's tag, before the request id
+/// ([`Keys::receipt`]).
+pub(crate) const RECEIPT: &str = "released:";
+
 /// The keys and channels of one lock.
 #[derive(Clone, Debug)]
 pub(crate) struct Keys {
@@ -72,32 +82,38 @@ impl Keys {
     }
 
     fn aux(&self, suffix: &str) -> String {
-        concat(&[&self.tag, ":", suffix])
+        concat(&self.aux_parts(suffix, ""))
+    }
+
+    /// The parts of the key `{namespace:name}:<suffix><more>`, end to end: for calls
+    /// that write it straight into their command (see [`crate::calls::Packer`]).
+    pub(crate) fn aux_parts<'a>(&'a self, suffix: &'a str, more: &'a str) -> [&'a str; 4] {
+        [&self.tag, ":", suffix, more]
     }
 
     /// The fencing counter shared by every lock type of this name. It expires a week
     /// after the name's last grant; tokens keep increasing after that because every
     /// token is floored by the server clock (`next_fence.lua`).
     pub(crate) fn fence(&self) -> String {
-        self.aux("fence")
+        self.aux(FENCE)
     }
 
     /// The receipt a release of the lease won by the request of `lease` leaves when it
     /// frees it (see [`crate::calls::release_with_receipt`]); it expires on its own
     /// a few seconds after the lease would have.
     pub(crate) fn receipt(&self, lease: &RedisLease) -> String {
-        concat(&[&self.tag, ":released:", &lease.request])
+        concat(&self.aux_parts(RECEIPT, &lease.request))
     }
 
     /// Where the exclusive lock's releases are published.
     pub(crate) fn exclusive_channel(&self) -> String {
-        self.aux("channel")
+        self.aux(EXCLUSIVE_CHANNEL)
     }
 
     /// The exclusive lock's waiters (sorted set: waiter id -> expiry ms by the server
     /// clock), of which a release wakes one.
     pub(crate) fn exclusive_waiters(&self) -> String {
-        self.aux("waiting")
+        self.aux(EXCLUSIVE_WAITERS)
     }
 
     /// Where the exclusive lock's waiters of the backend `inbox` are told that a

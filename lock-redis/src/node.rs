@@ -329,13 +329,11 @@ impl Node {
     pub(crate) async fn call_within<T: FromRedisValue>(
         &self,
         what: &'static str,
-        call: &crate::calls::Call,
+        invocation: &crate::calls::Invocation,
         limit: Duration,
     ) -> Result<T> {
-        let invocation = call.invocation();
-        self.run(what, limit, |mut conn| {
-            let invocation = &invocation;
-            async move { invocation.invoke_async(&mut conn).await }
+        self.run(what, limit, |mut conn| async move {
+            invocation.invoke_async(&mut conn).await
         })
         .await
     }

@@ -510,11 +510,11 @@ async fn release_everywhere(
 ) -> (usize, usize) {
     let quorum = majority_of(nodes.len());
     let call = match lease {
-        Some(lease) => calls::release_with_receipt(keys, LockKind::Exclusive, lease, value),
-        None => calls::release(keys, LockKind::Exclusive, &[value]),
+        Some(lease) => calls::release_with_receipt(keys, LockKind::Exclusive, lease, &value),
+        None => calls::release(keys, LockKind::Exclusive, &[value]).invocation(),
     };
     let results = until(
-        nodes.iter().map(|node| node.call::<i64>("release", &call)),
+        nodes.iter().map(|node| node.eval::<i64>("release", &call)),
         RELEASE_GRACE,
         |answers| answers.iter().filter(|(_, r)| r.is_ok()).count() >= quorum,
     )
