@@ -22,6 +22,7 @@ impl Latch {
         }
     }
 
+    /// Whether it has been opened.
     pub(crate) fn is_open(&self) -> bool {
         self.open.load(Ordering::Acquire)
     }

@@ -75,6 +75,7 @@ impl Packer {
         self
     }
 
+    /// The command, ready to send.
     pub(crate) fn done(self) -> Invocation {
         Invocation {
             script: self.script,
