@@ -242,17 +242,32 @@ async fn provider(config: &WorkloadConfig) -> distributed_locks::Result<Arc<dyn 
     connect(&config.url, options).await?.lock(NAME)
 }
 
-/// Whether the lock is still held a lease (plus slack) after every client stopped.
+/// Whether the lock is still held two leases (plus slack) after every client stopped
+/// and the cluster answers. The window starts again at each moment it does not answer:
+/// a leader elected after a heal (etcd) gives every lease its whole time to live
+/// again, so a lease left behind runs out that long after the cluster is back.
 async fn still_locked(config: &WorkloadConfig) -> bool {
-    let deadline = Instant::now() + config.lease * 2 + Duration::from_secs(5);
+    let window = config.lease * 2 + Duration::from_secs(5);
+    // A cluster that never answers again still ends the check.
+    let give_up = Instant::now() + window + Duration::from_secs(60);
+    let mut deadline = Instant::now() + window;
     loop {
-        if let Ok(lock) = provider(config).await {
-            if let Ok(Some(guard)) = try_once(&*lock).await {
-                let _ = guard.release().await;
-                return false;
-            }
+        let answered = match provider(config).await {
+            Ok(lock) => match try_once(&*lock).await {
+                Ok(Some(guard)) => {
+                    let _ = guard.release().await;
+                    return false;
+                }
+                Ok(None) => true,
+                Err(_) => false,
+            },
+            Err(_) => false,
+        };
+        let now = Instant::now();
+        if !answered {
+            deadline = deadline.max(now + window).min(give_up);
         }
-        if Instant::now() >= deadline {
+        if now >= deadline {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
