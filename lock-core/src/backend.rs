@@ -21,7 +21,7 @@ pub use crate::lease::LossNotifier;
 use crate::name::LockKey;
 pub use crate::options::{check_duration, Deadline};
 pub use crate::settings::QuerySettings;
-pub use crate::text::push_decimal;
+pub use crate::text::{push_decimal, push_hex};
 
 /// Who holds a lock: one acquisition of one client (see
 /// [`LockGuard`](crate::LockGuard#owners-and-re-entry)). Formatted as

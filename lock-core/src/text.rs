@@ -24,6 +24,22 @@ pub fn push_decimal(out: &mut String, mut n: u64) {
     out.extend(digits[start..].iter().map(|&digit| char::from(digit)));
 }
 
+/// Appends `bytes` in lowercase hex to `out`.
+///
+/// ```
+/// let mut key = String::from("lock_");
+/// lock_core::backend::push_hex(&mut key, &[0x0f, 0xa0]);
+/// assert_eq!(key, "lock_0fa0");
+/// ```
+pub fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(bytes.len() * 2);
+    for byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::push_decimal;

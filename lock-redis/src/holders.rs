@@ -21,12 +21,7 @@ const CLOCK_FENCES_FROM: u64 = 1_000_000_000_000_000;
 pub(crate) fn request_id(description: &str) -> String {
     // Sized once: one is made for every acquire call.
     let mut id = String::with_capacity(16 + 1 + description.len() + 8);
-    let random = rand::random::<u64>();
-    id.extend(
-        (0..16)
-            .rev()
-            .map(|nibble| hex_digit(random >> (4 * nibble), false)),
-    );
+    lock_core::backend::push_hex(&mut id, &rand::random::<u64>().to_be_bytes());
     if description.is_empty() {
         return id;
     }
@@ -34,23 +29,18 @@ pub(crate) fn request_id(description: &str) -> String {
     for c in description.chars() {
         match c {
             '%' | ':' | '{' | '}' => {
-                let code = c as u64;
-                id.extend(['%', hex_digit(code >> 4, true), hex_digit(code, true)]);
+                const UPPER: &[u8; 16] = b"0123456789ABCDEF";
+                let code = c as usize;
+                id.extend([
+                    '%',
+                    char::from(UPPER[code >> 4]),
+                    char::from(UPPER[code & 0xf]),
+                ]);
             }
             c => id.push(c),
         }
     }
     id
-}
-
-/// The hex digit of the low four bits of `n`.
-fn hex_digit(n: u64, upper: bool) -> char {
-    let digits = if upper {
-        b"0123456789ABCDEF"
-    } else {
-        b"0123456789abcdef"
-    };
-    char::from(digits[(n & 0xf) as usize])
 }
 
 /// The description a request id carries, if any.

@@ -32,15 +32,10 @@ impl KeyId {
     }
 }
 
-/// `bytes` in lowercase hex, appended to `out` (keys and lock names are digested on
+/// `out` with `bytes` in lowercase hex appended (keys and lock names are digested on
 /// every call: one allocation, where `format!` per byte would make one a byte).
 pub(crate) fn push_hex(mut out: String, bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    out.reserve(bytes.len() * 2);
-    for byte in bytes {
-        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
-    }
+    lock_core::backend::push_hex(&mut out, bytes);
     out
 }
 
