@@ -18,8 +18,9 @@ pub enum Role {
     /// Another library or a common hand-rolled recipe.
     Peer,
     /// The floor, plus by hand the server work this library's promises take there (a
-    /// fencing token per grant, a receipt per release): the part of the distance
-    /// between ours and the floor that is the server's, apart from the client's.
+    /// fencing token per grant; on Redis a receipt per release, on the SQL servers the
+    /// session strategy's silence limit): the part of the distance between ours and
+    /// the floor that is the server's, apart from the client's.
     FloorWithPromises,
 }
 

@@ -53,11 +53,13 @@ pub fn for_url(url: &str) -> Vec<Box<dyn Contender>> {
         #[cfg(feature = "sql")]
         "postgres" | "postgresql" => vec![
             Box::new(pg_advisory::PgAdvisory::new(url)),
+            Box::new(pg_advisory::PgAdvisory::with_promises(url)),
             Box::new(naive_table::NaiveTable::new(url)),
         ],
         #[cfg(feature = "sql")]
         "mysql" | "mariadb" => vec![
             Box::new(mariadb_get_lock::GetLock::new(url)),
+            Box::new(mariadb_get_lock::GetLock::with_promises(url)),
             Box::new(naive_table::NaiveTable::new(url)),
         ],
         #[cfg(feature = "sql")]
