@@ -11,7 +11,7 @@ use crate::contender::{BenchError, Contender, Role, Worker};
 /// How long one `GET_LOCK` may wait, in seconds: longer than any bench run.
 const WAIT_SECONDS: i64 = 3600;
 
-/// What [`GetLock::with_promises`] needs on the server, made when missing: a fence
+/// What the floor with promises needs on the server, made when missing: a fence
 /// table the server keeps in memory only, as the session strategy's is, and that
 /// strategy's try and release as two procedures, so that each is one statement the
 /// server parses, as they are there.
@@ -48,53 +48,25 @@ const FENCED_SETUP: [&str; 3] = [
      END",
 ];
 
-/// Named locks at `url`: the floor, or, [`GetLock::with_promises`], the floor plus the
-/// server work of the session strategy's promises.
-pub struct GetLock {
-    url: String,
-    promises: bool,
-}
-
-impl GetLock {
-    pub fn new(url: &str) -> Self {
-        Self {
-            url: url.into(),
-            promises: false,
-        }
-    }
-
-    /// The floor plus, inside its two statements, the server work of the session
-    /// strategy's promises: a fencing token and a silence limit per grant, the limit
-    /// put back at release under a release fence.
-    pub fn with_promises(url: &str) -> Self {
-        Self {
-            promises: true,
-            ..Self::new(url)
-        }
-    }
-}
+/// Named locks at the floor's URL, bare or with the server work of the session
+/// strategy's promises inside its two statements: a fencing token and a silence limit
+/// per grant, the limit put back at release under a release fence.
+pub struct GetLock(pub super::Floor);
 
 #[async_trait]
 impl Contender for GetLock {
     fn name(&self) -> String {
-        if self.promises {
-            "GET_LOCK, fenced, with a silence limit".into()
-        } else {
-            "GET_LOCK".into()
-        }
+        self.0
+            .name("GET_LOCK", "GET_LOCK, fenced, with a silence limit")
     }
 
     fn role(&self) -> Role {
-        if self.promises {
-            Role::FloorWithPromises
-        } else {
-            Role::Floor
-        }
+        self.0.role()
     }
 
     async fn worker(&self, name: &str) -> Result<Box<dyn Worker>, BenchError> {
-        let mut conn = MySqlConnection::connect(&self.url).await?;
-        if !self.promises {
+        let mut conn = MySqlConnection::connect(&self.0.url).await?;
+        if !self.0.promises {
             return Ok(Box::new(GetLockWorker {
                 conn,
                 name: format!("bench-get-lock:{name}"),

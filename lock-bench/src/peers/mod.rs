@@ -24,6 +24,46 @@ mod rslock;
 #[cfg(feature = "zookeeper")]
 mod zk_raw;
 
+/// Which floor a floor contender measures at its server: the floor alone, or the floor
+/// plus, by hand, the server work of this library's promises there.
+#[cfg(any(feature = "redis", feature = "sql"))]
+pub struct Floor {
+    url: String,
+    promises: bool,
+}
+
+#[cfg(any(feature = "redis", feature = "sql"))]
+impl Floor {
+    /// The floor alone at `url`.
+    pub fn bare(url: &str) -> Self {
+        Self {
+            url: url.into(),
+            promises: false,
+        }
+    }
+
+    /// The floor at `url` plus the server work of this library's promises.
+    pub fn with_promises(url: &str) -> Self {
+        Self {
+            url: url.into(),
+            promises: true,
+        }
+    }
+
+    /// `bare` or `with_promises`, as this floor is.
+    fn name(&self, bare: &str, with_promises: &str) -> String {
+        if self.promises { with_promises } else { bare }.into()
+    }
+
+    fn role(&self) -> crate::contender::Role {
+        if self.promises {
+            crate::contender::Role::FloorWithPromises
+        } else {
+            crate::contender::Role::Floor
+        }
+    }
+}
+
 /// How often the polling recipes (raw `SET NX`, the naive table) try again while the
 /// lock is held: often enough to be a fair rival, rarely enough not to flood the server.
 #[cfg(any(feature = "redis", feature = "sql"))]
@@ -35,8 +75,8 @@ pub fn for_url(url: &str) -> Vec<Box<dyn Contender>> {
     match scheme {
         #[cfg(feature = "redis")]
         "redis" => vec![
-            Box::new(redis_raw::RawRedis::new(url)),
-            Box::new(redis_raw::RawRedis::with_promises(url)),
+            Box::new(redis_raw::RawRedis(Floor::bare(url))),
+            Box::new(redis_raw::RawRedis(Floor::with_promises(url))),
             Box::new(rslock::Rslock::new(url)),
         ],
         #[cfg(feature = "etcd")]
@@ -52,14 +92,14 @@ pub fn for_url(url: &str) -> Vec<Box<dyn Contender>> {
         ],
         #[cfg(feature = "sql")]
         "postgres" | "postgresql" => vec![
-            Box::new(pg_advisory::PgAdvisory::new(url)),
-            Box::new(pg_advisory::PgAdvisory::with_promises(url)),
+            Box::new(pg_advisory::PgAdvisory(Floor::bare(url))),
+            Box::new(pg_advisory::PgAdvisory(Floor::with_promises(url))),
             Box::new(naive_table::NaiveTable::new(url)),
         ],
         #[cfg(feature = "sql")]
         "mysql" | "mariadb" => vec![
-            Box::new(mariadb_get_lock::GetLock::new(url)),
-            Box::new(mariadb_get_lock::GetLock::with_promises(url)),
+            Box::new(mariadb_get_lock::GetLock(Floor::bare(url))),
+            Box::new(mariadb_get_lock::GetLock(Floor::with_promises(url))),
             Box::new(naive_table::NaiveTable::new(url)),
         ],
         #[cfg(feature = "sql")]

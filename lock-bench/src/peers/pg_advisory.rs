@@ -9,8 +9,8 @@ use distributed_locks::sql::sqlx::{self, Connection, PgConnection};
 
 use crate::contender::{BenchError, Contender, Role, Worker};
 
-/// The fence table of [`PgAdvisory::with_promises`]: not written to the log, as the
-/// session strategy's is not.
+/// The fence table of the floor with promises: not written to the log, as the session
+/// strategy's is not.
 const FENCES: &str = "CREATE UNLOGGED TABLE IF NOT EXISTS bench_advisory_fences \
      (khash BIGINT PRIMARY KEY, fence BIGINT NOT NULL)";
 
@@ -27,56 +27,30 @@ const FENCED_LOCK: &str = "WITH l AS (SELECT pg_advisory_lock($1)), \
 
 /// Lets go of the lock as the floor does and, in the same statement, clears the
 /// session's silence and wait limits, as the session strategy's release does.
-const FENCED_UNLOCK: &str = "SELECT pg_advisory_unlock($1), \
-     set_config('idle_session_timeout', '0', false), set_config('lock_timeout', '0', false)";
+const FENCED_UNLOCK: &str = "SELECT pg_advisory_unlock($1) FROM (SELECT \
+     set_config('idle_session_timeout', '0', false), set_config('lock_timeout', '0', false)) AS c";
 
-/// Advisory locks at `url`: the floor, or, [`PgAdvisory::with_promises`], the floor
-/// plus the server work of the session strategy's promises.
-pub struct PgAdvisory {
-    url: String,
-    promises: bool,
-}
-
-impl PgAdvisory {
-    pub fn new(url: &str) -> Self {
-        Self {
-            url: url.into(),
-            promises: false,
-        }
-    }
-
-    /// The floor plus, inside its two statements, the server work of the session
-    /// strategy's promises: a fencing token and a silence limit per grant, the limits
-    /// cleared at release.
-    pub fn with_promises(url: &str) -> Self {
-        Self {
-            promises: true,
-            ..Self::new(url)
-        }
-    }
-}
+/// Advisory locks at the floor's URL, bare or with the server work of the session
+/// strategy's promises inside its two statements: a fencing token and a silence limit
+/// per grant, the limits cleared at release.
+pub struct PgAdvisory(pub super::Floor);
 
 #[async_trait]
 impl Contender for PgAdvisory {
     fn name(&self) -> String {
-        if self.promises {
-            "pg_advisory_lock, fenced, with a silence limit".into()
-        } else {
-            "pg_advisory_lock".into()
-        }
+        self.0.name(
+            "pg_advisory_lock",
+            "pg_advisory_lock, fenced, with a silence limit",
+        )
     }
 
     fn role(&self) -> Role {
-        if self.promises {
-            Role::FloorWithPromises
-        } else {
-            Role::Floor
-        }
+        self.0.role()
     }
 
     async fn worker(&self, name: &str) -> Result<Box<dyn Worker>, BenchError> {
-        let mut conn = PgConnection::connect(&self.url).await?;
-        if !self.promises {
+        let mut conn = PgConnection::connect(&self.0.url).await?;
+        if !self.0.promises {
             return Ok(Box::new(AdvisoryWorker {
                 conn,
                 key: super::key_of(name),
@@ -108,15 +82,7 @@ impl Worker for AdvisoryWorker {
     }
 
     async fn release(&mut self) -> Result<(), BenchError> {
-        let (released,): (bool,) = sqlx::query_as("SELECT pg_advisory_unlock($1)")
-            .bind(self.key)
-            .fetch_one(&mut self.conn)
-            .await?;
-        if released {
-            Ok(())
-        } else {
-            Err("pg_advisory_unlock: not held".into())
-        }
+        unlock(&mut self.conn, "SELECT pg_advisory_unlock($1)", self.key).await
     }
 }
 
@@ -151,14 +117,17 @@ impl Worker for FencedWorker {
     }
 
     async fn release(&mut self) -> Result<(), BenchError> {
-        let (released, _, _): (bool, String, String) = sqlx::query_as(FENCED_UNLOCK)
-            .bind(self.key)
-            .fetch_one(&mut self.conn)
-            .await?;
-        if released {
-            Ok(())
-        } else {
-            Err("fenced pg_advisory_unlock: not held".into())
-        }
+        unlock(&mut self.conn, FENCED_UNLOCK, self.key).await
+    }
+}
+
+/// Runs `unlock`, a statement that lets go of the advisory lock `key` and answers
+/// whether it was held.
+async fn unlock(conn: &mut PgConnection, unlock: &'static str, key: i64) -> Result<(), BenchError> {
+    let (released,): (bool,) = sqlx::query_as(unlock).bind(key).fetch_one(conn).await?;
+    if released {
+        Ok(())
+    } else {
+        Err(format!("not held at release: {unlock}").into())
     }
 }

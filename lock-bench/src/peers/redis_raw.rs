@@ -13,56 +13,28 @@ use crate::contender::{BenchError, Contender, Role, Worker};
 const RELEASE: &str =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
 
-/// `SET NX PX` + Lua release at `url`: the floor, or, [`RawRedis::with_promises`],
-/// the floor plus the server work of this library's promises.
-pub struct RawRedis {
-    url: String,
-    promises: bool,
-}
-
-impl RawRedis {
-    pub fn new(url: &str) -> Self {
-        Self {
-            url: url.into(),
-            promises: false,
-        }
-    }
-
-    /// The floor plus, each inside its script call, the server work of this library's
-    /// promises: a fencing token per grant, a receipt and a look for waiters per
-    /// release.
-    pub fn with_promises(url: &str) -> Self {
-        Self {
-            promises: true,
-            ..Self::new(url)
-        }
-    }
-}
+/// `SET NX PX` + Lua release at the floor's URL, bare or with the server work of this
+/// library's promises: a fencing token per grant, a receipt and a look for waiters per
+/// release, each inside its script call.
+pub struct RawRedis(pub super::Floor);
 
 #[async_trait]
 impl Contender for RawRedis {
     fn name(&self) -> String {
-        if self.promises {
-            "SET NX PX + Lua, fenced, with receipts".into()
-        } else {
-            "SET NX PX + Lua".into()
-        }
+        self.0
+            .name("SET NX PX + Lua", "SET NX PX + Lua, fenced, with receipts")
     }
 
     fn role(&self) -> Role {
-        if self.promises {
-            Role::FloorWithPromises
-        } else {
-            Role::Floor
-        }
+        self.0.role()
     }
 
     async fn worker(&self, name: &str) -> Result<Box<dyn Worker>, BenchError> {
-        let conn = redis::Client::open(self.url.as_str())?
+        let conn = redis::Client::open(self.0.url.as_str())?
             .get_multiplexed_async_connection()
             .await?;
         let token = format!("{:x}", rand::random::<u64>());
-        if !self.promises {
+        if !self.0.promises {
             return Ok(Box::new(RawWorker {
                 conn,
                 key: format!("bench-raw:{name}"),
