@@ -11,33 +11,41 @@ use crate::contender::{BenchError, Contender, Role, Worker};
 /// How long one `GET_LOCK` may wait, in seconds: longer than any bench run.
 const WAIT_SECONDS: i64 = 3600;
 
-/// What the floor with promises needs on the server, made when missing: a fence
-/// table the server keeps in memory only, as the session strategy's is, and that
-/// strategy's try and release as two procedures, so that each is one statement the
-/// server parses, as they are there.
-const FENCED_SETUP: [&str; 3] = [
+/// What the floor with promises needs on the server: a fence table the server keeps
+/// in memory only, as the session strategy's is, and that strategy's try and release
+/// as two procedures, one statement each for the server to parse, as they are there
+/// (with the same parameters and security). The procedures are made anew each time,
+/// so a server used before runs the bodies below.
+const FENCED_SETUP: [&str; 5] = [
     "CREATE TABLE IF NOT EXISTS bench_get_lock_fences \
-     (khash VARCHAR(64) CHARACTER SET ascii PRIMARY KEY, fence BIGINT NOT NULL) ENGINE=MEMORY",
-    // Takes the lock as the floor does and, if taken, sets the session's silence limit
-    // and draws a fencing token, one past the key's last and never below the server
-    // clock in µs; answers the token, or 0.
-    "CREATE PROCEDURE IF NOT EXISTS bench_get_lock_take \
-     (IN a_name VARCHAR(64), IN a_limit BIGINT, IN a_wait BIGINT) MODIFIES SQL DATA \
+     (khash CHAR(64) CHARACTER SET ascii NOT NULL PRIMARY KEY, fence BIGINT NOT NULL) ENGINE=MEMORY",
+    "DROP PROCEDURE IF EXISTS bench_get_lock_take",
+    // Takes the lock as the floor does (waiting up to `a_wait` s) and, if taken, sets
+    // the session's silence limit and draws the fencing token of the key `a_key`, one
+    // past its last and never below the server clock in µs; answers the token, or 0.
+    "CREATE PROCEDURE bench_get_lock_take \
+     (IN a_name VARCHAR(64) CHARACTER SET ascii, IN a_limit BIGINT, \
+     IN a_key VARCHAR(64) CHARACTER SET ascii, IN a_wait BIGINT) \
+     MODIFIES SQL DATA SQL SECURITY INVOKER \
      BEGIN \
      IF GET_LOCK(a_name, a_wait) = 1 THEN \
      SET SESSION wait_timeout = a_limit; \
      INSERT INTO bench_get_lock_fences (khash, fence) \
-     VALUES (a_name, LAST_INSERT_ID(CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED))) \
+     VALUES (a_key, LAST_INSERT_ID(CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED))) \
      ON DUPLICATE KEY UPDATE fence = \
      LAST_INSERT_ID(GREATEST(fence + 1, CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED))); \
      SELECT CAST(LAST_INSERT_ID() AS SIGNED) AS fence; \
-     ELSE SELECT CAST(0 AS SIGNED) AS fence; \
+     ELSE \
+     SET SESSION wait_timeout = @@GLOBAL.wait_timeout; \
+     SELECT CAST(0 AS SIGNED) AS fence; \
      END IF; \
      END",
-    // Lets go of the lock as the floor does, under the connection's own release fence
-    // (the name a force-unlock takes before it kills), and puts the silence limit back;
-    // answers 1 if the lock was held.
-    "CREATE PROCEDURE IF NOT EXISTS bench_get_lock_free (IN a_name VARCHAR(64)) MODIFIES SQL DATA \
+    "DROP PROCEDURE IF EXISTS bench_get_lock_free",
+    // Under the connection's own release fence (the name a force-unlock takes before
+    // it kills), puts the silence limit back and lets go of the lock as the floor does;
+    // answers whether the lock was held, and whether the release fence was had.
+    "CREATE PROCEDURE bench_get_lock_free (IN a_name VARCHAR(64) CHARACTER SET ascii) \
+     MODIFIES SQL DATA SQL SECURITY INVOKER \
      BEGIN \
      DECLARE a_fenced BIGINT DEFAULT COALESCE(GET_LOCK(CONCAT('bench_connection_', CONNECTION_ID()), 10), 0); \
      DECLARE a_released BIGINT DEFAULT 0; \
@@ -76,9 +84,12 @@ impl Contender for GetLock {
         for statement in FENCED_SETUP {
             sqlx::raw_sql(statement).execute(&mut conn).await?;
         }
+        // Hex digests as the session strategy's names and keys are.
+        let digest = |what: &str| format!("{:064x}", super::key_of(what) as u64);
         Ok(Box::new(FencedWorker {
             conn,
-            name: format!("bench-get-lock-fenced:{name}"),
+            name: digest(&format!("get-lock-fenced:{name}")),
+            khash: digest(&format!("get-lock-fence:{name}")),
             last: 0,
         }))
     }
@@ -117,7 +128,10 @@ impl Worker for GetLockWorker {
 
 struct FencedWorker {
     conn: MySqlConnection,
+    /// The `GET_LOCK` name.
     name: String,
+    /// The fence table's key.
+    khash: String,
     /// The last grant's fencing token.
     last: i64,
 }
@@ -125,31 +139,41 @@ struct FencedWorker {
 #[async_trait]
 impl Worker for FencedWorker {
     async fn acquire(&mut self) -> Result<(), BenchError> {
-        let (fence,): (i64,) = sqlx::query_as("CALL bench_get_lock_take(?, ?, ?)")
+        // Every row of the reply, as the session strategy reads a `CALL`'s: its last
+        // packet comes after the row.
+        let rows: Vec<(i64,)> = sqlx::query_as("CALL bench_get_lock_take(?, ?, ?, ?)")
             .bind(&self.name)
-            .bind(30_i64)
+            .bind((super::LEASE_MS / 1000) as i64)
+            .bind(&self.khash)
             .bind(WAIT_SECONDS)
-            .fetch_one(&mut self.conn)
+            .fetch_all(&mut self.conn)
             .await?;
+        let fence = match rows.as_slice() {
+            [(0,)] => {
+                return Err(format!("fenced GET_LOCK: not granted in {WAIT_SECONDS} s").into())
+            }
+            [(fence,)] => *fence,
+            other => return Err(format!("fenced GET_LOCK answered {other:?}").into()),
+        };
         // Within one worker, tokens must increase; across workers the bench's counter
         // checks exclusion.
-        if fence > self.last {
-            self.last = fence;
-            Ok(())
-        } else {
-            Err(format!("fenced GET_LOCK: token {fence} after {}", self.last).into())
+        if fence <= self.last {
+            return Err(format!("fenced GET_LOCK: token {fence} after {}", self.last).into());
         }
+        self.last = fence;
+        Ok(())
     }
 
     async fn release(&mut self) -> Result<(), BenchError> {
-        let (released, fenced): (i64, i64) = sqlx::query_as("CALL bench_get_lock_free(?)")
+        let rows: Vec<(i64, i64)> = sqlx::query_as("CALL bench_get_lock_free(?)")
             .bind(&self.name)
-            .fetch_one(&mut self.conn)
+            .fetch_all(&mut self.conn)
             .await?;
-        if released == 1 && fenced == 1 {
-            Ok(())
-        } else {
-            Err(format!("fenced RELEASE_LOCK: released {released}, fenced {fenced}").into())
+        match rows.as_slice() {
+            [(1, 1)] => Ok(()),
+            other => {
+                Err(format!("fenced RELEASE_LOCK answered (released, fenced) {other:?}").into())
+            }
         }
     }
 }

@@ -55,6 +55,8 @@ impl Floor {
         if self.promises { with_promises } else { bare }.into()
     }
 
+    /// [`Role::FloorWithPromises`](crate::contender::Role::FloorWithPromises) or
+    /// [`Role::Floor`](crate::contender::Role::Floor), as this floor is.
     fn role(&self) -> crate::contender::Role {
         if self.promises {
             crate::contender::Role::FloorWithPromises
@@ -63,6 +65,12 @@ impl Floor {
         }
     }
 }
+
+/// The lease, in milliseconds, a floor gives each grant: its key's expiry on Redis, the
+/// silence limit with promises on the SQL servers. Ours gets the same from its watchdog
+/// (`ours::client`).
+#[cfg(any(feature = "redis", feature = "sql"))]
+pub const LEASE_MS: u64 = 30_000;
 
 /// How often the polling recipes (raw `SET NX`, the naive table) try again while the
 /// lock is held: often enough to be a fair rival, rarely enough not to flood the server.

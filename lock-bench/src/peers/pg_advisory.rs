@@ -9,26 +9,30 @@ use distributed_locks::sql::sqlx::{self, Connection, PgConnection};
 
 use crate::contender::{BenchError, Contender, Role, Worker};
 
-/// The fence table of the floor with promises: not written to the log, as the session
-/// strategy's is not.
+/// The fence table of the floor with promises, as the session strategy's: keyed by a
+/// 64-digit hex digest, and not written to the log.
 const FENCES: &str = "CREATE UNLOGGED TABLE IF NOT EXISTS bench_advisory_fences \
-     (khash BIGINT PRIMARY KEY, fence BIGINT NOT NULL)";
+     (khash VARCHAR(64) NOT NULL PRIMARY KEY, fence BIGINT NOT NULL)";
 
-/// Takes the lock as the floor does and, in the same statement, what the session
-/// strategy does at a grant: sets the session's silence limit (`$2`, ms) and draws
-/// a fencing token, one past the key's last and never below the server clock in µs.
-const FENCED_LOCK: &str = "WITH l AS (SELECT pg_advisory_lock($1)), \
-     t AS (SELECT set_config('idle_session_timeout', $2, false) AS v FROM l), \
+/// The session strategy's statement that waits for a lock, run by hand: takes the lock
+/// (`$1`) as the floor does and, in the same statement, sets the session's silence
+/// limit (`$2`, ms as text) and draws the fencing token of the key `$3`, one past its
+/// last and never below the server clock in µs. Answers 1, the token, and 1 (the
+/// limit was set).
+const FENCED_LOCK: &str = "WITH l AS (SELECT true AS ok FROM (SELECT pg_advisory_lock($1)) AS w), \
+     t AS (SELECT set_config('idle_session_timeout', CASE WHEN l.ok THEN $2 ELSE '0' END, false) AS v FROM l), \
      f AS (INSERT INTO bench_advisory_fences AS f (khash, fence) \
-     SELECT $1, CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT) FROM l \
+     SELECT $3, CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT) FROM l WHERE l.ok \
      ON CONFLICT (khash) DO UPDATE SET fence = GREATEST(f.fence + 1, excluded.fence) \
      RETURNING f.fence) \
-     SELECT (SELECT fence FROM f), (SELECT COUNT(v) FROM t)";
+     SELECT CASE WHEN l.ok THEN 1 ELSE 0 END, COALESCE((SELECT fence FROM f), 0), \
+     (SELECT COUNT(v) FROM t) FROM l";
 
-/// Lets go of the lock as the floor does and, in the same statement, clears the
-/// session's silence and wait limits, as the session strategy's release does.
-const FENCED_UNLOCK: &str = "SELECT pg_advisory_unlock($1) FROM (SELECT \
-     set_config('idle_session_timeout', '0', false), set_config('lock_timeout', '0', false)) AS c";
+/// The session strategy's release, run by hand: lets go of the lock (`$1`) as the
+/// floor does and clears the session's silence and wait limits. Answers 1 if the lock
+/// was held.
+const FENCED_UNLOCK: &str = "SELECT CASE WHEN pg_advisory_unlock($1) THEN 1 ELSE 0 END, \
+     set_config('idle_session_timeout', '0', false), set_config('lock_timeout', '0', false)";
 
 /// Advisory locks at the floor's URL, bare or with the server work of the session
 /// strategy's promises inside its two statements: a fencing token and a silence limit
@@ -58,9 +62,11 @@ impl Contender for PgAdvisory {
         }
         // Workers are made one after another, so the table's creation never races.
         sqlx::query(FENCES).execute(&mut conn).await?;
+        let key = super::key_of(&format!("fenced:{name}"));
         Ok(Box::new(FencedWorker {
             conn,
-            key: super::key_of(&format!("fenced:{name}")),
+            key,
+            khash: format!("{:064x}", key as u64),
             last: 0,
         }))
     }
@@ -82,13 +88,19 @@ impl Worker for AdvisoryWorker {
     }
 
     async fn release(&mut self) -> Result<(), BenchError> {
-        unlock(&mut self.conn, "SELECT pg_advisory_unlock($1)", self.key).await
+        let (released,): (bool,) = sqlx::query_as("SELECT pg_advisory_unlock($1)")
+            .bind(self.key)
+            .fetch_one(&mut self.conn)
+            .await?;
+        held_at_release(released, "pg_advisory_unlock")
     }
 }
 
 struct FencedWorker {
     conn: PgConnection,
     key: i64,
+    /// The fence table's key: the lock's key as 64 hex digits.
+    khash: String,
     /// The last grant's fencing token.
     last: i64,
 }
@@ -96,38 +108,42 @@ struct FencedWorker {
 #[async_trait]
 impl Worker for FencedWorker {
     async fn acquire(&mut self) -> Result<(), BenchError> {
-        let (fence, _): (Option<i64>, i64) = sqlx::query_as(FENCED_LOCK)
+        let (taken, fence, limited): (i32, i64, i64) = sqlx::query_as(FENCED_LOCK)
             .bind(self.key)
-            .bind("30000")
+            .bind(super::LEASE_MS.to_string())
+            .bind(&self.khash)
             .fetch_one(&mut self.conn)
             .await?;
-        match fence {
-            // Within one worker, tokens must increase; across workers the bench's
-            // counter checks exclusion.
-            Some(fence) if fence > self.last => {
-                self.last = fence;
-                Ok(())
-            }
-            other => Err(format!(
-                "fenced pg_advisory_lock: token {other:?} after {}",
-                self.last
-            )
-            .into()),
+        if taken != 1 || limited != 1 {
+            return Err(
+                format!("fenced pg_advisory_lock: taken {taken}, limit set {limited}").into(),
+            );
         }
+        // Within one worker, tokens must increase; across workers the bench's counter
+        // checks exclusion.
+        if fence <= self.last {
+            return Err(
+                format!("fenced pg_advisory_lock: token {fence} after {}", self.last).into(),
+            );
+        }
+        self.last = fence;
+        Ok(())
     }
 
     async fn release(&mut self) -> Result<(), BenchError> {
-        unlock(&mut self.conn, FENCED_UNLOCK, self.key).await
+        let (released, _, _): (i32, String, String) = sqlx::query_as(FENCED_UNLOCK)
+            .bind(self.key)
+            .fetch_one(&mut self.conn)
+            .await?;
+        held_at_release(released == 1, "fenced pg_advisory_unlock")
     }
 }
 
-/// Runs `unlock`, a statement that lets go of the advisory lock `key` and answers
-/// whether it was held.
-async fn unlock(conn: &mut PgConnection, unlock: &'static str, key: i64) -> Result<(), BenchError> {
-    let (released,): (bool,) = sqlx::query_as(unlock).bind(key).fetch_one(conn).await?;
-    if released {
+/// Ok if the lock was `held` when `what` let go of it.
+fn held_at_release(held: bool, what: &str) -> Result<(), BenchError> {
+    if held {
         Ok(())
     } else {
-        Err(format!("not held at release: {unlock}").into())
+        Err(format!("{what}: not held").into())
     }
 }

@@ -72,7 +72,7 @@ impl Worker for RawWorker {
                 .arg(&self.token)
                 .arg("NX")
                 .arg("PX")
-                .arg(30_000)
+                .arg(super::LEASE_MS)
                 .query_async(&mut self.conn)
                 .await?;
             if set.is_some() {
@@ -147,7 +147,7 @@ impl Worker for FencedWorker {
                 .key(&self.key)
                 .key(&self.fence)
                 .arg(&self.token)
-                .arg(30_000)
+                .arg(super::LEASE_MS)
                 .invoke_async(&mut self.conn)
                 .await?;
             if fence > 0 {
