@@ -19,8 +19,8 @@ pub enum Role {
     Peer,
     /// The floor, plus by hand the server work this library's promises take there (a
     /// fencing token per grant; on Redis a receipt per release, on the SQL servers the
-    /// session strategy's silence limit): the part of the distance between our
-    /// uncontended cycle and the floor's that is the server's, apart from the client's.
+    /// session strategy's silence limit), done by a bare client: what lies between it
+    /// and our uncontended cycle is our client's share.
     FloorWithPromises,
 }
 

@@ -1,7 +1,7 @@
 //! The floor on MariaDB and MySQL: `GET_LOCK` + `RELEASE_LOCK` on a connection of its
 //! own, through sqlx. The server queues the waiters; nothing is written. Beside it,
-//! the same floor plus the server work of the session strategy's promises, to tell
-//! the server's share of that strategy's cycle from the client's.
+//! the same floor plus the server work of the session strategy's promises, done by a
+//! bare client, to tell our client's share of that strategy's cycle.
 
 use async_trait::async_trait;
 use distributed_locks::sql::sqlx::{self, Connection, MySqlConnection};
@@ -14,7 +14,7 @@ const WAIT_SECONDS: i64 = 3600;
 /// What the floor with promises needs on the server: a fence table the server keeps
 /// in memory only, as the session strategy's is, and that strategy's try and release
 /// as two procedures, one statement each for the server to parse, as they are there
-/// (with the same parameters and security). The procedures are made anew each time,
+/// (with the same parameters and security, and the take's wait added). The procedures are made anew each time,
 /// so a server used before runs the bodies below.
 const FENCED_SETUP: [&str; 5] = [
     "CREATE TABLE IF NOT EXISTS bench_get_lock_fences \

@@ -67,8 +67,8 @@ impl Floor {
 }
 
 /// The lease, in milliseconds, a floor gives each grant: its key's expiry on Redis, the
-/// silence limit with promises on the SQL servers. Ours gets the same from its watchdog
-/// (`ours::client`).
+/// silence limit with promises on the SQL servers. Ours is given the same lease, 30 s,
+/// for its watchdog (`ours::client`).
 #[cfg(any(feature = "redis", feature = "sql"))]
 pub const LEASE_MS: u64 = 30_000;
 

@@ -1,8 +1,8 @@
 //! The floor on PostgreSQL: `pg_advisory_lock` + `pg_advisory_unlock` on a session of
 //! its own, through sqlx. The server queues the waiters and hands the lock over
 //! itself; nothing is written, and nothing survives the session. Beside it, the same
-//! floor plus the server work of the session strategy's promises, to tell the server's
-//! share of that strategy's cycle from the client's.
+//! floor plus the server work of the session strategy's promises, done by a bare
+//! client, to tell our client's share of that strategy's cycle.
 
 use async_trait::async_trait;
 use distributed_locks::sql::sqlx::{self, Connection, PgConnection};
@@ -11,7 +11,7 @@ use crate::contender::{BenchError, Contender, Role, Worker};
 
 /// The fence table of the floor with promises, as the session strategy's: keyed by a
 /// 64-digit hex digest, and not written to the log.
-const FENCES: &str = "CREATE UNLOGGED TABLE IF NOT EXISTS bench_advisory_fences \
+const FENCES: &str = "CREATE UNLOGGED TABLE IF NOT EXISTS bench_advisory_hex_fences \
      (khash VARCHAR(64) NOT NULL PRIMARY KEY, fence BIGINT NOT NULL)";
 
 /// The session strategy's statement that waits for a lock, run by hand: takes the lock
@@ -21,7 +21,7 @@ const FENCES: &str = "CREATE UNLOGGED TABLE IF NOT EXISTS bench_advisory_fences 
 /// limit was set).
 const FENCED_LOCK: &str = "WITH l AS (SELECT true AS ok FROM (SELECT pg_advisory_lock($1)) AS w), \
      t AS (SELECT set_config('idle_session_timeout', CASE WHEN l.ok THEN $2 ELSE '0' END, false) AS v FROM l), \
-     f AS (INSERT INTO bench_advisory_fences AS f (khash, fence) \
+     f AS (INSERT INTO bench_advisory_hex_fences AS f (khash, fence) \
      SELECT $3, CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT) FROM l WHERE l.ok \
      ON CONFLICT (khash) DO UPDATE SET fence = GREATEST(f.fence + 1, excluded.fence) \
      RETURNING f.fence) \
