@@ -14,8 +14,8 @@ const WAIT_SECONDS: i64 = 3600;
 /// What the floor with promises needs on the server: a fence table the server keeps
 /// in memory only, as the session strategy's is, and that strategy's try and release
 /// as two procedures, one statement each for the server to parse, as they are there
-/// (with the same parameters and security, and the take's wait added). The procedures are made anew each time,
-/// so a server used before runs the bodies below.
+/// (with the same parameters and security, and the take's wait added). The procedures
+/// are made anew each time, so a server used before runs the bodies below.
 const FENCED_SETUP: [&str; 5] = [
     "CREATE TABLE IF NOT EXISTS bench_get_lock_fences \
      (khash CHAR(64) CHARACTER SET ascii NOT NULL PRIMARY KEY, fence BIGINT NOT NULL) ENGINE=MEMORY",
