@@ -92,7 +92,7 @@ impl HolderWatch {
 
 /// The holder watches of one server not yet listening. Most locks are released well
 /// within [`WATCH_AFTER`]: their watch then costs a queue entry, no task and no
-/// wake-up. One task per server, running while entries come, starts the listening of
+/// wake-up. One task per server, running while entries wait, starts the listening of
 /// each lease still held when it falls due.
 #[derive(Debug, Default)]
 pub(crate) struct HolderWatches {
@@ -143,8 +143,6 @@ trait Ends {
 struct DueQueue<T> {
     entries: VecDeque<(Instant, T)>,
     running: bool,
-    /// Whether an entry came since the task last looked.
-    pushed: bool,
 }
 
 impl<T> Default for DueQueue<T> {
@@ -152,7 +150,6 @@ impl<T> Default for DueQueue<T> {
         DueQueue {
             entries: VecDeque::new(),
             running: false,
-            pushed: false,
         }
     }
 }
@@ -167,21 +164,12 @@ impl<T: Ends> DueQueue<T> {
             self.entries.pop_front();
         }
         self.entries.push_back((at, entry));
-        self.pushed = true;
         !std::mem::replace(&mut self.running, true)
     }
 
-    /// Takes the entries due at `now` that have not ended, and says when to look
-    /// next; `None` when the task ends.
-    ///
-    /// A queue left empty by entries that came since the last look is looked at again
-    /// [`WATCH_AFTER`] from now, before any entry pushed meanwhile falls due: the first
-    /// look often comes after the release of the entry that started the task, and a
-    /// lock taken and released in a loop would otherwise start a task (and wake a
-    /// thread for it) at nearly every grant. The task ends at a look that finds the
-    /// queue empty and nothing pushed since the last.
+    /// Takes the entries due at `now` that have not ended, and says when the next
+    /// falls due; `None` when none is left, and the task ends.
     fn take_due(&mut self, now: Instant) -> (Vec<T>, Option<Instant>) {
-        let pushed = std::mem::replace(&mut self.pushed, false);
         let mut due = Vec::new();
         while let Some((at, first)) = self.entries.front() {
             if first.ended() {
@@ -191,9 +179,6 @@ impl<T: Ends> DueQueue<T> {
             } else {
                 return (due, Some(*at));
             }
-        }
-        if pushed {
-            return (due, Some(now + WATCH_AFTER));
         }
         self.running = false;
         (due, None)
@@ -333,50 +318,8 @@ mod tests {
         assert_eq!(queue.entries.len(), 1);
         let (due, next) = queue.take_due(at + WATCH_AFTER);
         assert!(due.is_empty());
-        assert_eq!(next, Some(at + WATCH_AFTER * 2), "entries came: look again");
-        let (due, next) = queue.take_due(at + WATCH_AFTER * 2);
-        assert!(due.is_empty());
         assert_eq!(next, None);
         assert!(!queue.running, "the task ends with nothing left");
-    }
-
-    /// The task's first look at the queue often comes after the lease it was started
-    /// for is released already (a short hold, a worker thread still waking). It must
-    /// not end then: a lock taken and released in a loop would spawn a task, and wake
-    /// a thread for it, at nearly every grant.
-    #[test]
-    fn a_lock_cycled_faster_than_the_task_first_looks_starts_one_task() {
-        let mut queue = DueQueue::default();
-        let start = Instant::now();
-        let mut spawned = 0;
-        for n in 0..100 {
-            let now = start + Duration::from_micros(200 * n);
-            let held = entry();
-            if queue.push(now + WATCH_AFTER, held.clone()) {
-                spawned += 1;
-            }
-            end(&held);
-            // The task looks (it was just started, or its sleep ran out) after the release.
-            if queue.running {
-                let (due, next) = queue.take_due(now + Duration::from_micros(50));
-                assert!(due.is_empty());
-                let next = next.expect("a task with entries pushed lately keeps running");
-                assert!(
-                    next >= now + WATCH_AFTER,
-                    "sleeps until an entry pushed next could fall due"
-                );
-            }
-        }
-        assert_eq!(spawned, 1, "one task for the whole loop");
-        let idle = start + Duration::from_secs(1);
-        let (due, next) = queue.take_due(idle);
-        assert!(due.is_empty());
-        assert_eq!(next, None, "ends once a sleep passed without an entry");
-        assert!(!queue.running);
-        assert!(
-            queue.push(idle + WATCH_AFTER, entry()),
-            "the next entry starts a task again"
-        );
     }
 
     #[test]
