@@ -78,6 +78,7 @@
 mod acquisition;
 mod api;
 pub mod backend;
+mod background_loop;
 mod cleanups;
 mod client;
 mod clock;

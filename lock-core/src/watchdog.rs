@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use crate::backend::{HeldLease, LockBackend, Renewal};
+use crate::backend::{BackgroundLoop, HeldLease, LockBackend, LoopGuard, Renewal};
 use crate::lease::{LeaseLoss, LeaseState, Stamp};
 use crate::lease_ids::LeaseIdMap;
 use crate::telemetry::Telemetry;
@@ -51,8 +52,16 @@ impl<B: LockBackend> LeaseEntry<B> {
 
 #[derive(Debug)]
 struct Registry<B: LockBackend> {
-    leases: LeaseIdMap<Arc<LeaseEntry<B>>>,
-    running: bool,
+    leases: LeaseIdMap<Watched<B>>,
+    renewals: BackgroundLoop,
+}
+
+/// A watched lease, and the runtime of the call that watched it: where the renewals
+/// can go on if the runtime the loop runs on shuts down.
+#[derive(Debug)]
+struct Watched<B: LockBackend> {
+    entry: Arc<LeaseEntry<B>>,
+    runtime: Handle,
 }
 
 #[derive(Debug)]
@@ -65,7 +74,9 @@ struct Shared<B: LockBackend> {
     registry: Mutex<Registry<B>>,
 }
 
-/// Renews at a third of the lease. Its task runs only while it has leases to keep.
+/// Renews at a third of the lease. Its task runs only while it has leases to keep, on
+/// the runtime of the call that started it; when that runtime shuts down, it moves to
+/// the runtime of another watched lease.
 #[derive(Debug)]
 pub(crate) struct Watchdog<B: LockBackend> {
     shared: Arc<Shared<B>>,
@@ -86,7 +97,7 @@ impl<B: LockBackend> Watchdog<B> {
                 telemetry,
                 registry: Mutex::new(Registry {
                     leases: LeaseIdMap::default(),
-                    running: false,
+                    renewals: BackgroundLoop::default(),
                 }),
             }),
         }
@@ -97,11 +108,24 @@ impl<B: LockBackend> Watchdog<B> {
     pub(crate) fn watch(&self, entry: Arc<LeaseEntry<B>>) {
         entry.watched.store(true, Ordering::Release);
         let mut registry = lock(&self.shared.registry);
-        registry.leases.insert(entry.id, entry);
-        if !registry.running {
-            registry.running = true;
-            tokio::spawn(run(Arc::downgrade(&self.shared)));
+        let watched = Watched {
+            entry,
+            runtime: Handle::current(),
+        };
+        let id = watched.entry.id;
+        registry.leases.insert(id, watched);
+        if !registry.renewals.claim() {
+            return;
         }
+        let runtime = registry.leases[&id].runtime.clone();
+        drop(registry);
+        // Made before the spawn, and spawned outside the lock: a loop dropped before it
+        // first runs (its runtime shutting down) moves too.
+        let renewals = Renewals {
+            shared: Arc::downgrade(&self.shared),
+            guard: LoopGuard::new(&runtime),
+        };
+        runtime.spawn(run(renewals));
     }
 
     /// Stops keeping the lease alive; returns whether it was watched. A renewal in
@@ -125,28 +149,42 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Clears the registry's `running` flag if the loop is dropped mid-way (its runtime
-/// shut down under it), so the next `watch` starts a new loop.
-struct RunningFlag<B: LockBackend> {
+/// What the renewal loop holds: the client, weakly, and its guard. Dropped before the
+/// loop ends by itself (its runtime shut down under it, perhaps before it first ran),
+/// it moves the loop to the runtime of another watched lease.
+struct Renewals<B: LockBackend> {
     shared: Weak<Shared<B>>,
-    armed: bool,
+    guard: LoopGuard,
 }
 
-impl<B: LockBackend> Drop for RunningFlag<B> {
+impl<B: LockBackend> Drop for Renewals<B> {
     fn drop(&mut self) {
-        if let (true, Some(shared)) = (self.armed, self.shared.upgrade()) {
-            lock(&shared.registry).running = false;
-        }
+        let (true, Some(shared)) = (self.guard.is_armed(), self.shared.upgrade()) else {
+            return;
+        };
+        self.guard.dropped(
+            &shared.registry,
+            |registry| &mut registry.renewals,
+            |registry, tried| {
+                registry
+                    .leases
+                    .values()
+                    .map(|watched| &watched.runtime)
+                    .find(|runtime| !tried.contains(&runtime.id()))
+                    .cloned()
+            },
+            |runtime, guard| {
+                let shared = self.shared.clone();
+                drop(runtime.spawn(run(Renewals { shared, guard })));
+            },
+        );
     }
 }
 
 /// The renewal loop. It holds the client only weakly, and ends when nothing is left to
 /// renew (the next `watch` starts a new one).
-async fn run<B: LockBackend>(shared: Weak<Shared<B>>) {
-    let mut flag = RunningFlag {
-        shared: shared.clone(),
-        armed: true,
-    };
+async fn run<B: LockBackend>(mut renewals: Renewals<B>) {
+    let shared = renewals.shared.clone();
     let Some(ttl) = shared.upgrade().map(|s| s.ttl) else {
         return;
     };
@@ -163,8 +201,7 @@ async fn run<B: LockBackend>(shared: Weak<Shared<B>>) {
         // Check and clear under one lock, so a lease watched meanwhile starts a new loop.
         let mut registry = lock(&shared.registry);
         if registry.leases.is_empty() {
-            registry.running = false;
-            flag.armed = false;
+            registry.renewals.end(&mut renewals.guard);
             return;
         }
     }
@@ -172,7 +209,11 @@ async fn run<B: LockBackend>(shared: Weak<Shared<B>>) {
 
 /// One renewal of every watched lease; returns when to tick next.
 async fn tick<B: LockBackend>(shared: &Shared<B>, interval: Duration, retry: Duration) -> Instant {
-    let batch: Vec<Arc<LeaseEntry<B>>> = lock(&shared.registry).leases.values().cloned().collect();
+    let batch: Vec<Arc<LeaseEntry<B>>> = lock(&shared.registry)
+        .leases
+        .values()
+        .map(|watched| watched.entry.clone())
+        .collect();
     let (live, ended): (Vec<_>, Vec<_>) =
         batch.into_iter().partition(|e| e.state.ended().is_none());
     for entry in &ended {

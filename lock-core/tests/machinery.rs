@@ -211,6 +211,41 @@ fn public_types_are_send_and_sync() {
     });
 }
 
+/// Two runtimes using one client at once (as `#[tokio::test]`s sharing a client do,
+/// each on a thread of its own): when the runtime the watchdog happened to start on
+/// shuts down, the other's leases go on being renewed.
+#[test]
+fn watchdog_moves_to_a_runtime_still_running() {
+    let client = LockClient::builder(MemoryBackend::new())
+        .watchdog_lease(Duration::from_millis(150))
+        .build()
+        .unwrap();
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let (first, second) = (runtime(), runtime());
+    // The first lease starts the watchdog on the first runtime.
+    let early = first
+        .block_on(client.lock("early").unwrap().acquire())
+        .unwrap();
+    let kept = second
+        .block_on(client.lock("kept").unwrap().acquire())
+        .unwrap();
+    drop(first);
+    second.block_on(async {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(
+            kept.is_held(),
+            "lease not renewed once the first runtime was gone"
+        );
+        kept.release().await.unwrap();
+    });
+    drop(early);
+}
+
 /// A client used from one runtime after another (as `#[tokio::test]`s sharing a client
 /// do) keeps renewing: a watchdog whose runtime shut down is replaced.
 #[test]

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::backend::LossNotifier;
+use lock_core::backend::{BackgroundLoop, LoopGuard, LossNotifier};
 use lock_core::{LeaseLoss, LockKind};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -93,10 +93,19 @@ impl HolderWatch {
 /// The holder watches of one server not yet listening. Most locks are released well
 /// within [`WATCH_AFTER`]: their watch then costs a queue entry, no task and no
 /// wake-up. One task per server, running while entries wait, starts the listening of
-/// each lease still held when it falls due.
+/// each lease still held when it falls due. It runs on the runtime of the grant that
+/// started it, and moves to the runtime of another waiting entry when that one shuts
+/// down.
 #[derive(Debug, Default)]
 pub(crate) struct HolderWatches {
-    pending: Mutex<DueQueue<Listening>>,
+    pending: Mutex<Pending>,
+}
+
+/// The watches waiting to fall due, and the task that takes them.
+#[derive(Debug, Default)]
+struct Pending {
+    queue: DueQueue<Listening>,
+    starter: BackgroundLoop,
 }
 
 /// What the listening of one lease needs.
@@ -119,16 +128,21 @@ impl Ends for Listening {
 
 impl HolderWatches {
     fn defer(&self, node: &Node, listening: Listening) {
-        // Stamped under the lock, so the queue stays in the order entries fall due.
-        let start = lock(&self.pending).push(Instant::now() + WATCH_AFTER, listening);
+        let runtime = listening.runtime.clone();
+        let start = {
+            let mut pending = lock(&self.pending);
+            // Stamped under the lock, so the queue stays in the order entries fall due.
+            pending.queue.push(Instant::now() + WATCH_AFTER, listening);
+            pending.starter.claim()
+        };
         if start {
             // Made before the spawn, outside the lock: a task dropped before it first
-            // runs (its runtime shutting down) clears the flag too.
-            let running = Running {
+            // runs (its runtime shutting down) moves too.
+            let starter = Starter {
                 node: node.clone(),
-                armed: true,
+                guard: LoopGuard::new(&runtime),
             };
-            tokio::spawn(start_when_due(running));
+            runtime.spawn(start_when_due(starter));
         }
     }
 }
@@ -138,37 +152,33 @@ trait Ends {
     fn ended(&self) -> bool;
 }
 
-/// Entries in the order they fall due, and whether a task runs to take them.
+/// Entries in the order they fall due.
 #[derive(Debug)]
 struct DueQueue<T> {
     entries: VecDeque<(Instant, T)>,
-    running: bool,
 }
 
 impl<T> Default for DueQueue<T> {
     fn default() -> Self {
         DueQueue {
             entries: VecDeque::new(),
-            running: false,
         }
     }
 }
 
 impl<T: Ends> DueQueue<T> {
-    /// Puts `entry` in, due `at` (no earlier than any entry in the queue); returns
-    /// whether a task must be started to take it.
-    fn push(&mut self, at: Instant, entry: T) -> bool {
+    /// Puts `entry` in, due `at` (no earlier than any entry in the queue).
+    fn push(&mut self, at: Instant, entry: T) {
         // Entries that ended meanwhile leave here, not when they fall due: a lock taken
         // and released in a loop keeps one entry, not a queue of them.
         while self.entries.front().is_some_and(|(_, first)| first.ended()) {
             self.entries.pop_front();
         }
         self.entries.push_back((at, entry));
-        !std::mem::replace(&mut self.running, true)
     }
 
     /// Takes the entries due at `now` that have not ended, and says when the next
-    /// falls due; `None` when none is left, and the task ends.
+    /// falls due; `None` when none is left.
     fn take_due(&mut self, now: Instant) -> (Vec<T>, Option<Instant>) {
         let mut due = Vec::new();
         while let Some((at, first)) = self.entries.front() {
@@ -180,36 +190,66 @@ impl<T: Ends> DueQueue<T> {
                 return (due, Some(*at));
             }
         }
-        self.running = false;
         (due, None)
+    }
+
+    /// The entries that have not ended.
+    fn live(&self) -> impl Iterator<Item = &T> {
+        self.entries
+            .iter()
+            .map(|(_, entry)| entry)
+            .filter(|entry| !entry.ended())
     }
 }
 
-/// Clears the `running` flag if the task is dropped mid-way or before it first runs
-/// (its runtime shut down), so the next deferral starts another.
-struct Running {
+/// What the task of [`HolderWatches`] holds. Dropped before the task ends by itself
+/// (its runtime shut down, perhaps before it first ran), it moves the task to the
+/// runtime of another entry still waiting.
+struct Starter {
     node: Node,
-    armed: bool,
+    guard: LoopGuard,
 }
 
-impl Drop for Running {
+impl Drop for Starter {
     fn drop(&mut self) {
-        if self.armed {
-            lock(&self.node.holder_watches().pending).running = false;
+        if !self.guard.is_armed() {
+            return;
         }
+        self.guard.dropped(
+            &self.node.holder_watches().pending,
+            |pending| &mut pending.starter,
+            |pending, tried| {
+                pending
+                    .queue
+                    .live()
+                    .map(|listening| &listening.runtime)
+                    .find(|runtime| !tried.contains(&runtime.id()))
+                    .cloned()
+            },
+            |runtime, guard| {
+                let node = self.node.clone();
+                drop(runtime.spawn(start_when_due(Starter { node, guard })));
+            },
+        );
     }
 }
 
 /// The task of [`HolderWatches`]: starts the listening of the entries due, sleeps
 /// until the next falls due, and ends when none is left.
-async fn start_when_due(mut running: Running) {
+async fn start_when_due(mut starter: Starter) {
     loop {
-        let (due, next) = lock(&running.node.holder_watches().pending).take_due(Instant::now());
+        let (due, next) = {
+            let mut pending = lock(&starter.node.holder_watches().pending);
+            let (due, next) = pending.queue.take_due(Instant::now());
+            if next.is_none() {
+                pending.starter.end(&mut starter.guard);
+            }
+            (due, next)
+        };
         for listening in due {
-            listen_until_stopped(&running.node, listening);
+            listen_until_stopped(&starter.node, listening);
         }
         let Some(next) = next else {
-            running.armed = false;
             return;
         };
         tokio::time::sleep_until(next).await;
@@ -304,22 +344,16 @@ mod tests {
     fn a_lock_taken_and_released_in_a_loop_keeps_one_entry() {
         let mut queue = DueQueue::default();
         let at = Instant::now();
-        let first = entry();
-        assert!(
-            queue.push(at, first.clone()),
-            "the first entry starts the task"
-        );
-        end(&first);
-        for n in 1..1000 {
+        for n in 0..1000 {
             let next = entry();
-            assert!(!queue.push(at + Duration::from_micros(n), next.clone()));
+            queue.push(at + Duration::from_micros(n), next.clone());
             end(&next);
         }
         assert_eq!(queue.entries.len(), 1);
+        assert_eq!(queue.live().count(), 0);
         let (due, next) = queue.take_due(at + WATCH_AFTER);
         assert!(due.is_empty());
-        assert_eq!(next, None);
-        assert!(!queue.running, "the task ends with nothing left");
+        assert_eq!(next, None, "the task ends with nothing left");
     }
 
     #[test]
@@ -332,14 +366,16 @@ mod tests {
             .unwrap();
         let handle = runtime.handle().clone();
         drop(runtime);
-        lock(&node.holder_watches().pending).running = true;
-        let _entered = handle.enter();
+        assert!(lock(&node.holder_watches().pending).starter.claim());
         // A runtime shut down drops a task spawned on it without running it.
-        drop(tokio::spawn(start_when_due(Running {
+        drop(handle.spawn(start_when_due(Starter {
             node: node.clone(),
-            armed: true,
+            guard: LoopGuard::new(&handle),
         })));
-        assert!(!lock(&node.holder_watches().pending).running);
+        assert!(
+            lock(&node.holder_watches().pending).starter.claim(),
+            "the next deferral starts a task"
+        );
     }
 
     #[test]
@@ -355,14 +391,9 @@ mod tests {
         assert_eq!(due.len(), 1);
         assert!(Arc::ptr_eq(&due[0], &held));
         assert_eq!(next, Some(at + Duration::from_millis(50)));
-        assert!(queue.running);
+        assert_eq!(queue.live().count(), 1);
         let (due, next) = queue.take_due(at + Duration::from_millis(50));
         assert!(Arc::ptr_eq(&due[0], &later));
         assert_eq!(next, None);
-        assert!(!queue.running);
-        assert!(
-            queue.push(at, entry()),
-            "the next entry starts a task again"
-        );
     }
 }

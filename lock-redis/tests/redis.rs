@@ -479,6 +479,48 @@ async fn holders_still_holding_listen_for_a_force_unlock_until_they_let_go() {
     until_channels(&backend, 0).await;
 }
 
+/// Two runtimes using one client at once: when the runtime that was to start the
+/// listening of held locks shuts down, a lock held on the other still listens for a
+/// force-unlock. (The client's connections are made on the runtime that stays: they
+/// live on the runtime that made them.)
+#[test]
+fn a_holder_listens_when_another_runtime_of_its_client_shuts_down() {
+    let server = RedisServer::start();
+    let backend = server.backend();
+    let client = client(backend.clone(), "runtimes");
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let (first, second) = (runtime(), runtime());
+    second.block_on(async {
+        let warm = client.lock("warm").unwrap().acquire().await.unwrap();
+        warm.release().await.unwrap();
+        // Past its due time, so that what it started has ended.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    });
+    // A lock held on the first runtime starts there what starts the listening.
+    let early = first
+        .block_on(client.lock("early").unwrap().acquire())
+        .unwrap();
+    let kept = second
+        .block_on(client.lock("kept").unwrap().acquire())
+        .unwrap();
+    drop(first);
+    second.block_on(async {
+        until_channels(&backend, 1).await;
+        assert!(client.lock("kept").unwrap().force_unlock().await.unwrap());
+        let loss = tokio::time::timeout(Duration::from_secs(10), kept.lost())
+            .await
+            .expect("the holder hears of its force-unlock");
+        assert_eq!(loss, lock_core::LeaseLoss::Revoked);
+    });
+    drop(early);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_deleted_behind_the_holders_back_is_reported_lost() {
     let server = RedisServer::start();
