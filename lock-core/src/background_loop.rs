@@ -70,6 +70,12 @@ impl LoopGuard {
         self.armed
     }
 
+    /// Whether a move spawned the loop: the loop it replaces may have been late
+    /// (failing, or not polled), so its work may be due at once.
+    pub fn is_moved(&self) -> bool {
+        self.spawn.is_some()
+    }
+
     /// From the `Drop` of the loop's future, while armed: the loop's runtime shut
     /// down under it (perhaps before it first ran). Spawns the loop again with `spawn`
     /// on the runtime `next` names among those of the work left in `state`, other

@@ -106,12 +106,10 @@ impl<B: LockBackend> Watchdog<B> {
     /// Starts (or, after a failed `extend`, resumes) keeping `entry` alive. Must be
     /// called inside a tokio runtime.
     pub(crate) fn watch(&self, entry: Arc<LeaseEntry<B>>) {
+        let runtime = Handle::current();
         entry.watched.store(true, Ordering::Release);
+        let watched = Watched { entry, runtime };
         let mut registry = lock(&self.shared.registry);
-        let watched = Watched {
-            entry,
-            runtime: Handle::current(),
-        };
         let id = watched.entry.id;
         registry.leases.insert(id, watched);
         if !registry.renewals.claim() {
@@ -191,7 +189,13 @@ async fn run<B: LockBackend>(mut renewals: Renewals<B>) {
     let interval = ttl / 3;
     // After a failed renewal, retry sooner, but not in a tight loop.
     let retry = (ttl / 10).max(Duration::from_millis(10));
-    let mut next = Instant::now() + interval;
+    // A moved loop renews at once: the one it replaces may have been retrying, or not
+    // polled at all, with leases near their end.
+    let mut next = if renewals.guard.is_moved() {
+        Instant::now()
+    } else {
+        Instant::now() + interval
+    };
     loop {
         tokio::time::sleep_until(next).await;
         let Some(shared) = shared.upgrade() else {
