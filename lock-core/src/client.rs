@@ -115,7 +115,8 @@ impl<B: LockBackend> ClientInner<B> {
 /// one watchdog that renews all of their leases.
 ///
 /// Cloning is cheap and shares everything. Leases kept by the watchdog need a tokio
-/// runtime (the watchdog is a task on it).
+/// runtime: the watchdog is a task on the runtime of the acquire that started it, and
+/// moves to the runtime of another watched lease when that one shuts down.
 ///
 /// ```
 /// use std::time::Duration;
