@@ -12,7 +12,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use crate::background_loop::{BackgroundLoop, LoopGuard};
+pub use crate::background_loop::{BackgroundLoop, LoopGuard, LoopWork};
 pub use crate::cleanups::{Cleanups, PendingCleanup};
 pub use crate::election::Leader;
 use crate::error::Result;

@@ -32,6 +32,15 @@ impl BackgroundLoop {
     }
 }
 
+/// What a background loop serves, kept under one lock with its [`BackgroundLoop`].
+pub trait LoopWork {
+    /// Whether the loop runs.
+    fn background(&mut self) -> &mut BackgroundLoop;
+
+    /// The runtimes of the calls whose work is left: where the loop may move.
+    fn runtimes(&self) -> impl Iterator<Item = &Handle>;
+}
+
 /// A move's spawn, until the mover learns how it went.
 const SPAWNING: u8 = 0;
 /// The runtime took the moved loop.
@@ -78,17 +87,11 @@ impl LoopGuard {
 
     /// From the `Drop` of the loop's future, while armed: the loop's runtime shut
     /// down under it (perhaps before it first ran). Spawns the loop again with `spawn`
-    /// on the runtime `next` names among those of the work left in `state`, other
-    /// than those tried, until one takes it; with none, marks the loop stopped, and
-    /// the next call that adds work starts one. The loop stays marked running while
-    /// it moves, so no call starts a second one meanwhile.
-    pub fn dropped<S>(
-        &self,
-        state: &Mutex<S>,
-        slot: impl Fn(&mut S) -> &mut BackgroundLoop,
-        next: impl Fn(&S, &[Id]) -> Option<Handle>,
-        spawn: impl Fn(&Handle, LoopGuard),
-    ) {
+    /// on a runtime of the work left in `work`, trying each other runtime until one
+    /// takes it; with none, marks the loop stopped, and the next call that adds work
+    /// starts one. The loop stays marked running while it moves, so no call starts a
+    /// second one meanwhile.
+    pub fn dropped<W: LoopWork>(&self, work: &Mutex<W>, spawn: impl Fn(&Handle, LoopGuard)) {
         if let Some(spawn) = &self.spawn {
             if spawn
                 .compare_exchange(SPAWNING, REFUSED, Ordering::AcqRel, Ordering::Acquire)
@@ -99,19 +102,19 @@ impl LoopGuard {
                 return;
             }
         }
-        let lock = || {
-            state
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-        };
+        let lock = || work.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut tried = vec![self.runtime];
         loop {
             let runtime = {
-                let mut state = lock();
-                match next(&state, &tried) {
+                let mut work = lock();
+                let untried = work
+                    .runtimes()
+                    .find(|runtime| !tried.contains(&runtime.id()))
+                    .cloned();
+                match untried {
                     Some(runtime) => runtime,
                     None => {
-                        slot(&mut state).running = false;
+                        work.background().running = false;
                         return;
                     }
                 }
@@ -153,30 +156,30 @@ mod tests {
         spawns: Arc<AtomicUsize>,
     }
 
+    impl LoopWork for Work {
+        fn background(&mut self) -> &mut BackgroundLoop {
+            &mut self.background
+        }
+
+        fn runtimes(&self) -> impl Iterator<Item = &Handle> {
+            self.runtimes.iter()
+        }
+    }
+
     impl Drop for Task {
         fn drop(&mut self) {
             if !self.guard.is_armed() {
                 return;
             }
-            self.guard.dropped(
-                &self.work,
-                |work| &mut work.background,
-                |work, tried| {
-                    work.runtimes
-                        .iter()
-                        .find(|runtime| !tried.contains(&runtime.id()))
-                        .cloned()
-                },
-                |runtime, guard| {
-                    self.spawns.fetch_add(1, Ordering::SeqCst);
-                    let task = Task {
-                        work: self.work.clone(),
-                        guard,
-                        spawns: self.spawns.clone(),
-                    };
-                    drop(runtime.spawn(run(task)));
-                },
-            );
+            self.guard.dropped(&self.work, |runtime, guard| {
+                self.spawns.fetch_add(1, Ordering::SeqCst);
+                let task = Task {
+                    work: self.work.clone(),
+                    guard,
+                    spawns: self.spawns.clone(),
+                };
+                drop(runtime.spawn(run(task)));
+            });
         }
     }
 

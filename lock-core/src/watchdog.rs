@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use crate::backend::{BackgroundLoop, HeldLease, LockBackend, LoopGuard, Renewal};
+use crate::backend::{BackgroundLoop, HeldLease, LockBackend, LoopGuard, LoopWork, Renewal};
 use crate::lease::{LeaseLoss, LeaseState, Stamp};
 use crate::lease_ids::LeaseIdMap;
 use crate::telemetry::Telemetry;
@@ -54,6 +54,16 @@ impl<B: LockBackend> LeaseEntry<B> {
 struct Registry<B: LockBackend> {
     leases: LeaseIdMap<Watched<B>>,
     renewals: BackgroundLoop,
+}
+
+impl<B: LockBackend> LoopWork for Registry<B> {
+    fn background(&mut self) -> &mut BackgroundLoop {
+        &mut self.renewals
+    }
+
+    fn runtimes(&self) -> impl Iterator<Item = &Handle> {
+        self.leases.values().map(|watched| &watched.runtime)
+    }
 }
 
 /// A watched lease, and the runtime of the call that watched it: where the renewals
@@ -110,13 +120,12 @@ impl<B: LockBackend> Watchdog<B> {
         entry.watched.store(true, Ordering::Release);
         let watched = Watched { entry, runtime };
         let mut registry = lock(&self.shared.registry);
-        let id = watched.entry.id;
-        registry.leases.insert(id, watched);
-        if !registry.renewals.claim() {
-            return;
-        }
-        let runtime = registry.leases[&id].runtime.clone();
+        let start = registry.renewals.claim().then(|| watched.runtime.clone());
+        registry.leases.insert(watched.entry.id, watched);
         drop(registry);
+        let Some(runtime) = start else {
+            return;
+        };
         // Made before the spawn, and spawned outside the lock: a loop dropped before it
         // first runs (its runtime shutting down) moves too.
         let renewals = Renewals {
@@ -160,22 +169,10 @@ impl<B: LockBackend> Drop for Renewals<B> {
         let (true, Some(shared)) = (self.guard.is_armed(), self.shared.upgrade()) else {
             return;
         };
-        self.guard.dropped(
-            &shared.registry,
-            |registry| &mut registry.renewals,
-            |registry, tried| {
-                registry
-                    .leases
-                    .values()
-                    .map(|watched| &watched.runtime)
-                    .find(|runtime| !tried.contains(&runtime.id()))
-                    .cloned()
-            },
-            |runtime, guard| {
-                let shared = self.shared.clone();
-                drop(runtime.spawn(run(Renewals { shared, guard })));
-            },
-        );
+        self.guard.dropped(&shared.registry, |runtime, guard| {
+            let shared = self.shared.clone();
+            drop(runtime.spawn(run(Renewals { shared, guard })));
+        });
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::backend::{BackgroundLoop, LoopGuard, LossNotifier};
+use lock_core::backend::{BackgroundLoop, LoopGuard, LoopWork, LossNotifier};
 use lock_core::{LeaseLoss, LockKind};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -108,6 +108,16 @@ struct Pending {
     starter: BackgroundLoop,
 }
 
+impl LoopWork for Pending {
+    fn background(&mut self) -> &mut BackgroundLoop {
+        &mut self.starter
+    }
+
+    fn runtimes(&self) -> impl Iterator<Item = &tokio::runtime::Handle> {
+        self.queue.live().map(|listening| &listening.runtime)
+    }
+}
+
 /// What the listening of one lease needs.
 #[derive(Debug)]
 struct Listening {
@@ -128,14 +138,14 @@ impl Ends for Listening {
 
 impl HolderWatches {
     fn defer(&self, node: &Node, listening: Listening) {
-        let runtime = listening.runtime.clone();
         let start = {
             let mut pending = lock(&self.pending);
+            let start = pending.starter.claim().then(|| listening.runtime.clone());
             // Stamped under the lock, so the queue stays in the order entries fall due.
             pending.queue.push(Instant::now() + WATCH_AFTER, listening);
-            pending.starter.claim()
+            start
         };
-        if start {
+        if let Some(runtime) = start {
             // Made before the spawn, outside the lock: a task dropped before it first
             // runs (its runtime shutting down) moves too.
             let starter = Starter {
@@ -215,22 +225,11 @@ impl Drop for Starter {
         if !self.guard.is_armed() {
             return;
         }
-        self.guard.dropped(
-            &self.node.holder_watches().pending,
-            |pending| &mut pending.starter,
-            |pending, tried| {
-                pending
-                    .queue
-                    .live()
-                    .map(|listening| &listening.runtime)
-                    .find(|runtime| !tried.contains(&runtime.id()))
-                    .cloned()
-            },
-            |runtime, guard| {
+        self.guard
+            .dropped(&self.node.holder_watches().pending, |runtime, guard| {
                 let node = self.node.clone();
                 drop(runtime.spawn(start_when_due(Starter { node, guard })));
-            },
-        );
+            });
     }
 }
 
