@@ -18,8 +18,8 @@ use crate::client::ClientInner;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::id::LockId;
-use crate::late_grant;
-use crate::lease::{LeaseState, LossNotifier};
+use crate::late_grant::{self, Confirmation};
+use crate::lease::{LeaseLoss, LeaseState, LossNotifier};
 use crate::name::LockKey;
 use crate::options::{AcquireOptions, Lease, Wait};
 use crate::telemetry::{kind_label, LeaseIdentity, Outcome};
@@ -205,23 +205,28 @@ impl<B: LockBackend> Handle<B> {
             // too late for the watchdog to keep it (the lease stays pending, so live,
             // meanwhile).
             let validity = client.validity(ttl);
-            let confirmed = if watched && late_grant::is_late(grant.started_at, validity, ttl) {
+            let confirmation = if watched && late_grant::is_late(grant.started_at, validity, ttl) {
                 let confirming =
                     late_grant::confirm(&client.backend, &client.cleanups, held, ttl, validity);
                 tokio::select! {
-                    (confirmed, sent) = confirming => {
+                    (confirmed, confirmation) = confirming => {
                         held = confirmed;
-                        sent
+                        confirmation
                     }
                     // The grant is released in the background, which a shutdown waits for.
                     () = client.closed() => return Err(Error::Closed),
                 }
             } else {
-                None
+                Confirmation::Unanswered
             };
-            match confirmed {
-                Some(sent) => state.confirmed(sent, validity),
-                None => state.granted(grant.started_at, validity),
+            match confirmation {
+                Confirmation::Renewed(sent) => state.confirmed(sent, validity),
+                Confirmation::Unanswered => state.granted(grant.started_at, validity),
+                Confirmation::Lost => {
+                    // Counted as granted, so that the loss is reported as one.
+                    state.granted(grant.started_at, validity);
+                    state.end(LeaseLoss::Revoked);
+                }
             }
             tracing::Span::current().record("token", fence);
             identity.granted(fence, ended.started.elapsed());

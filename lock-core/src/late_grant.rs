@@ -24,10 +24,20 @@ pub(crate) fn is_late(started_at: Instant, validity: Duration, ttl: Duration) ->
     started_at + validity < Instant::now() + ttl / 3
 }
 
-/// Renews `held` once. Returns when that renewal was sent if the backend renewed it:
-/// the lease then counts from there. `None` if the backend no longer has it or did not
-/// answer within `validity`, after which the renewal could not count (the guard then
-/// reports the lease lost: what the backend holds, it lets go at the lease's end).
+/// What the confirming renewal of a late grant found.
+#[derive(Debug)]
+pub(crate) enum Confirmation {
+    /// Renewed: the lease counts from the renewal's send.
+    Renewed(Stamp),
+    /// The backend no longer has the lease: the guard is handed over lost.
+    Lost,
+    /// No answer within the lease's validity, or a failure: the lease counts from the
+    /// grant's attempt, as before, and has run out or nearly (what the backend holds,
+    /// it lets go at the lease's end).
+    Unanswered,
+}
+
+/// Renews `held` once, and says what that found.
 ///
 /// While this runs the lease is still pending, so live to the backend's loss notifier:
 /// nothing hands its turn on. If the acquire is dropped meanwhile, the lease is
@@ -38,7 +48,7 @@ pub(crate) async fn confirm<B: LockBackend>(
     held: HeldLease<B::Lease>,
     ttl: Duration,
     validity: Duration,
-) -> (HeldLease<B::Lease>, Option<Stamp>) {
+) -> (HeldLease<B::Lease>, Confirmation) {
     let pending = ReleasedIfDropped {
         backend: backend.clone(),
         cleanups: cleanups.clone(),
@@ -50,13 +60,13 @@ pub(crate) async fn confirm<B: LockBackend>(
         tokio::time::timeout(validity, backend.renew(&leases, ttl)).await
     };
     let held = pending.disarm();
-    let confirmed = matches!(&renewal, Ok(Ok(r)) if matches!(r.as_slice(), [Renewal::Renewed]));
-    if confirmed {
-        tracing::debug!(key = %held.key, fence = held.fence, "a grant answered after its lease ran out here is confirmed");
-    } else {
-        tracing::debug!(key = %held.key, fence = held.fence, ?renewal, "a grant answered after its lease ran out here is lost");
-    }
-    (held, confirmed.then_some(sent))
+    let confirmation = match &renewal {
+        Ok(Ok(r)) if matches!(r.as_slice(), [Renewal::Renewed]) => Confirmation::Renewed(sent),
+        Ok(Ok(r)) if matches!(r.as_slice(), [Renewal::Lost]) => Confirmation::Lost,
+        _ => Confirmation::Unanswered,
+    };
+    tracing::debug!(key = %held.key, fence = held.fence, ?renewal, ?confirmation, "confirmed a grant answered near or after its lease's end here");
+    (held, confirmation)
 }
 
 /// A lease nobody holds a guard of yet: released in the background if dropped.

@@ -242,9 +242,15 @@ async fn tick<B: LockBackend>(shared: &Shared<B>, interval: Duration, retry: Dur
         Ok(Ok(renewals)) if renewals.len() == live.len() => {
             let mut renewed = 0;
             for (entry, renewal) in live.iter().zip(renewals) {
-                // Released or extended while the renewal was out: a `Lost` then only
-                // means the release got there first, and the guards were told already.
+                // Released or extended while the renewal was out: what it renewed is
+                // the release's or the extend's to judge. A `Lost` then still ends the
+                // lease, unless its release was sent (the release got there first, and
+                // the guards were told already): an extend waiting for this renewal may
+                // be dropped before it sends its own.
                 if !entry.watched.load(Ordering::Acquire) {
+                    if renewal == Renewal::Lost && entry.state.counts() {
+                        entry.state.end(LeaseLoss::Revoked);
+                    }
                     continue;
                 }
                 match renewal {

@@ -396,3 +396,54 @@ async fn a_shutdown_while_a_late_grant_is_confirmed_releases_it() {
         Err(lock_core::Error::Closed)
     ));
 }
+
+/// A grant answered near its lease's end whose confirming renewal finds it lost (a
+/// backend that lost it and notifies nobody): the guard handed over says so at once,
+/// rather than held for what was left of the lease.
+#[tokio::test(start_paused = true)]
+async fn a_late_grant_whose_confirming_renewal_finds_it_lost_is_handed_over_lost() {
+    let backend = Wrapped::default();
+    let client = client(&backend, Duration::from_millis(600));
+    // About 140 ms of the lease left at the reply, as above.
+    backend.delay_grant_requests(Duration::from_millis(450));
+    backend.lose_next_renewals(1);
+    let guard = client.lock("lost-late").unwrap().acquire().await.unwrap();
+    assert_eq!(
+        backend.calls.renew.load(SeqCst),
+        1,
+        "one confirming renewal"
+    );
+    assert!(
+        !guard.is_held(),
+        "the backend said the lease was gone, yet the guard says held"
+    );
+    assert_eq!(guard.lost().await, LeaseLoss::Revoked);
+}
+
+/// A watchdog tick learns the lease is gone while an `extend` waits for that tick's
+/// renewal, and the `extend` is dropped before it sends its own: the loss is still
+/// reported, rather than the guard saying held until the lease's local end.
+#[tokio::test(start_paused = true)]
+async fn a_loss_found_while_an_extend_waits_is_reported_when_the_extend_is_dropped() {
+    let backend = Wrapped::default();
+    let client = client(&backend, Duration::from_secs(30));
+    let guard = client.lock("lost-extend").unwrap().acquire().await.unwrap();
+    backend.lose_next_renewals(1);
+    backend.hold_renewal_replies(Duration::from_secs(30));
+    // The first tick, at a third of the lease, is answered `Lost`; its reply is held.
+    tokio::time::sleep(Duration::from_millis(10_100)).await;
+    assert_eq!(backend.held_renewals(), 1, "the tick is in flight");
+    let extend = tokio::time::timeout(
+        Duration::from_millis(100),
+        guard.extend(Duration::from_secs(20)),
+    )
+    .await;
+    assert!(extend.is_err(), "the extend waited for the tick's renewal");
+    backend.answer_renewals();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !guard.is_held(),
+        "the backend said the lease was gone, yet the guard says held"
+    );
+    assert_eq!(guard.lost().await, LeaseLoss::Revoked);
+}

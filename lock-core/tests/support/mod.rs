@@ -43,6 +43,9 @@ struct Hooks {
     lease_margin: Mutex<Duration>,
     /// Renewals that fail with `Unavailable` before reaching the backend.
     failing_renewals: AtomicUsize,
+    /// Renewals answered `Lost` for every lease, the backend unchanged and no loss
+    /// notified (a server that lost its data in a failover).
+    losing_renewals: AtomicUsize,
     /// How long a renewal takes to reach the backend.
     renewal_request_delay: Mutex<Duration>,
     /// How long a release's reply takes to come back after the release took effect.
@@ -79,6 +82,7 @@ impl Default for Wrapped {
                 capabilities: Mutex::new(None),
                 lease_margin: Mutex::new(Duration::ZERO),
                 failing_renewals: AtomicUsize::new(0),
+                losing_renewals: AtomicUsize::new(0),
                 renewal_request_delay: Mutex::new(Duration::ZERO),
                 release_reply_delay: Mutex::new(Duration::ZERO),
                 release_request_delay: Mutex::new(Duration::ZERO),
@@ -99,6 +103,12 @@ impl Wrapped {
     /// The next `n` renewals fail with a retryable error, changing nothing.
     pub fn fail_next_renewals(&self, n: usize) {
         self.hooks.failing_renewals.store(n, Ordering::SeqCst);
+    }
+
+    /// The next `n` renewals answer `Lost` for every lease they carry, without a loss
+    /// notified: a backend that lost them and has no notifier.
+    pub fn lose_next_renewals(&self, n: usize) {
+        self.hooks.losing_renewals.store(n, Ordering::SeqCst);
     }
 
     /// Every renewal reaches the backend `delay` after it was sent.
@@ -255,7 +265,15 @@ impl LockBackend for Wrapped {
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
-        let renewed = self.inner.renew(leases, ttl).await;
+        let losing =
+            self.hooks
+                .losing_renewals
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        let renewed = if losing.is_ok() {
+            Ok(vec![Renewal::Lost; leases.len()])
+        } else {
+            self.inner.renew(leases, ttl).await
+        };
         let delay = *self.hooks.reply_delay.lock().unwrap();
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
