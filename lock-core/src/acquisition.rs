@@ -153,19 +153,20 @@ impl<B: LockBackend> Acquisition<B> {
 
     /// Gives up one guard's hold; the last one releases the lease at the backend.
     async fn release(self: &Arc<Self>) -> Result<()> {
+        // Counted as a clean-up from before the last give-up takes the lease out of the
+        // client's records until its release is answered: a shutdown that finds it no
+        // longer recorded must still wait for it.
+        let _under_way = self.handle.client().cleanups.begin();
         match self.give_up() {
             GiveUp::Remaining if self.lease.state.is_held() => Ok(()),
             GiveUp::Remaining | GiveUp::AlreadyGone => Err(self.lease_lost()),
-            GiveUp::Last => {
-                // Counted as a clean-up while under way: the lease is no longer tracked
-                // as held, and a shutdown meanwhile must still wait for it.
-                let _under_way = self.handle.client().cleanups.begin();
-                self.give_back().await
-            }
+            GiveUp::Last => self.give_back().await,
         }
     }
 
     fn release_on_drop(self: &Arc<Self>) {
+        // As in `release`: counted until the spawned release counts itself.
+        let _under_way = self.handle.client().cleanups.begin();
         if !matches!(self.give_up(), GiveUp::Last) {
             return;
         }

@@ -318,8 +318,15 @@ impl<B: LockBackend> LockClient<B> {
         // dropped.
         let _ = tokio::time::timeout(ACQUIRES_GRACE, inner.acquiring.settled()).await;
         let held: Vec<_> = inner.held_map().drain().map(|(_, a)| a).collect();
+        let mut unreleased = Unreleased {
+            rest: held.into_iter(),
+            cleanups: &inner.cleanups,
+        };
         let mut first_error = None;
-        for acquisition in held.iter().filter_map(Weak::upgrade) {
+        for acquisition in unreleased.rest.by_ref() {
+            let Some(acquisition) = acquisition.upgrade() else {
+                continue;
+            };
             if let Err(err) = acquisition.release_for_shutdown().await {
                 first_error.get_or_insert(err);
             }
@@ -327,6 +334,28 @@ impl<B: LockBackend> LockClient<B> {
         inner.cleanups.settled().await;
         inner.backend.settle().await;
         first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// The grants a shutdown took out of the client's records and has not released yet.
+/// Dropped with some left (the shutdown's future dropped midway), it releases them in
+/// the background, counted as clean-ups: nothing else would, since they are no longer
+/// recorded.
+struct Unreleased<'a, B: LockBackend> {
+    rest: std::vec::IntoIter<Weak<Acquisition<B>>>,
+    cleanups: &'a Cleanups,
+}
+
+impl<B: LockBackend> Drop for Unreleased<'_, B> {
+    fn drop(&mut self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        for acquisition in self.rest.by_ref().filter_map(|a| a.upgrade()) {
+            self.cleanups.spawn_on(&runtime, async move {
+                let _ = acquisition.release_for_shutdown().await;
+            });
+        }
     }
 }
 

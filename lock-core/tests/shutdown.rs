@@ -194,3 +194,27 @@ async fn shutdown_waits_for_a_release_under_way() {
     );
     releasing.await.unwrap().unwrap();
 }
+
+/// A shutdown dropped while its first release is under way (a `timeout` around it):
+/// the releases it had not sent yet are still made, and a second shutdown waits for
+/// them, so nothing the client took is left held.
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_dropped_midway_still_releases_every_hold() {
+    let backend = Wrapped::default();
+    let client = LockClient::builder(backend.clone()).build().unwrap();
+    let first = client.lock("first").unwrap().acquire().await.unwrap();
+    let second = client.lock("second").unwrap().acquire().await.unwrap();
+    backend.delay_release_requests(Duration::from_secs(5));
+    let cut = tokio::time::timeout(Duration::from_secs(1), client.shutdown()).await;
+    assert!(cut.is_err(), "the first release was still under way");
+    client.shutdown().await.expect("the second shutdown");
+    for guard in [&first, &second] {
+        assert!(!guard.is_held(), "a hold outlived the shutdown");
+    }
+    backend.delay_release_requests(Duration::ZERO);
+    let other = LockClient::builder(backend).build().unwrap();
+    for name in ["first", "second"] {
+        let taken = other.lock(name).unwrap().try_acquire().await.unwrap();
+        assert!(taken.is_some(), "`{name}` was left held after the shutdown");
+    }
+}
