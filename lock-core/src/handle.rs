@@ -173,6 +173,9 @@ impl<B: LockBackend> Handle<B> {
                 loss: &loss,
                 holder: value.unwrap_or(&client.description),
             };
+            // Taken before any attempt is sent: a suspend from here to the reply counts
+            // against the lease, one during the winning round trip included.
+            let suspended_before = crate::clock::suspended();
             // A shutdown ends the wait; the backend cleans up as for a dropped acquire.
             let _acquiring = client.acquiring.begin();
             // So does a backend still busy well past the deadline of a wait (a slow
@@ -205,7 +208,12 @@ impl<B: LockBackend> Handle<B> {
             // too late for the watchdog to keep it (the lease stays pending, so live,
             // meanwhile).
             let validity = client.validity(ttl);
-            let confirmation = if watched && late_grant::is_late(grant.started_at, validity, ttl) {
+            // A suspend since the first attempt counts against the lease, whether it
+            // came during a wait or the winning round trip: only a renewal sent now can
+            // tell which, and so how much of the lease is left.
+            let slept = crate::clock::suspended().saturating_sub(suspended_before);
+            let late = late_grant::is_late(grant.started_at, validity.saturating_sub(slept), ttl);
+            let confirmation = if watched && late {
                 let confirming =
                     late_grant::confirm(&client.backend, &client.cleanups, held, ttl, validity);
                 tokio::select! {
@@ -221,10 +229,12 @@ impl<B: LockBackend> Handle<B> {
             };
             match confirmation {
                 Confirmation::Renewed(sent) => state.confirmed(sent, validity),
-                Confirmation::Unanswered => state.granted(grant.started_at, validity),
+                Confirmation::Unanswered => {
+                    state.granted(grant.started_at, suspended_before, validity);
+                }
                 Confirmation::Lost => {
                     // Counted as granted, so that the loss is reported as one.
-                    state.granted(grant.started_at, validity);
+                    state.granted(grant.started_at, suspended_before, validity);
                     state.end(LeaseLoss::Revoked);
                 }
             }
@@ -321,5 +331,110 @@ impl<B: LockBackend> Drop for AcquireEnded<'_, B> {
         if !self.recorded {
             self.record(Outcome::Cancelled);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use crate::backend::{AcquireRequest, Grant, HeldLease, LockBackend, Renewal};
+    use crate::memory::MemoryBackend;
+    use crate::prelude::*;
+    use crate::{AcquireOptions, Capabilities, LockClient, LockFamily, LockInfo, LockKey, Result};
+
+    /// A memory backend on a machine that sleeps `nap` while each grant's reply is on
+    /// its way (the suspend is simulated on the test's thread).
+    #[derive(Debug)]
+    struct Napping {
+        inner: MemoryBackend,
+        nap: Duration,
+        renewals: AtomicUsize,
+    }
+
+    impl LockBackend for Napping {
+        type Lease = ();
+
+        fn name(&self) -> &'static str {
+            "napping-memory"
+        }
+
+        fn capabilities(&self) -> Capabilities {
+            self.inner.capabilities()
+        }
+
+        async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Option<Grant<()>>> {
+            let grant = self.inner.acquire(req).await;
+            crate::clock::simulate_suspend(self.nap);
+            grant
+        }
+
+        async fn release(&self, lease: &HeldLease<()>) -> Result<()> {
+            self.inner.release(lease).await
+        }
+
+        async fn renew(&self, leases: &[&HeldLease<()>], ttl: Duration) -> Result<Vec<Renewal>> {
+            self.renewals.fetch_add(1, Ordering::SeqCst);
+            self.inner.renew(leases, ttl).await
+        }
+
+        async fn is_locked(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+            self.inner.is_locked(key, family).await
+        }
+
+        async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
+            self.inner.force_unlock(key, family).await
+        }
+
+        async fn force_unlock_holder(
+            &self,
+            key: &LockKey,
+            family: LockFamily,
+            fence: u64,
+        ) -> Result<bool> {
+            self.inner.force_unlock_holder(key, family, fence).await
+        }
+
+        async fn inspect(&self, key: &LockKey, family: LockFamily) -> Result<LockInfo> {
+            self.inner.inspect(key, family).await
+        }
+    }
+
+    fn napping_client(nap: Duration) -> LockClient<Napping> {
+        let backend = Napping {
+            inner: MemoryBackend::new(),
+            nap,
+            renewals: AtomicUsize::new(0),
+        };
+        LockClient::builder(backend)
+            .watchdog_lease(Duration::from_secs(30))
+            .build()
+            .unwrap()
+    }
+
+    /// The machine slept 60 s between a 30 s lease's grant and its reply: the server's
+    /// lease ran out meanwhile, so the guard handed over must not say held.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_suspend_during_the_winning_round_trip_counts_against_the_lease() {
+        let client = napping_client(Duration::from_secs(60));
+        let fixed = AcquireOptions::try_once().lease(Duration::from_secs(30));
+        let guard = client.lock("napped").unwrap().acquire_with(fixed).await;
+        let guard = guard.unwrap();
+        assert!(
+            !guard.is_held(),
+            "held after a 60 s suspend during the grant of a 30 s lease"
+        );
+    }
+
+    /// The same with a watchdog lease: confirmed by a renewal sent after the suspend,
+    /// as a grant answered too late is, and held from there.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_watchdog_grant_with_a_suspend_during_its_round_trip_is_confirmed() {
+        let client = napping_client(Duration::from_secs(60));
+        let guard = client.lock("napped").unwrap().acquire().await.unwrap();
+        let renewals = client.backend().renewals.load(Ordering::SeqCst);
+        assert_eq!(renewals, 1, "one renewal confirmed the grant");
+        assert!(guard.is_held(), "the backend still had it: held");
     }
 }

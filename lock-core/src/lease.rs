@@ -236,9 +236,10 @@ impl LeaseState {
 
     /// The attempt that won the lease was sent at `started_at`: it runs until
     /// `started_at + validity`, however long the wait before that attempt was. A
-    /// suspend is counted from here on (one during the winning round trip is not).
-    pub(crate) fn granted(&self, started_at: Instant, validity: Duration) {
-        self.count_from(started_at, crate::clock::suspended(), validity);
+    /// suspend is counted from `mark` on (a reading taken before that attempt was sent,
+    /// so that one during the winning round trip counts).
+    pub(crate) fn granted(&self, started_at: Instant, mark: Duration, validity: Duration) {
+        self.count_from(started_at, mark, validity);
     }
 
     /// A renewal sent at `sent`, before any guard was handed over, confirmed a grant
@@ -461,7 +462,7 @@ mod tests {
             "a lease not granted yet is never renewed"
         );
         let won_at = Instant::now() - Duration::from_secs(2);
-        state.granted(won_at, Duration::from_secs(3));
+        state.granted(won_at, crate::clock::suspended(), Duration::from_secs(3));
         // Two clock reads make each suspend reading a few nanoseconds apart (more when
         // preempted between them), which only ever ends a lease earlier.
         let expiry = state.expires_at();
