@@ -483,6 +483,11 @@ impl Job {
         mut position: Position,
         reply: &mut Reply,
     ) -> Result<Turn, Stop> {
+        // Made once for the whole wait: the events it passes over (a holder's extend or
+        // a leader's proclaim writes the watched key) and its wake-ups must not put off
+        // the refresh of this waiter's lease, or it runs out while the waiter waits.
+        let refresh = tokio::time::sleep(contender.lease.refresh_interval());
+        tokio::pin!(refresh);
         loop {
             // What to watch: the predecessor's key, or for the first permit waiter,
             // the deletions of the whole range.
@@ -531,7 +536,6 @@ impl Job {
             let unsure = revision > watch_revision;
             let mut recheck_after = RECHECK;
             loop {
-                let refresh = tokio::time::sleep(contender.lease.refresh_interval());
                 let recheck = async {
                     if unsure && watched_at.elapsed() < CATCH_UP {
                         tokio::time::sleep(recheck_after).await;
@@ -563,7 +567,10 @@ impl Job {
                             break;
                         }
                     }
-                    () = refresh => {
+                    () = &mut refresh => {
+                        refresh
+                            .as_mut()
+                            .reset(Instant::now() + contender.lease.refresh_interval());
                         // Nobody may be renewing the lease while this client only waits.
                         let timeout = self.inner.config.request_timeout();
                         match contender.lease.keep_fresh(&self.inner.client, timeout).await {

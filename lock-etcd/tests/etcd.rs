@@ -852,3 +852,55 @@ async fn a_grant_its_caller_never_read_goes_back() {
     holder.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
 }
+
+/// A fair waiter behind a holder that extends its lease often (each extend writes the
+/// holder's key, which the waiter watches): the waiter still keeps its own lease
+/// fresh, so its key, and its place in the queue, outlive that lease's length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_behind_a_holder_that_extends_often_keeps_its_place() {
+    let (server, admin) = start().await;
+    let url = server.url();
+    let holder = client(backend(&url).await, Duration::from_secs(10));
+    let waiter = client(backend(&url).await, Duration::from_secs(10));
+    let lease = Duration::from_secs(3);
+    let held = holder
+        .fair_lock("busy")
+        .unwrap()
+        .acquire_with(lock_core::AcquireOptions::try_once().lease(lease))
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let lock = waiter.fair_lock("busy").unwrap();
+        async move {
+            let options = lock_core::AcquireOptions::wait_for(Duration::from_secs(60)).lease(lease);
+            lock.acquire_with(options).await
+        }
+    });
+    let placed = Instant::now();
+    while fair_keys(&admin, "busy").await.len() < 2 {
+        assert!(
+            placed.elapsed() < Duration::from_secs(10),
+            "the waiter never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Twice the waiter's lease, with an extend every 300 ms.
+    let extending = Instant::now();
+    while extending.elapsed() < 2 * lease {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        held.extend(lease).await.expect("extend");
+    }
+    assert_eq!(
+        fair_keys(&admin, "busy").await.len(),
+        2,
+        "the waiter's key ran out while it waited"
+    );
+    assert!(!waiting.is_finished());
+    held.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the waiter is served after the release")
+        .unwrap()
+        .expect("granted");
+    guard.release().await.unwrap();
+}
