@@ -13,7 +13,7 @@ use etcd_client::{
 use lock_core::backend::{
     AcquireRequest, Cleanups, Grant, HeldLease, LockBackend, LossNotifier, Renewal,
 };
-use lock_core::{Capabilities, Error, LockFamily, LockInfo, LockKey, Result};
+use lock_core::{Capabilities, Error, LeaseLoss, LockFamily, LockInfo, LockKey, Result};
 
 use crate::config::EtcdConfig;
 use crate::error::{within, BACKEND};
@@ -413,9 +413,20 @@ impl EtcdBackend {
                 lock(&data.value).clone(),
                 Some(PutOptions::new().with_lease(new.id())),
             )]);
+        let mut unsettled = UnsettledMove {
+            inner,
+            held,
+            new: Some(new.clone()),
+        };
         let outcome = inner.txn("extend", txn).await;
         match outcome {
+            Err(error) => {
+                tracing::debug!(key = %data.key, %error, "an extend's move to a new lease may or may not have been made; giving the lock up");
+                unsettled.give_up();
+                Ok(Renewal::Lost)
+            }
             Ok(reply) if reply.succeeded() => {
+                unsettled.settled();
                 new.watch(data.loss.clone());
                 let old = std::mem::replace(&mut *lock(&data.lease), new);
                 if !old.is_session() {
@@ -423,10 +434,9 @@ impl EtcdBackend {
                 }
                 Ok(Renewal::Renewed)
             }
-            other => {
+            Ok(_) => {
+                unsettled.settled();
                 spawn_revoke(inner, new);
-                let reply = other?;
-                debug_assert!(!reply.succeeded());
                 data.end_turn();
                 inner.writes.forget(held);
                 Ok(Renewal::Lost)
@@ -473,6 +483,64 @@ impl EtcdBackend {
             }
         }
         Ok(present)
+    }
+}
+
+/// An extend's move of a key to a new lease, sent and not answered: the key may hang
+/// on either lease now, and nobody keeps the new one. Given up (the move failed with
+/// its outcome unknown, or the extend was dropped meanwhile), the lock is reported lost
+/// first, before anyone else can be granted it, then its key is deleted if it is still
+/// this grant's and both leases that carried only it are revoked, in the background.
+struct UnsettledMove<'a> {
+    inner: &'a Arc<Inner>,
+    held: &'a HeldLease<EtcdLease>,
+    new: Option<Arc<Lease>>,
+}
+
+impl UnsettledMove<'_> {
+    /// The move was answered: the caller takes it from here.
+    fn settled(&mut self) {
+        self.new = None;
+    }
+
+    fn give_up(&mut self) {
+        let Some(new) = self.new.take() else {
+            return;
+        };
+        let data = &self.held.data;
+        data.loss.notify(LeaseLoss::Revoked);
+        data.watch.stop();
+        self.inner.writes.forget(self.held);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // Both leases run out on their own.
+            return;
+        };
+        let old = data.lease();
+        // This owner's turn is kept until the key is gone, as a failed release keeps it.
+        let gate = lock(&data.gate).take();
+        let (inner, key, revision) = (self.inner.clone(), data.key.clone(), data.revision);
+        self.inner.cleanups.spawn_on(&runtime, async move {
+            for attempt in 0..8u32 {
+                let delete = queries::delete_if(key.as_bytes(), revision);
+                if inner.txn("give up a moved key", delete).await.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200) * 2u32.pow(attempt.min(4))).await;
+            }
+            drop(gate);
+            let timeout = inner.config.request_timeout();
+            for lease in [Some(new), (!old.is_session()).then_some(old)].into_iter().flatten() {
+                if let Err(error) = lease.revoke(&inner.client, timeout).await {
+                    tracing::debug!(%error, "could not revoke an unused lease; it expires on its own");
+                }
+            }
+        });
+    }
+}
+
+impl Drop for UnsettledMove<'_> {
+    fn drop(&mut self) {
+        self.give_up();
     }
 }
 

@@ -904,3 +904,43 @@ async fn a_waiter_behind_a_holder_that_extends_often_keeps_its_place() {
         .expect("granted");
     guard.release().await.unwrap();
 }
+
+/// An extend dropped while its move to a new lease is on its way (the reply late, the
+/// move done at etcd), and then the client cut off: the key may now hang on a lease
+/// nobody keeps, and no watch event can tell the guard. Once another client can have
+/// the lock, the first guard must not say held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_dropped_in_flight_never_leaves_two_owners() {
+    let (server, _admin) = start().await;
+    let url = server.url();
+    let port: u16 = endpoint(&url).rsplit(':').next().unwrap().parse().unwrap();
+    let proxy = conformance_tests::proxy::Blackhole::to(port).await.unwrap();
+    let proxied = format!("etcd://127.0.0.1:{}", proxy.port());
+    let first = client(backend(&proxied).await, Duration::from_secs(30));
+    let other = client(backend(&url).await, Duration::from_secs(30));
+    let guard = first.lock("moved").unwrap().acquire().await.unwrap();
+    // The new lease's grant answers after 1 s, then the move is sent and done at once,
+    // and the extend is dropped while the move's reply is still held back.
+    proxy.delay_replies(Duration::from_millis(1_000));
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(1_500),
+        guard.extend(Duration::from_secs(3)),
+    )
+    .await;
+    assert!(
+        dropped.is_err(),
+        "the extend answered before it was dropped"
+    );
+    proxy.cut();
+    let taken = other
+        .lock("moved")
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(15))
+        .await
+        .expect("the other client gets the lock once the moved key runs out");
+    assert!(
+        !guard.is_held(),
+        "two owners: the first guard says held while the other client holds the lock"
+    );
+    taken.release().await.unwrap();
+}
