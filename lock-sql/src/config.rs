@@ -121,6 +121,9 @@ pub const DEFAULT_TABLE_PREFIX: &str = "lock_sql";
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one statement or short transaction may take unless configured.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most [`SqlConfig::with_max_held_locks`] takes: each held lock pins a server
+/// connection, and no server here serves more.
+pub const MAX_HELD_LOCKS: u32 = 65_535;
 
 impl SqlConfig {
     /// The settings of `url`: `postgres://user:pass@host:port/db`, `mysql://...` (also
@@ -223,7 +226,8 @@ impl SqlConfig {
     }
 
     /// [`Strategy::ForUpdate`] and [`Strategy::Session`] only: the most locks held (or
-    /// waited for) at once through this backend (default 100). Each pins a connection of a second pool of this size; an acquire
+    /// waited for) at once through this backend (default 100, from 1 to
+    /// [`MAX_HELD_LOCKS`]). Each pins a connection of a second pool of this size; an acquire
     /// beyond it waits for a connection up to the connect timeout, then fails with
     /// `Error::Unavailable`.
     pub fn with_max_held_locks(mut self, max: u32) -> Self {
@@ -395,6 +399,12 @@ impl SqlConfig {
                 "max_connections must be at least 1",
             ));
         }
+        if !(1..=MAX_HELD_LOCKS).contains(&self.max_held_locks) {
+            return Err(Error::invalid_argument(format!(
+                "max_held_locks {} must be between 1 and {MAX_HELD_LOCKS}",
+                self.max_held_locks
+            )));
+        }
         let limit = lock_core::MAX_DURATION;
         for (what, d) in [
             ("connect_timeout", self.connect_timeout),
@@ -437,6 +447,8 @@ mod tests {
             base.clone()
                 .with_poll_interval(Duration::ZERO, Duration::from_millis(1)),
             base.clone().with_queue_ttl(Duration::from_millis(5)),
+            base.clone().with_max_held_locks(0),
+            base.clone().with_max_held_locks(u32::MAX),
         ];
         for options in bad {
             let err = options.validate().unwrap_err();

@@ -128,6 +128,7 @@ mod wait_line;
 pub use backend::{SqlBackend, SqlLease};
 pub use config::{
     SqlConfig, Strategy, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_TABLE_PREFIX,
+    MAX_HELD_LOCKS,
 };
 pub use dialect::{Dialect, MAX_TABLE_PREFIX};
 pub use sqlx;
