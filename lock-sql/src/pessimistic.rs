@@ -47,6 +47,15 @@ pub(crate) struct PinnedConn {
 
 impl Drop for PinnedConn {
     fn drop(&mut self) {
+        // Handing a connection back to the pool (or closing it through the pool) spawns
+        // a task: outside a runtime it is taken out of the pool and closed here, which
+        // ends the server session and frees whatever it held.
+        if tokio::runtime::Handle::try_current().is_err() {
+            if let Some(conn) = self.conn.take() {
+                drop(conn.detach());
+            }
+            return;
+        }
         if let Some(conn) = self.conn.as_mut() {
             if !self.clean {
                 conn.close_on_drop();

@@ -1620,3 +1620,34 @@ pub async fn only_a_waiting_client_hears_releases(sql: &Sql) {
         left.elapsed()
     );
 }
+
+/// A guard of a lock pinned to a connection (FOR UPDATE, session), dropped on a thread
+/// outside any runtime: no panic, and the connection is closed, which frees the lock
+/// at once, well before its lease's end.
+pub async fn a_guard_dropped_outside_a_runtime_frees_its_lock(sql: &Sql) {
+    let ns = ns();
+    let holder = client(sql, &ns, sql.options()).await;
+    let other = client(sql, &ns, sql.options()).await;
+    let fixed = AcquireOptions::try_once().lease(Duration::from_secs(600));
+    let guard = holder
+        .lock("off-runtime")
+        .unwrap()
+        .acquire_with(fixed)
+        .await
+        .unwrap();
+    let dropped = std::thread::spawn(move || drop(guard)).join();
+    assert!(
+        dropped.is_ok(),
+        "{}: dropping a guard outside a runtime panicked",
+        sql.label
+    );
+    let lock = other.lock("off-runtime").unwrap();
+    let next = lock.acquire_timeout(Duration::from_secs(30)).await;
+    let next = next.unwrap_or_else(|err| {
+        panic!(
+            "{}: the lock of a guard dropped outside a runtime stayed held: {err}",
+            sql.label
+        )
+    });
+    next.release().await.unwrap();
+}
