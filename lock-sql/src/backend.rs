@@ -225,6 +225,9 @@ impl LockBackend for SqlBackend {
             (Strategy::Session, Dialect::MySql) => {
                 ttl.min(crate::server_limits::LONGEST_MYSQL_LIMIT)
             }
+            (Strategy::Session | Strategy::ForUpdate, Dialect::Postgres) => {
+                ttl.min(crate::server_limits::LONGEST_POSTGRES_LIMIT)
+            }
             _ => ttl,
         }
     }

@@ -47,7 +47,9 @@ pub enum Strategy {
     /// connection per held lock; a dead connection frees the lock at once and the guard
     /// learns it at the next watchdog tick; the server ends a session silent for its
     /// lease (PostgreSQL `idle_session_timeout`, 14 and later; MariaDB `wait_timeout`,
-    /// whole seconds); waiters wait inside the server, which wakes them on release.
+    /// whole seconds), at most the server's largest limit (PostgreSQL's is about 24.8
+    /// days: a longer lease is counted only that long, and the watchdog renews within
+    /// it); waiters wait inside the server, which wakes them on release.
     /// Exclusive locks on both; fair locks on PostgreSQL, whose lock queue grants in
     /// request order (MariaDB does not promise an order). No read-write locks: a
     /// downgrade would need the writer's own connection. No `inspect` of the holder:

@@ -11,15 +11,17 @@ use crate::dialect::Dialect;
 /// count on ([`crate::SqlBackend`]'s `lease_validity`).
 pub(crate) const LONGEST_MYSQL_LIMIT: Duration = Duration::from_secs(31_536_000);
 
-/// A PostgreSQL limit in whole milliseconds, at least one; `"0"` (none) past its
-/// largest value.
+/// PostgreSQL's largest `idle_session_timeout` and `idle_in_transaction_session_timeout`
+/// (`i32::MAX` ms, about 24.8 days): with a strategy that pins a connection, the
+/// longest lease a session can be held to, so the longest the client may count on
+/// ([`crate::SqlBackend`]'s `lease_validity`).
+pub(crate) const LONGEST_POSTGRES_LIMIT: Duration = Duration::from_millis(i32::MAX as u64);
+
+/// A PostgreSQL limit in whole milliseconds, from one to [`LONGEST_POSTGRES_LIMIT`]:
+/// never none, so the server always ends a silent holder's session in the end.
 pub(crate) fn limit_ms(limit: Duration) -> String {
-    let ms = limit.as_nanos().div_ceil(1_000_000).max(1);
-    if ms > i32::MAX as u128 {
-        "0".to_owned()
-    } else {
-        ms.to_string()
-    }
+    let ms = limit.as_nanos().div_ceil(1_000_000);
+    ms.clamp(1, LONGEST_POSTGRES_LIMIT.as_millis()).to_string()
 }
 
 /// `limit` in whole seconds, rounded up.
@@ -41,7 +43,8 @@ pub(crate) enum LimitScope {
 
 /// The statement after which the server ends a session left idle inside a
 /// transaction for `limit` (whole seconds on MariaDB, never less than one); a limit
-/// beyond the server's largest sets none.
+/// beyond the server's largest sets PostgreSQL's largest, and none on MariaDB (whose
+/// largest is the longest lease a client may ask for).
 pub(crate) fn idle_transaction_limit(
     dialect: Dialect,
     limit: Duration,
@@ -82,7 +85,10 @@ mod tests {
     fn limits_round_up_and_saturate() {
         assert_eq!(limit_ms(Duration::from_micros(1500)), "2");
         assert_eq!(limit_ms(Duration::ZERO), "1");
-        assert_eq!(limit_ms(Duration::from_secs(10_000_000)), "0");
+        // Past the largest, the largest: a lease longer than that is counted only to
+        // it (`lease_validity`), and the server still ends a silent holder's session.
+        assert_eq!(limit_ms(Duration::from_secs(10_000_000)), "2147483647");
+        assert_eq!(LONGEST_POSTGRES_LIMIT.as_millis(), 2_147_483_647);
         assert_eq!(whole_secs(Duration::from_millis(2001)), 3);
         assert_eq!(whole_secs(Duration::ZERO), 0);
         assert_eq!(whole_secs(Duration::MAX), u64::MAX);
@@ -101,7 +107,7 @@ mod tests {
         );
         assert_eq!(
             pg(Duration::MAX, LimitScope::Session),
-            "SET SESSION idle_in_transaction_session_timeout = 0"
+            "SET SESSION idle_in_transaction_session_timeout = 2147483647"
         );
         let mariadb = |limit| idle_transaction_limit(Dialect::MySql, limit, LimitScope::Session);
         assert!(mariadb(Duration::from_millis(1001)).contains("idle_transaction_timeout = 2,"));
