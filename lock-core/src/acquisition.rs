@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::{LockBackend, LockKind, Renewal};
+use crate::cleanups::PendingCleanup;
 use crate::error::{Error, Result};
 use crate::guard::{HoldOps, LockGuard};
 use crate::handle::Handle;
@@ -45,8 +46,11 @@ pub(crate) struct Acquisition<B: LockBackend> {
 enum GiveUp {
     /// Other guards of the acquisition remain.
     Remaining,
-    /// That was the last hold: the lease must be released on the backend.
-    Last,
+    /// That was the last hold: the lease must be released on the backend. Counted as
+    /// a clean-up from before the lease left the client's records until the release
+    /// is answered (or counts itself), so that a shutdown that no longer finds it
+    /// there still waits for it.
+    Last(PendingCleanup),
     /// The acquisition was already given back (by a shutdown).
     AlreadyGone,
 }
@@ -132,8 +136,9 @@ impl<B: LockBackend> Acquisition<B> {
             1 => {
                 *holds = 0;
                 drop(holds);
+                let under_way = self.handle.client().cleanups.begin();
                 self.stop();
-                GiveUp::Last
+                GiveUp::Last(under_way)
             }
             _ => {
                 *holds -= 1;
@@ -153,23 +158,17 @@ impl<B: LockBackend> Acquisition<B> {
 
     /// Gives up one guard's hold; the last one releases the lease at the backend.
     async fn release(self: &Arc<Self>) -> Result<()> {
-        // Counted as a clean-up from before the last give-up takes the lease out of the
-        // client's records until its release is answered: a shutdown that finds it no
-        // longer recorded must still wait for it.
-        let _under_way = self.handle.client().cleanups.begin();
         match self.give_up() {
             GiveUp::Remaining if self.lease.state.is_held() => Ok(()),
             GiveUp::Remaining | GiveUp::AlreadyGone => Err(self.lease_lost()),
-            GiveUp::Last => self.give_back().await,
+            GiveUp::Last(_under_way) => self.give_back().await,
         }
     }
 
     fn release_on_drop(self: &Arc<Self>) {
-        // As in `release`: counted until the spawned release counts itself.
-        let _under_way = self.handle.client().cleanups.begin();
-        if !matches!(self.give_up(), GiveUp::Last) {
+        let GiveUp::Last(_under_way) = self.give_up() else {
             return;
-        }
+        };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::debug!(key = %self.lease.held.key, "guard dropped outside a runtime; the lease will expire");
             self.release_answered.open();

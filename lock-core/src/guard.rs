@@ -251,11 +251,17 @@ impl LockGuard {
     /// changes); [`Error::LeaseLost`](crate::Error::LeaseLost) if the lease has already
     /// run out here or the backend no longer has it (an expired lease is never
     /// brought back);
-    /// [`Error::Unsupported`](crate::Error::Unsupported) where leases are sessions.
+    /// [`Error::Unsupported`](crate::Error::Unsupported) where leases are sessions; a
+    /// backend error if the extension could not be made. The lease is then as it was,
+    /// except on a backend that extends by moving the lock to a new lease (etcd): an
+    /// extension whose outcome is unknown may have left the lock on a lease nobody
+    /// keeps, so it gives the lock up, and the guard reports it lost.
     ///
     /// # Cancel safety
     /// If dropped, the extension may or may not have reached the backend; the watchdog
-    /// has already stopped renewing. Call it again to be sure.
+    /// has already stopped renewing. Call it again to be sure (on etcd, one dropped
+    /// once its move was sent gave the lock up, as for an unknown outcome above: the
+    /// call then answers `LeaseLost`).
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         self.ops.extend(ttl).await
     }

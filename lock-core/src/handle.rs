@@ -209,8 +209,9 @@ impl<B: LockBackend> Handle<B> {
             // meanwhile).
             let validity = client.validity(ttl);
             // A suspend since the first attempt counts against the lease, whether it
-            // came during a wait or the winning round trip: only a renewal sent now can
-            // tell which, and so how much of the lease is left.
+            // came during a wait or the winning round trip (the client cannot tell
+            // which): a renewal sent now, where the watchdog keeps the lease, tells how
+            // much of it is left.
             let slept = crate::clock::suspended().saturating_sub(suspended_before);
             let late = late_grant::is_late(grant.started_at, validity.saturating_sub(slept), ttl);
             let confirmation = if watched && late {
@@ -229,17 +230,16 @@ impl<B: LockBackend> Handle<B> {
             };
             match confirmation {
                 Confirmation::Renewed(sent) => state.confirmed(sent, validity),
-                Confirmation::Unanswered => {
+                Confirmation::Unanswered | Confirmation::Lost => {
                     state.granted(grant.started_at, suspended_before, validity);
-                }
-                Confirmation::Lost => {
-                    // Counted as granted, so that the loss is reported as one.
-                    state.granted(grant.started_at, suspended_before, validity);
-                    state.end(LeaseLoss::Revoked);
                 }
             }
             tracing::Span::current().record("token", fence);
             identity.granted(fence, ended.started.elapsed());
+            if matches!(confirmation, Confirmation::Lost) {
+                // After the grant is told, so that the loss is reported as this grant's.
+                state.end(LeaseLoss::Revoked);
+            }
             let entry = Arc::new(LeaseEntry::new(
                 client.next_lease_id(),
                 held,

@@ -25,7 +25,7 @@ pub(crate) fn is_late(started_at: Instant, validity: Duration, ttl: Duration) ->
 }
 
 /// What the confirming renewal of a late grant found.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) enum Confirmation {
     /// Renewed: the lease counts from the renewal's send.
     Renewed(Stamp),

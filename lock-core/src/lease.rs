@@ -236,8 +236,10 @@ impl LeaseState {
 
     /// The attempt that won the lease was sent at `started_at`: it runs until
     /// `started_at + validity`, however long the wait before that attempt was. A
-    /// suspend is counted from `mark` on (a reading taken before that attempt was sent,
-    /// so that one during the winning round trip counts).
+    /// suspend is counted from `mark` on: a reading taken before the first attempt was
+    /// sent, so that one during the winning round trip counts. One during the wait
+    /// before that attempt then counts too (the two cannot be told apart here), which
+    /// can only end the lease early.
     pub(crate) fn granted(&self, started_at: Instant, mark: Duration, validity: Duration) {
         self.count_from(started_at, mark, validity);
     }
