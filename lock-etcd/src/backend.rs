@@ -423,7 +423,8 @@ impl EtcdBackend {
             Err(error) => {
                 tracing::debug!(key = %data.key, %error, "an extend's move to a new lease may or may not have been made; giving the lock up");
                 unsettled.give_up();
-                Ok(Renewal::Lost)
+                // The guard reads lost from here; the error says why.
+                Err(error)
             }
             Ok(reply) if reply.succeeded() => {
                 unsettled.settled();
@@ -491,6 +492,8 @@ impl EtcdBackend {
 /// its outcome unknown, or the extend was dropped meanwhile), the lock is reported lost
 /// first, before anyone else can be granted it, then its key is deleted if it is still
 /// this grant's and both leases that carried only it are revoked, in the background.
+/// Any failure counts as unknown: one that surely came before the send cannot be told
+/// apart, and giving up a lock costs less than two owners.
 struct UnsettledMove<'a> {
     inner: &'a Arc<Inner>,
     held: &'a HeldLease<EtcdLease>,
@@ -508,6 +511,9 @@ impl UnsettledMove<'_> {
             return;
         };
         let data = &self.held.data;
+        // This owner's turn is kept until the key is gone, as a failed release keeps it:
+        // taken before the loss is told, which lets the other owners' vigil hand it on.
+        let gate = lock(&data.gate).take();
         data.loss.notify(LeaseLoss::Revoked);
         data.watch.stop();
         self.inner.writes.forget(self.held);
@@ -516,8 +522,6 @@ impl UnsettledMove<'_> {
             return;
         };
         let old = data.lease();
-        // This owner's turn is kept until the key is gone, as a failed release keeps it.
-        let gate = lock(&data.gate).take();
         let (inner, key, revision) = (self.inner.clone(), data.key.clone(), data.revision);
         self.inner.cleanups.spawn_on(&runtime, async move {
             for attempt in 0..8u32 {

@@ -911,7 +911,7 @@ async fn a_waiter_behind_a_holder_that_extends_often_keeps_its_place() {
 /// the lock, the first guard must not say held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extend_dropped_in_flight_never_leaves_two_owners() {
-    let (server, _admin) = start().await;
+    let (server, admin) = start().await;
     let url = server.url();
     let port: u16 = endpoint(&url).rsplit(':').next().unwrap().parse().unwrap();
     let proxy = conformance_tests::proxy::Blackhole::to(port).await.unwrap();
@@ -919,18 +919,30 @@ async fn an_extend_dropped_in_flight_never_leaves_two_owners() {
     let first = client(backend(&proxied).await, Duration::from_secs(30));
     let other = client(backend(&url).await, Duration::from_secs(30));
     let guard = first.lock("moved").unwrap().acquire().await.unwrap();
-    // The new lease's grant answers after 1 s, then the move is sent and done at once,
-    // and the extend is dropped while the move's reply is still held back.
+    let key_lease = || async {
+        let mut kv = admin.client().kv_client();
+        let options = etcd_client::GetOptions::new().with_prefix();
+        let found = kv.get(format!("{NS}/moved/"), Some(options)).await.unwrap();
+        found.kvs().first().map(|kv| kv.lease())
+    };
+    let session = key_lease().await.expect("the key is there");
+    // Every reply to the first client comes 1 s late: the move lands at etcd while its
+    // answer is on its way, and the extend is dropped then.
     proxy.delay_replies(Duration::from_millis(1_000));
-    let dropped = tokio::time::timeout(
-        Duration::from_millis(1_500),
-        guard.extend(Duration::from_secs(3)),
-    )
-    .await;
-    assert!(
-        dropped.is_err(),
-        "the extend answered before it was dropped"
-    );
+    {
+        let extend = guard.extend(Duration::from_secs(3));
+        tokio::pin!(extend);
+        let moved = async {
+            while key_lease().await == Some(session) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::select! {
+            answer = &mut extend => panic!("the extend answered before the move was seen: {answer:?}"),
+            () = moved => {}
+            () = tokio::time::sleep(Duration::from_secs(20)) => panic!("the move never landed"),
+        }
+    }
     proxy.cut();
     let taken = other
         .lock("moved")
