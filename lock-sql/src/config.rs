@@ -124,7 +124,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one statement or short transaction may take unless configured.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most [`SqlConfig::with_max_held_locks`] takes: each held lock pins a server
-/// connection, and no server here serves more.
+/// connection, and this is far more than servers are set up to serve (PostgreSQL's
+/// and MariaDB's `max_connections` are 100 and 151 by default).
 pub const MAX_HELD_LOCKS: u32 = 65_535;
 
 impl SqlConfig {
