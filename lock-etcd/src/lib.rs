@@ -60,7 +60,7 @@
 //!   [`extend`](lock_core::LockGuard::extend) moves the key to a new lease of the
 //!   requested length in one guarded transaction (its create revision, place and
 //!   token stay). Extending a watchdog lock by exactly the watchdog lease renews it
-//!   like the watchdog does. A move whose answer never comes (it failed with its
+//!   like the watchdog does. A move whose answer never comes (it failed, leaving its
 //!   outcome unknown, or the `extend` was dropped meanwhile) may have left the key on
 //!   a lease nobody keeps: the lock is then given up, reported lost
 //!   ([`LeaseLoss::Revoked`](lock_core::LeaseLoss::Revoked)) before its key is deleted.
