@@ -173,9 +173,6 @@ impl<B: LockBackend> Handle<B> {
                 loss: &loss,
                 holder: value.unwrap_or(&client.description),
             };
-            // Taken before any attempt is sent: a suspend from here to the reply counts
-            // against the lease, one during the winning round trip included.
-            let suspended_before = crate::clock::suspended();
             // A shutdown ends the wait; the backend cleans up as for a dropped acquire.
             let _acquiring = client.acquiring.begin();
             // So does a backend still busy well past the deadline of a wait (a slow
@@ -212,8 +209,11 @@ impl<B: LockBackend> Handle<B> {
             // came during a wait or the winning round trip (the client cannot tell
             // which): a renewal sent now, where the watchdog keeps the lease, tells how
             // much of it is left.
-            let slept = crate::clock::suspended().saturating_sub(suspended_before);
-            let late = late_grant::is_late(grant.started_at, validity.saturating_sub(slept), ttl);
+            let late = late_grant::is_late(
+                grant.started_at,
+                validity.saturating_sub(state.slept()),
+                ttl,
+            );
             let confirmation = if watched && late {
                 let confirming =
                     late_grant::confirm(&client.backend, &client.cleanups, held, ttl, validity);
@@ -231,7 +231,7 @@ impl<B: LockBackend> Handle<B> {
             match confirmation {
                 Confirmation::Renewed(sent) => state.confirmed(sent, validity),
                 Confirmation::Unanswered | Confirmation::Lost => {
-                    state.granted(grant.started_at, suspended_before, validity);
+                    state.granted(grant.started_at, validity);
                 }
             }
             tracing::Span::current().record("token", fence);

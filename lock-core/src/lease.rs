@@ -80,18 +80,23 @@ struct Status {
     pending: bool,
     /// The local expiry on tokio's clock, as of `mark` (unused while pending).
     expires_at: Instant,
-    /// The suspend reading when `expires_at` was set: a suspend since then shortens
+    /// The suspend reading when `expires_at` was set (while pending: when the state
+    /// was made, before the acquire's first attempt): a suspend since then shortens
     /// what is left, since tokio's clock did not count it.
     mark: Duration,
 }
 
 impl Status {
+    /// Time spent suspended since `mark`.
+    fn slept(&self) -> Duration {
+        crate::clock::suspended().saturating_sub(self.mark)
+    }
+
     /// The expiry as tokio's clock now names it: earlier by the time spent suspended
     /// since it was set.
     fn effective_expiry(&self) -> Instant {
-        let slept = crate::clock::suspended().saturating_sub(self.mark);
         self.expires_at
-            .checked_sub(slept)
+            .checked_sub(self.slept())
             .unwrap_or(self.expires_at)
     }
 
@@ -234,13 +239,20 @@ impl LeaseState {
         }
     }
 
+    /// Time spent suspended since the lease's clock was last set (while pending: since
+    /// the acquire began).
+    pub(crate) fn slept(&self) -> Duration {
+        self.status().slept()
+    }
+
     /// The attempt that won the lease was sent at `started_at`: it runs until
     /// `started_at + validity`, however long the wait before that attempt was. A
-    /// suspend is counted from `mark` on: a reading taken before the first attempt was
-    /// sent, so that one during the winning round trip counts. One during the wait
+    /// suspend is counted from the pending state's mark, taken before the first attempt
+    /// was sent, so that one during the winning round trip counts. One during the wait
     /// before that attempt then counts too (the two cannot be told apart here), which
     /// can only end the lease early.
-    pub(crate) fn granted(&self, started_at: Instant, mark: Duration, validity: Duration) {
+    pub(crate) fn granted(&self, started_at: Instant, validity: Duration) {
+        let mark = self.status().mark;
         self.count_from(started_at, mark, validity);
     }
 
@@ -464,7 +476,7 @@ mod tests {
             "a lease not granted yet is never renewed"
         );
         let won_at = Instant::now() - Duration::from_secs(2);
-        state.granted(won_at, crate::clock::suspended(), Duration::from_secs(3));
+        state.granted(won_at, Duration::from_secs(3));
         // Two clock reads make each suspend reading a few nanoseconds apart (more when
         // preempted between them), which only ever ends a lease earlier.
         let expiry = state.expires_at();

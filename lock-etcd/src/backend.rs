@@ -524,13 +524,7 @@ impl UnsettledMove<'_> {
         let old = data.lease();
         let (inner, key, revision) = (self.inner.clone(), data.key.clone(), data.revision);
         self.inner.cleanups.spawn_on(&runtime, async move {
-            for attempt in 0..8u32 {
-                let delete = queries::delete_if(key.as_bytes(), revision);
-                if inner.txn("give up a moved key", delete).await.is_ok() {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(200) * 2u32.pow(attempt.min(4))).await;
-            }
+            delete_with_retries(&inner, "give up a moved key", &key, revision, true).await;
             drop(gate);
             let timeout = inner.config.request_timeout();
             for lease in [Some(new), (!old.is_session()).then_some(old)].into_iter().flatten() {
@@ -545,6 +539,30 @@ impl UnsettledMove<'_> {
 impl Drop for UnsettledMove<'_> {
     fn drop(&mut self) {
         self.give_up();
+    }
+}
+
+/// Deletes `key` if it is still the one created at `revision`, trying up to eight
+/// times with backoff: a key left behind would block others for as long as its lease
+/// lives. `at_once`: the first try goes out without a pause (none failed before it).
+async fn delete_with_retries(
+    inner: &Inner,
+    what: &'static str,
+    key: &str,
+    revision: i64,
+    at_once: bool,
+) {
+    for attempt in 0..8u32 {
+        if attempt > 0 || !at_once {
+            tokio::time::sleep(Duration::from_millis(200) * 2u32.pow(attempt.min(4))).await;
+        }
+        if inner
+            .txn(what, queries::delete_if(key.as_bytes(), revision))
+            .await
+            .is_ok()
+        {
+            return;
+        }
     }
 }
 
@@ -616,20 +634,7 @@ impl LockBackend for EtcdBackend {
                 let gate = lock(&data.gate).take();
                 let cleanups = self.inner.cleanups.clone();
                 cleanups.spawn_on(&tokio::runtime::Handle::current(), async move {
-                    for attempt in 0..8u32 {
-                        tokio::time::sleep(Duration::from_millis(200) * 2u32.pow(attempt.min(4)))
-                            .await;
-                        if inner
-                            .txn(
-                                "release retry",
-                                queries::delete_if(key.as_bytes(), revision),
-                            )
-                            .await
-                            .is_ok()
-                        {
-                            break;
-                        }
-                    }
+                    delete_with_retries(&inner, "release retry", &key, revision, false).await;
                     drop(gate);
                 });
                 Err(err)
