@@ -32,7 +32,7 @@ use crate::dialect::Dialect;
 use crate::error::{classify, Class};
 use crate::holder_record::{HolderRecord, UnconfirmedRecord};
 use crate::key::{kind_code, KeyId};
-use crate::server_limits::{idle_transaction_limit, LimitScope};
+use crate::server_limits::{idle_transaction_limit, postgres_wait_limit_ms, LimitScope};
 use crate::spare::SpareConnection;
 use crate::SqlLease;
 
@@ -368,10 +368,10 @@ async fn lock_row(
     // The server's own lock timeout ends the wait at the deadline (whole seconds on
     // MySQL, so the client's timer below ends it there exactly).
     let timeout_sql = match (db.dialect, remaining) {
-        (Dialect::Postgres, None) => "SET LOCAL lock_timeout = 0".to_owned(),
-        (Dialect::Postgres, Some(r)) => {
-            format!("SET LOCAL lock_timeout = {}", r.as_millis().max(1))
-        }
+        (Dialect::Postgres, _) => format!(
+            "SET LOCAL lock_timeout = {}",
+            postgres_wait_limit_ms(remaining)
+        ),
         (_, None) => "SET SESSION innodb_lock_wait_timeout = 1073741824".to_owned(),
         (_, Some(r)) => format!(
             "SET SESSION innodb_lock_wait_timeout = {}",

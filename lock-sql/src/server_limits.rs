@@ -24,6 +24,17 @@ pub(crate) fn limit_ms(limit: Duration) -> String {
     ms.clamp(1, LONGEST_POSTGRES_LIMIT.as_millis()).to_string()
 }
 
+/// PostgreSQL's `lock_timeout` for a wait of `remaining` (none: until granted), in
+/// whole milliseconds. A wait longer than the server's largest limit sets none: the
+/// client's own timer ends it at its deadline, where the largest limit would end it
+/// early, and a larger value would be refused.
+pub(crate) fn postgres_wait_limit_ms(remaining: Option<Duration>) -> String {
+    match remaining {
+        Some(wait) if wait <= LONGEST_POSTGRES_LIMIT => limit_ms(wait),
+        _ => "0".to_owned(),
+    }
+}
+
 /// `limit` in whole seconds, rounded up.
 pub(crate) fn whole_secs(limit: Duration) -> u64 {
     limit
@@ -92,6 +103,25 @@ mod tests {
         assert_eq!(whole_secs(Duration::from_millis(2001)), 3);
         assert_eq!(whole_secs(Duration::ZERO), 0);
         assert_eq!(whole_secs(Duration::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn a_wait_past_the_largest_limit_sets_none() {
+        let days = |n: u64| Some(Duration::from_secs(n * 24 * 60 * 60));
+        assert_eq!(
+            postgres_wait_limit_ms(Some(Duration::from_micros(1500))),
+            "2"
+        );
+        assert_eq!(postgres_wait_limit_ms(Some(Duration::ZERO)), "1");
+        assert_eq!(postgres_wait_limit_ms(days(24)), "2073600000");
+        assert_eq!(
+            postgres_wait_limit_ms(Some(LONGEST_POSTGRES_LIMIT)),
+            "2147483647"
+        );
+        // Past the largest, the server would end the wait early: the client ends it.
+        assert_eq!(postgres_wait_limit_ms(days(30)), "0");
+        assert_eq!(postgres_wait_limit_ms(days(365)), "0");
+        assert_eq!(postgres_wait_limit_ms(None), "0");
     }
 
     #[test]

@@ -1651,3 +1651,30 @@ pub async fn a_guard_dropped_outside_a_runtime_frees_its_lock(sql: &Sql) {
     });
     next.release().await.unwrap();
 }
+
+/// A wait whose deadline lies past the server's longest lock limit (PostgreSQL's
+/// `lock_timeout` stops at `i32::MAX` ms, about 24.8 days) is a valid wait: it is
+/// granted when the lock is freed, not refused by the server, and not ended early.
+pub async fn a_wait_past_the_servers_longest_limit_is_granted(sql: &Sql) {
+    let ns = ns();
+    let holder = client(sql, &ns, sql.options()).await;
+    let waiter = client(sql, &ns, sql.options()).await;
+    let held = holder.lock("long-wait").unwrap().acquire().await.unwrap();
+    let lock = waiter.lock("long-wait").unwrap();
+    let thirty_days = Duration::from_secs(30 * 24 * 60 * 60);
+    let waiting = tokio::spawn(async move { lock.acquire_timeout(thirty_days).await });
+    // The waiter is in the server's queue (or refused) well before this.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    held.release().await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .unwrap_or_else(|_| panic!("{}: a freed lock was not granted in 30 s", sql.label))
+        .unwrap();
+    let granted =
+        granted.unwrap_or_else(|err| panic!("{}: a 30-day wait failed: {err}", sql.label));
+    granted.release().await.unwrap();
+    println!(
+        "sql-extra[{}] PASS a_wait_past_the_servers_longest_limit_is_granted",
+        sql.label
+    );
+}

@@ -432,6 +432,8 @@ pub async fn server_suite(spec: &conformance_tests::server::ServerSpec) {
     let session = Sql::new(&url, Strategy::Session, &session_prefix);
     extra::a_guard_dropped_outside_a_runtime_frees_its_lock(&for_update).await;
     extra::a_guard_dropped_outside_a_runtime_frees_its_lock(&session).await;
+    extra::a_wait_past_the_servers_longest_limit_is_granted(&for_update).await;
+    extra::a_wait_past_the_servers_longest_limit_is_granted(&session).await;
     extra::a_released_connection_goes_to_whoever_waits(&session).await;
     extra::an_uncontended_cycle_is_two_round_trips(&session).await;
     if spec.name == "mariadb" {

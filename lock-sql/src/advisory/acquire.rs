@@ -20,7 +20,7 @@ use crate::error::{classify, procedure_unusable, Class};
 use crate::key::KeyId;
 use crate::lease::last_insert_id;
 use crate::pessimistic::{Connection, Pinned, PinnedConn, WaitGuard};
-use crate::server_limits::limit_ms;
+use crate::server_limits::{limit_ms, postgres_wait_limit_ms};
 use crate::SqlLease;
 
 /// A connection for a lock: the spare, else one from the held-lock pool.
@@ -297,9 +297,8 @@ async fn prepare_wait(
 ) -> std::result::Result<Connection, sqlx::Error> {
     match db.dialect {
         Dialect::Postgres => {
-            let timeout = remaining.map_or(0, |r| r.as_millis().clamp(1, i32::MAX as u128));
             let row = q(&db.sql.advisory.prepare_wait)
-                .bind(timeout.to_string())
+                .bind(postgres_wait_limit_ms(remaining))
                 .fetch_one(pinned.conn())
                 .await?;
             Ok(Connection {
