@@ -18,7 +18,7 @@ use crate::exit;
 /// your own processes on one machine, with no server. --system uses one file for every
 /// user of the machine instead.
 #[derive(Debug, Parser)]
-#[command(name = "lockctl", version)]
+#[command(name = "lockctl", version, after_help = EXIT_CODES)]
 pub(crate) struct Cli {
     /// The backend: redis://, redlock://, zk://, etcd://, postgres://, mysql://,
     /// sqlite://path (default: the SQLite file in your state directory).
@@ -44,6 +44,19 @@ pub(crate) struct Cli {
     #[command(subcommand)]
     pub(crate) command: Command,
 }
+
+/// lockctl's exit codes, at the end of `--help`.
+const EXIT_CODES: &str = "\
+Exit codes:
+  the command's  the command ran and exited (128 + N if signal N killed it)
+  64             usage: bad option, duration or URL, no command
+  69             the backend could not be reached in time
+  70             another error of the backend; the command's supervisor was killed
+  75 (or -E N)   not acquired: held with --no-wait, or still held when --wait ran out
+  79             the lock was lost, or its lease was running out, while the command
+                 ran: the command was stopped, or ended with the lock no longer held
+  126, 127       the command could not be run, or was not found
+  128 + N        lockctl got signal N while it waited for the lock";
 
 /// Where the locks are, as the command line and the environment say.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -204,7 +217,8 @@ pub(crate) struct ElectArgs {
     pub(crate) value: Option<String>,
     /// After the command exits (or leadership is lost), campaign again (at most once a
     /// second), until lockctl gets a signal or the command dies of SIGINT or SIGQUIT
-    /// (Ctrl-C or Ctrl-\ at a terminal).
+    /// (Ctrl-C or Ctrl-\ at a terminal). A campaign that fails with a retryable error
+    /// (the backend down) is tried again after 1 s, doubling up to 30 s.
     #[arg(long)]
     pub(crate) again: bool,
     #[command(flatten)]
@@ -235,7 +249,12 @@ pub(crate) struct JobArgs {
     /// which a force-unlock is noticed.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "30s")]
     pub(crate) watchdog_lease: Duration,
-    /// After the lock is lost: how long the command has between SIGTERM and SIGKILL.
+    /// How long the command has between SIGTERM and SIGKILL when its lease is running
+    /// out (renewals failing, or a fixed --lease ending): at most a third of the lease.
+    /// SIGTERM comes that long before SIGKILL, and SIGKILL a tenth of the lease (at most
+    /// 1 s) before the lease's end, so the command is gone before the lock is. A lock
+    /// taken away without warning (force-unlock, lost by the server) gets SIGKILL at
+    /// once: another run may hold it already.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "10s")]
     pub(crate) kill_grace: Duration,
     /// Run this command string with /bin/sh -c, instead of a command after `--`.

@@ -12,7 +12,8 @@ pub(crate) const UNAVAILABLE: u8 = 69;
 pub(crate) const FAILED: u8 = 70;
 /// The lock was not acquired: held, with `--no-wait`, or still held when `--wait` ran out.
 pub(crate) const NOT_ACQUIRED: u8 = 75;
-/// The lock was lost while the command ran; the command was stopped.
+/// The lock was lost, or its lease was running out, while the command ran: the
+/// command was stopped, or it ended with the lock no longer held.
 pub(crate) const LOST: u8 = 79;
 /// The command was found but could not be run.
 pub(crate) const CANNOT_RUN: u8 = 126;
@@ -24,6 +25,8 @@ pub(crate) const NOT_FOUND: u8 = 127;
 pub(crate) struct Failure {
     pub(crate) code: u8,
     pub(crate) message: String,
+    /// The same may succeed if tried again (the backend's error said so).
+    pub(crate) retryable: bool,
 }
 
 impl Failure {
@@ -31,6 +34,7 @@ impl Failure {
         Failure {
             code,
             message: message.into(),
+            retryable: false,
         }
     }
 }
@@ -52,7 +56,11 @@ impl From<Error> for Failure {
         };
         // The message stays on one line whatever the backend put in it.
         let message = error.to_string().replace(['\n', '\r'], " ");
-        Failure { code, message }
+        Failure {
+            code,
+            message,
+            retryable: error.is_retryable(),
+        }
     }
 }
 

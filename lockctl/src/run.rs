@@ -29,6 +29,10 @@ pub(crate) const RELEASE_LIMIT: Duration = Duration::from_secs(5);
 /// `elect --again` campaigns at most once per this long.
 const AGAIN_PAUSE: Duration = Duration::from_secs(1);
 
+/// `elect --again` after a campaign failed with a retryable error (the backend down):
+/// the pause doubles from [`AGAIN_PAUSE`] up to this.
+const LONGEST_AGAIN_PAUSE: Duration = Duration::from_secs(30);
+
 /// After SIGKILL, how long lockctl waits for the supervisor to report the group gone.
 const AFTER_SIGKILL: Duration = Duration::from_secs(10);
 
@@ -108,9 +112,10 @@ pub(crate) async fn elect(
         permits: None,
         value: Some(value),
     };
+    let mut failed_in_a_row = 0;
     loop {
         let started = Instant::now();
-        let code = hold_and_run(
+        let ran = hold_and_run(
             &*client,
             &taking,
             &args.job,
@@ -118,7 +123,27 @@ pub(crate) async fn elect(
             &mut signals,
             inherited,
         )
-        .await?;
+        .await;
+        let code = match ran {
+            Ok(code) => {
+                failed_in_a_row = 0;
+                code
+            }
+            // The backend down or restarting: a standby that gave up would leave
+            // nobody to lead once it is back.
+            Err(failure) if args.again && failure.retryable => {
+                failed_in_a_row += 1;
+                let pause = AGAIN_PAUSE
+                    .saturating_mul(1 << (failed_in_a_row - 1).min(5))
+                    .min(LONGEST_AGAIN_PAUSE);
+                eprintln!("lockctl: {failure}; campaigning again in {pause:?}");
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => continue,
+                    signal = signals.next() => return Ok(exit::for_signal(signal)),
+                }
+            }
+            Err(failure) => return Err(failure),
+        };
         // Ctrl-C at a terminal reaches only the command, which has the foreground: its
         // death by SIGINT or SIGQUIT ends the loop as lockctl's own would.
         let interrupted = [libc::SIGINT, libc::SIGQUIT]
@@ -218,6 +243,19 @@ async fn hold_and_run(
         terminal: terminal.as_ref(),
         give_terminal: terminal.as_ref().is_some_and(Terminal::ours),
     };
+    if !guard.is_held() {
+        // Lost between the grant and now (a suspend, a force-unlock): not started.
+        reporter.event(
+            "lost",
+            json!({ "token": token, "reason": LeaseLoss::Expired.to_string() }),
+        );
+        eprintln!(
+            "lockctl: lock `{}` was lost before the command started",
+            args.name
+        );
+        drop(guard);
+        return Ok(exit::LOST);
+    }
     let group = match CommandGroup::start(launch).await {
         Ok(group) => group,
         Err(failure) => {
@@ -264,7 +302,45 @@ async fn acquire(taking: &Taking, args: &JobArgs) -> Result<LockGuard, Error> {
 /// How supervision ended.
 enum Outcome {
     Ended(ExitStatus),
+    /// The lease runs out within the command's stop time: it was not renewed in time
+    /// (or is a fixed `--lease`).
+    Expiring,
+    /// Lost without warning (a force-unlock, the server lost it, a stop longer than
+    /// the lease).
     Lost(LeaseLoss),
+}
+
+/// When a command must be gone and when it is told to go, counted back from the end
+/// of the lease (as this client counts it, which is already before the server's).
+#[derive(Clone, Copy)]
+struct StopTimes {
+    /// SIGKILL comes this long before the end: time for the signal and the processes'
+    /// deaths on a loaded machine.
+    kill_ahead: Duration,
+    /// SIGTERM comes this long before SIGKILL: `--kill-grace`, at most a third of the
+    /// lease, so that a watchdog lease renewed on time never starts a stop.
+    grace: Duration,
+}
+
+impl StopTimes {
+    fn of(args: &JobArgs) -> Self {
+        let lease = args.lease.unwrap_or(args.watchdog_lease);
+        StopTimes {
+            kill_ahead: (lease / 10).min(Duration::from_secs(1)),
+            grace: args.kill_grace.min(lease / 3),
+        }
+    }
+
+    /// When the command is killed, for a lease that ends at `end`.
+    fn kill_at(self, end: tokio::time::Instant) -> tokio::time::Instant {
+        end.checked_sub(self.kill_ahead).unwrap_or(end)
+    }
+
+    /// When the command is told to stop, for a lease that ends at `end`.
+    fn term_at(self, end: tokio::time::Instant) -> tokio::time::Instant {
+        let kill_at = self.kill_at(end);
+        kill_at.checked_sub(self.grace).unwrap_or(kill_at)
+    }
 }
 
 /// Waits for the command while watching the lease, passing signals on to the
@@ -278,7 +354,12 @@ async fn supervise(
     terminal: Option<Terminal>,
 ) -> Result<u8, Failure> {
     let mut lost = Box::pin(guard.lost());
+    let times = StopTimes::of(args);
     let outcome = loop {
+        // Not held: the loss is reported at once below.
+        let term_at = guard
+            .expires_at()
+            .map_or_else(far_future, |end| times.term_at(end));
         tokio::select! {
             event = group.next() => match event {
                 Event::Ended(status) => break Outcome::Ended(status),
@@ -289,6 +370,15 @@ async fn supervise(
                 Event::Group(_) | Event::Empty => {}
             },
             loss = &mut lost => break Outcome::Lost(loss),
+            // A renewal since may have moved the end on: looked at again above.
+            () = tokio::time::sleep_until(term_at) => {
+                if guard
+                    .expires_at()
+                    .is_some_and(|end| times.term_at(end) <= tokio::time::Instant::now())
+                {
+                    break Outcome::Expiring;
+                }
+            }
             signal = signals.next() => match signal {
                 libc::SIGCONT => {
                     // Stopped for longer than the lease: the command must not go on.
@@ -304,19 +394,47 @@ async fn supervise(
             },
         }
     };
+    let token = guard.fencing_token();
     let status = match outcome {
         Outcome::Ended(status) => status,
+        Outcome::Expiring => {
+            let end = guard.expires_at();
+            let left = end.map_or(Duration::ZERO, |end| {
+                end.saturating_duration_since(tokio::time::Instant::now())
+            });
+            reporter.event(
+                "expiring",
+                json!({ "token": token, "remaining_ms": left.as_millis() as u64 }),
+            );
+            eprintln!(
+                "lockctl: the lease of lock `{}` ends in {left:?}; stopping the command",
+                args.name
+            );
+            // SIGKILL before the end, however long the grace.
+            let kill_at = end.map_or_else(tokio::time::Instant::now, |end| {
+                times
+                    .kill_at(end)
+                    .min(tokio::time::Instant::now() + args.kill_grace)
+            });
+            stop_the_group(&mut group, kill_at, &mut lost).await;
+            if let Some(terminal) = &terminal {
+                terminal.take_back_from(group.terminal_id());
+            }
+            // Still held, most likely: freed for the next run at once.
+            release(guard, reporter, Some(exit::LOST)).await;
+            return Ok(exit::LOST);
+        }
         Outcome::Lost(loss) => {
-            let token = guard.fencing_token();
             reporter.event(
                 "lost",
                 json!({ "token": token, "reason": loss.to_string() }),
             );
             eprintln!(
-                "lockctl: lock `{}` lost ({loss}); stopping the command",
+                "lockctl: lock `{}` lost ({loss}); killing the command",
                 args.name
             );
-            stop_the_group(&mut group, args.kill_grace).await;
+            // Another run may hold the lock already: no grace.
+            kill_the_group(&mut group).await;
             if let Some(terminal) = &terminal {
                 terminal.take_back_from(group.terminal_id());
             }
@@ -360,15 +478,28 @@ fn resume(group: &CommandGroup, terminal: Option<&Terminal>) {
     group.signal(libc::SIGCONT);
 }
 
-/// After a loss: SIGTERM to the whole group (and SIGCONT, for a stopped one), then
-/// SIGKILL after `grace`; returns once the supervisor says all of it is gone, or a
-/// while after SIGKILL if it does not (processes that left the group).
-async fn stop_the_group(group: &mut CommandGroup, grace: Duration) {
+/// The lease is about to run out: SIGTERM to the whole group (and SIGCONT, for a
+/// stopped one), then SIGKILL at `kill_at`, or at once if the lease is lost first;
+/// returns once the supervisor says all of it is gone, or a while after SIGKILL if it
+/// does not (processes that left the group).
+async fn stop_the_group(
+    group: &mut CommandGroup,
+    kill_at: tokio::time::Instant,
+    lost: &mut (impl std::future::Future<Output = LeaseLoss> + Unpin),
+) {
     group.signal(SIGTERM);
     group.signal(libc::SIGCONT);
-    if tokio::time::timeout(grace, group.ended()).await.is_ok() {
-        return;
+    tokio::select! {
+        _ = group.ended() => return,
+        () = tokio::time::sleep_until(kill_at) => {}
+        _ = lost => {}
     }
+    kill_the_group(group).await;
+}
+
+/// SIGKILL to the whole group; returns once the supervisor says all of it is gone, or
+/// a while after if it does not (processes that left the group).
+async fn kill_the_group(group: &mut CommandGroup) {
     group.signal(SIGKILL);
     if tokio::time::timeout(AFTER_SIGKILL, group.ended())
         .await
@@ -385,6 +516,11 @@ async fn stop_the_group(group: &mut CommandGroup, grace: Duration) {
             "lockctl: the command's process group is gone, but processes it moved out of its group still run; lockctl leaves them"
         );
     }
+}
+
+/// An instant no lease reaches: a timer that never fires.
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 24 * 60 * 60)
 }
 
 /// The supervisor is gone but its group is not: SIGTERM, SIGKILL after `grace`, and
@@ -429,7 +565,11 @@ async fn release(guard: LockGuard, reporter: &Reporter, code: Option<u8>) -> Opt
         Ok(Err(Error::LeaseLost { .. })) => {
             reporter.event(
                 "lost",
-                json!({ "token": token, "reason": LeaseLoss::Revoked.to_string() }),
+                json!({
+                    "token": token,
+                    "reason": LeaseLoss::Revoked.to_string(),
+                    "exit_code": code,
+                }),
             );
             eprintln!("lockctl: lock `{name}` was lost before the command ended");
             Some(exit::LOST)
@@ -474,5 +614,68 @@ fn code_of(status: ExitStatus) -> u8 {
         (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(exit::FAILED),
         (None, Some(signal)) => exit::for_signal(signal),
         (None, None) => exit::FAILED,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stop_times(lease: Option<u64>, watchdog: u64, grace: u64) -> StopTimes {
+        use clap::Parser;
+        let (lease, watchdog, grace) = (
+            lease.map(|s| format!("{s}s")),
+            format!("{watchdog}s"),
+            format!("{grace}s"),
+        );
+        let mut argv = vec![
+            "lockctl",
+            "run",
+            "--watchdog-lease",
+            &watchdog,
+            "--kill-grace",
+            &grace,
+        ];
+        if let Some(lease) = &lease {
+            argv.extend(["--lease", lease]);
+        }
+        argv.extend(["job", "--", "true"]);
+        match crate::cli::Cli::try_parse_from(argv).unwrap().command {
+            crate::cli::Command::Run(args) => StopTimes::of(&args.job),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_watchdog_lease_renewed_on_time_never_starts_a_stop() {
+        // Renewed every third of the lease, it has two thirds left at worst.
+        for (watchdog, grace) in [(30, 10), (30, 60), (6, 10), (3, 0), (600, 10)] {
+            let times = stop_times(None, watchdog, grace);
+            let end = tokio::time::Instant::now() + Duration::from_secs(watchdog);
+            let left_at_term = end - times.term_at(end);
+            assert!(
+                left_at_term < Duration::from_secs(watchdog) * 2 / 3,
+                "{watchdog} s lease, {grace} s grace: stop with {left_at_term:?} left"
+            );
+            assert!(times.grace <= Duration::from_secs(grace));
+        }
+    }
+
+    #[test]
+    fn the_kill_comes_before_the_end_and_the_grace_before_the_kill() {
+        let fixed = stop_times(Some(3), 30, 8);
+        let end = tokio::time::Instant::now() + Duration::from_secs(3);
+        assert_eq!(end - fixed.kill_at(end), Duration::from_millis(300));
+        assert_eq!(
+            fixed.kill_at(end) - fixed.term_at(end),
+            Duration::from_secs(1)
+        );
+        let watchdog = stop_times(None, 30, 10);
+        let end = tokio::time::Instant::now() + Duration::from_secs(30);
+        assert_eq!(end - watchdog.kill_at(end), Duration::from_secs(1));
+        assert_eq!(
+            watchdog.kill_at(end) - watchdog.term_at(end),
+            Duration::from_secs(10)
+        );
     }
 }

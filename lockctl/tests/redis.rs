@@ -116,3 +116,62 @@ async fn one_leader_runs_at_a_time_on_redis() {
         .expect("redis server");
     common::one_leader_runs_at_a_time(&server.url()).await;
 }
+
+/// `elect --again` rides out a server restart: the campaign that finds the server down
+/// is tried again (not the end of lockctl), and once the server is back the candidate
+/// leads again, with a higher term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elect_again_campaigns_on_across_a_server_restart() {
+    let mut server = TestServer::start(&specs::REDIS)
+        .await
+        .expect("redis server");
+    if !server.can_fault() {
+        println!("SKIP: the Redis server was given by URL and cannot be restarted here");
+        return;
+    }
+    let ctl = Lockctl::new(&server.url(), "again");
+    let candidate = ctl.spawn(&[
+        "elect",
+        "--again",
+        "--watchdog-lease",
+        "3s",
+        "office",
+        "-c",
+        "echo \"$LOCK_FENCING_TOKEN\" >> \"$D/terms\"; sleep 0.2",
+    ]);
+    let terms = |ctl: &Lockctl| -> Vec<u64> {
+        std::fs::read_to_string(ctl.file("terms"))
+            .unwrap_or_default()
+            .lines()
+            .map(|line| line.trim().parse().expect("a term"))
+            .collect()
+    };
+    ctl.wait_for_file("terms").await;
+    server.kill().await.expect("kill redis");
+    let before = terms(&ctl);
+    // Long enough for campaigns to find the server down, and for lockctl's old
+    // behaviour (exit 69 at the first) to show.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    server.restart().await.expect("restart redis");
+    let restarted = Instant::now();
+    let later = loop {
+        let now = terms(&ctl);
+        if now.len() > before.len() + 1 {
+            break now;
+        }
+        assert!(
+            restarted.elapsed() < common::PATIENCE,
+            "no new term within {:?} of the restart (terms {now:?})",
+            common::PATIENCE
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    common::signal(&candidate, libc::SIGTERM);
+    let (code, stderr) = finish(candidate).await;
+    assert!(
+        later.windows(2).all(|pair| pair[0] < pair[1]),
+        "terms increase across the restart: {later:?}"
+    );
+    assert_eq!(code, 143, "ended by SIGTERM, not by the restart: {stderr}");
+    println!("PASS elect_again_campaigns_on_across_a_server_restart (terms {later:?})");
+}

@@ -108,3 +108,19 @@ async fn an_unreachable_server_is_the_unavailable_code_within_seconds() {
         );
     }
 }
+
+/// `lockctl --help` ends with every exit code lockctl gives itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn help_lists_the_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = Lockctl::new(&common::sqlite_url(dir.path()), "usage");
+    let (code, stdout, stderr) = ctl.output(&["--help"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let codes = stdout
+        .split("Exit codes:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no exit codes in --help: {stdout}"));
+    for listed in ["64", "69", "70", "75", "79", "126, 127", "128 + N"] {
+        assert!(codes.contains(listed), "{listed} missing: {codes}");
+    }
+}

@@ -419,7 +419,7 @@ pub async fn all_scenarios(url: &str, backend: &str) {
     two_runs_serialise(url, backend).await;
     no_wait_fails_at_once_while_held(url).await;
     sigint_reaches_the_command_and_the_lock_is_released(url).await;
-    force_unlock_stops_the_command_with_the_lost_code(url).await;
+    force_unlock_kills_the_command_with_the_lost_code(url).await;
     sigkill_of_lockctl_frees_the_lock_within_the_lease(url).await;
     println!(
         "lockctl[{backend}]: all scenarios passed in {:?}",
@@ -530,8 +530,9 @@ pub async fn sigint_reaches_the_command_and_the_lock_is_released(url: &str) {
 }
 
 /// `force-unlock` while the command runs: the holder's lockctl notices the loss,
-/// SIGTERMs its command and exits with the lost code.
-pub async fn force_unlock_stops_the_command_with_the_lost_code(url: &str) {
+/// kills its command at once (another run may hold the lock already: no SIGTERM and
+/// grace, which the command's trap would show) and exits with the lost code.
+pub async fn force_unlock_kills_the_command_with_the_lost_code(url: &str) {
     let ctl = Lockctl::new(url, "force");
     let holder = hold_with_sleeper(&ctl, &["--json"]).await;
     let (code, _, stderr) = ctl.output(&["force-unlock", "jobs"]).await;
@@ -541,10 +542,13 @@ pub async fn force_unlock_stops_the_command_with_the_lost_code(url: &str) {
     let unlocked = Instant::now();
     let (code, stderr) = finish(holder).await;
     assert_eq!(code, LOST, "{stderr}");
-    assert_eq!(ctl.read("h.signal"), "TERM", "the command got SIGTERM");
+    assert!(
+        !ctl.file("h.signal").exists(),
+        "the command was given SIGTERM and time after its lock was gone"
+    );
     assert!(stderr.contains("\"event\":\"lost\""), "{stderr}");
     println!(
-        "lockctl PASS force_unlock_stops_the_command_with_the_lost_code (stopped {:?} after the unlock)",
+        "lockctl PASS force_unlock_kills_the_command_with_the_lost_code (killed {:?} after the unlock)",
         unlocked.elapsed()
     );
 }
@@ -610,7 +614,8 @@ pub async fn group_scenarios(url: &str, backend: &str) {
             sigkill_of_lockctl_takes_the_whole_command_with_it,
             force_unlock_stops_every_process_of_the_command,
             sigterm_to_lockctl_reaches_every_process_of_the_command,
-            a_command_that_ignores_sigterm_is_killed_after_the_grace,
+            a_command_that_ignores_sigterm_is_killed_before_its_lease_ends,
+            a_command_is_gone_before_its_lease_runs_out,
             a_killed_supervisor_leaves_nothing_running,
         ]
     );
@@ -751,16 +756,28 @@ pub async fn sigterm_to_lockctl_reaches_every_process_of_the_command(url: &str, 
     println!("lockctl[{backend}] PASS sigterm_to_lockctl_reaches_every_process_of_the_command");
 }
 
-/// After the lock is lost, a command that ignores SIGTERM gets SIGKILL after
-/// `--kill-grace`, all of it, before lockctl exits.
-pub async fn a_command_that_ignores_sigterm_is_killed_after_the_grace(url: &str, backend: &str) {
+/// Whether `--lease` works on `backend` (ZooKeeper's lease is its session).
+fn has_fixed_leases(backend: &str) -> bool {
+    backend != "zookeeper"
+}
+
+/// A command that ignores SIGTERM, with a background child, and a fixed lease it
+/// outruns: all of it gets SIGKILL before lockctl exits with the lost code.
+pub async fn a_command_that_ignores_sigterm_is_killed_before_its_lease_ends(
+    url: &str,
+    backend: &str,
+) {
+    if !has_fixed_leases(backend) {
+        println!("lockctl[{backend}] SKIP a_command_that_ignores_sigterm_is_killed_before_its_lease_ends: no fixed leases");
+        return;
+    }
     let ctl = Lockctl::new(url, "grace");
     let marked = Marked::new();
     let holder = ctl.spawn_marked(
         &marked,
         &[
             "run",
-            "--watchdog-lease",
+            "--lease",
             "3s",
             "--kill-grace",
             "1s",
@@ -774,8 +791,6 @@ pub async fn a_command_that_ignores_sigterm_is_killed_after_the_grace(url: &str,
     );
     let lockctl = holder.id();
     marked.wait_for_comm("sleep", 2).await;
-    let (code, _, stderr) = ctl.output(&["force-unlock", "--yes", "jobs"]).await;
-    assert_eq!(code, 0, "{stderr}");
     let (code, stderr) = finish(holder).await;
     let left = marked.processes_but(lockctl);
     assert_eq!(code, LOST, "[{backend}] {stderr}");
@@ -783,7 +798,59 @@ pub async fn a_command_that_ignores_sigterm_is_killed_after_the_grace(url: &str,
         left.is_empty(),
         "[{backend}] still running when lockctl exited {LOST}: {left:?}"
     );
-    println!("lockctl[{backend}] PASS a_command_that_ignores_sigterm_is_killed_after_the_grace");
+    println!(
+        "lockctl[{backend}] PASS a_command_that_ignores_sigterm_is_killed_before_its_lease_ends"
+    );
+}
+
+/// A fixed lease shorter than the command, which ignores SIGTERM, and a grace longer
+/// than the lease: the command is stopped before the lease runs out, so the next run,
+/// which gets the lock when it does, never overlaps it. Each records the time of day
+/// (the holder every 20 ms), compared at the end.
+pub async fn a_command_is_gone_before_its_lease_runs_out(url: &str, backend: &str) {
+    if !has_fixed_leases(backend) {
+        println!(
+            "lockctl[{backend}] SKIP a_command_is_gone_before_its_lease_runs_out: no fixed leases"
+        );
+        return;
+    }
+    let ctl = Lockctl::new(url, "expiring");
+    let holder = ctl.spawn(&[
+        "run",
+        "--lease",
+        "3s",
+        "--kill-grace",
+        "8s",
+        "jobs",
+        "-c",
+        "trap '' TERM; while :; do date +%s%N >> \"$D/a.times\"; sleep 0.02; done",
+    ]);
+    ctl.wait_for_file("a.times").await;
+    let (code, _, stderr) = ctl
+        .output(&[
+            "run",
+            "--wait",
+            "20s",
+            "jobs",
+            "-c",
+            "date +%s%N > \"$D/b.start\"",
+        ])
+        .await;
+    assert_eq!(code, 0, "[{backend}] the next run: {stderr}");
+    let (code, stderr) = finish(holder).await;
+    assert_eq!(code, LOST, "[{backend}] {stderr}");
+    let nanos = |line: &str| line.trim().parse::<u128>().expect("a time of day");
+    let last = ctl.read("a.times").lines().map(nanos).max().unwrap();
+    let next = nanos(&ctl.read("b.start"));
+    assert!(
+        last < next,
+        "[{backend}] the command ran {} ms into the next run's hold",
+        (last - next) / 1_000_000
+    );
+    println!(
+        "lockctl[{backend}] PASS a_command_is_gone_before_its_lease_runs_out (gone {} ms before the next run)",
+        (next - last) / 1_000_000
+    );
 }
 
 /// The command's supervisor (lockctl's only child) SIGKILLed alone: lockctl stops
