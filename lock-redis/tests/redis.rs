@@ -1046,3 +1046,144 @@ async fn a_short_waiter_lease_never_shortens_another_waiters_place() {
         late.await.unwrap().unwrap().release().await.unwrap();
     }
 }
+
+/// Redis refuses a script's first write that may grow memory (SET, HSET, ZADD) once
+/// past `maxmemory` under `noeviction`, the usual policy for a lock store; a DEL,
+/// HDEL or PEXPIRE goes through, and so do the writes after it. Releases and renewals
+/// free or keep memory, so they must work there: every kind is released (the next
+/// try, once memory is back, finds it free) and watchdog leases stay renewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_and_renewals_work_when_the_server_is_out_of_memory() {
+    let server = RedisServer::start();
+    let client = LockClient::builder(server.backend())
+        .namespace("oom")
+        .watchdog_lease(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let fixed = AcquireOptions::try_once().lease(Duration::from_secs(60));
+    let watched = AcquireOptions::try_once();
+    let exclusive = client.lock("x").unwrap().acquire_with(fixed).await.unwrap();
+    let fair = client
+        .fair_lock("f")
+        .unwrap()
+        .acquire_with(fixed)
+        .await
+        .unwrap();
+    let write = client
+        .rw_lock("w")
+        .unwrap()
+        .write_with(fixed)
+        .await
+        .unwrap();
+    let read = client.rw_lock("r").unwrap().read_with(fixed).await.unwrap();
+    let permit = client
+        .semaphore("s", 2)
+        .unwrap()
+        .acquire_with(fixed)
+        .await
+        .unwrap();
+    let leader = client
+        .election("e")
+        .unwrap()
+        .campaign_with("a", fixed)
+        .await
+        .unwrap();
+    // Renewed together, the reader's entry first.
+    let watched_read = client
+        .rw_lock("wr")
+        .unwrap()
+        .read_with(watched)
+        .await
+        .unwrap();
+    let watched_lock = client
+        .lock("wx")
+        .unwrap()
+        .acquire_with(watched)
+        .await
+        .unwrap();
+
+    let mut raw = server.raw().await;
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let used: u64 = info
+        .lines()
+        .find_map(|line| line.strip_prefix("used_memory:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("used_memory in INFO");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .arg("maxmemory")
+        .arg(used + 1_000_000)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let filler = "x".repeat(10_000);
+    let mut full = false;
+    for i in 0..1_000 {
+        let set: redis::RedisResult<()> = raw.set(format!("fill:{i}"), &filler).await;
+        if let Err(err) = set {
+            assert!(err.to_string().contains("OOM"), "{err}");
+            full = true;
+            break;
+        }
+    }
+    assert!(full, "the server never ran out of memory");
+
+    // Three renewals of the watchdog leases come due meanwhile.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(watched_read.is_held(), "a reader's renewal was refused");
+    assert!(watched_lock.is_held(), "a renewal batch was refused");
+    for (what, released) in [
+        ("exclusive", exclusive.release().await),
+        ("fair", fair.release().await),
+        ("write", write.release().await),
+        ("read", read.release().await),
+        ("permit", permit.release().await),
+        ("leadership", leader.resign().await),
+        ("watched read", watched_read.release().await),
+        ("watched exclusive", watched_lock.release().await),
+    ] {
+        assert!(released.is_ok(), "{what} release refused: {released:?}");
+    }
+
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let other = common::client(server.backend(), "oom");
+    let now = AcquireOptions::try_once();
+    let free = [
+        other.lock("x").unwrap().acquire_with(now).await.is_ok(),
+        other
+            .fair_lock("f")
+            .unwrap()
+            .acquire_with(now)
+            .await
+            .is_ok(),
+        other.rw_lock("w").unwrap().write_with(now).await.is_ok(),
+        other.rw_lock("r").unwrap().write_with(now).await.is_ok(),
+        other
+            .semaphore("s", 1)
+            .unwrap()
+            .acquire_with(now)
+            .await
+            .is_ok(),
+        other
+            .election("e")
+            .unwrap()
+            .campaign_with("b", now)
+            .await
+            .is_ok(),
+        other.rw_lock("wr").unwrap().write_with(now).await.is_ok(),
+        other.lock("wx").unwrap().acquire_with(now).await.is_ok(),
+    ];
+    assert_eq!(free, [true; 8], "locks still held after their release");
+}

@@ -9,11 +9,13 @@
 local value = redis.call('get', KEYS[1])
 for i = 3, #ARGV do
   if holds(value, ARGV[i]) then
+    local left = math.max(redis.call('pttl', KEYS[1]), 0)
+    -- The DEL first: past maxmemory, Redis refuses a script's first write that may
+    -- grow memory (the receipt's SET) but not one after another write.
+    redis.call('del', KEYS[1])
     if KEYS[3] then
-      local left = math.max(redis.call('pttl', KEYS[1]), 0)
       redis.call('set', KEYS[3], value, 'PX', left + tonumber(ARGV[2]))
     end
-    redis.call('del', KEYS[1])
     if not wake_next(KEYS[2], ARGV[1]) then
       redis.call('publish', ARGV[1], 'released')
     end

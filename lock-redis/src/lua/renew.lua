@@ -32,10 +32,10 @@ for i = 1, #KEYS do
     end
     local expiry = redis.pcall('hget', KEYS[i], value)
     if type(expiry) == 'string' and tonumber(expiry) > now then
+      -- The PEXPIRE first: past maxmemory, Redis refuses a script's first write
+      -- that may grow memory (the HSET) but not one after another write.
+      redis.call('pexpire', KEYS[i], math.max(redis.call('pttl', KEYS[i]), ttl))
       redis.call('hset', KEYS[i], value, string.format('%d', now + ttl))
-      if redis.call('pttl', KEYS[i]) < ttl then
-        redis.call('pexpire', KEYS[i], ttl)
-      end
       renewed = 1
     end
   end

@@ -1,7 +1,8 @@
-#!lua flags=allow-cross-slot-keys
+#!lua flags=allow-cross-slot-keys,allow-oom
 -- Renews a batch of leases on one Redis Cluster node, whatever their slots (the
--- flag lets the script touch keys of every slot this node serves); the same rules as
--- renew.lua. KEYS[1] routes the call to the node (the first lease's key).
+-- first flag lets the script touch keys of every slot this node serves; the second
+-- lets it run past maxmemory, which Redis refuses a script with flags otherwise); the
+-- same rules as renew.lua. KEYS[1] routes the call to the node (the first lease's key).
 -- ARGV[1] lease in ms; then per lease i: ARGV[3i-1] its key, ARGV[3i] 's', 'l' or 'r'
 -- (as in renew.lua), ARGV[3i+1] the value.
 -- Returns one 1 (renewed), 0 (lost) or -1 (the key could not be read here, most
@@ -44,10 +45,10 @@ for i = 1, (#ARGV - 1) / 3 do
     if type(expiry) == 'table' and expiry.err then
       renewed = failed(expiry)
     elseif type(expiry) == 'string' and tonumber(expiry) > now then
+      -- The PEXPIRE first: past maxmemory, Redis refuses a script's first write
+      -- that may grow memory (the HSET) but not one after another write.
+      redis.call('pexpire', key, math.max(redis.call('pttl', key), ttl))
       redis.call('hset', key, value, string.format('%d', now + ttl))
-      if redis.call('pttl', key) < ttl then
-        redis.call('pexpire', key, ttl)
-      end
       renewed = 1
     end
   end
