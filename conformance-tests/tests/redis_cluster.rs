@@ -538,3 +538,87 @@ async fn a_waiter_whose_subscription_went_silent_still_hears_the_release() {
     );
     guard.unwrap().release().await.unwrap();
 }
+
+/// A query to one node of the cluster, by port.
+async fn node_query<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> T {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    cmd.query_async(&mut conn).await.unwrap()
+}
+
+/// One primary dies and stays down for two lease lengths (its replica told not to
+/// take over, and the others serving their slots meanwhile): only the leases it kept
+/// are lost, and the locks on the other primaries stay held, renewed all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_down_costs_only_the_leases_it_keeps() {
+    use lock_core::prelude::*;
+
+    let mut cluster = ClusterDeployment::start().await.expect("the cluster forms");
+    let ns = format!("down-{}", std::process::id());
+    let primaries = cluster.primaries().await.unwrap();
+    for &primary in &primaries {
+        let replica = cluster.replica_of(primary).await.unwrap();
+        for port in [primary, replica] {
+            let _: () = node_query(
+                port,
+                redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("cluster-require-full-coverage")
+                    .arg("no"),
+            )
+            .await;
+        }
+    }
+    let lease = Duration::from_secs(6);
+    let backend = lock_redis::RedisBackend::new(config(&cluster.url())).unwrap();
+    let holder = lock_core::LockClient::builder(backend)
+        .namespace(&ns)
+        .watchdog_lease(lease)
+        .build()
+        .unwrap();
+    let mut guards = Vec::new();
+    for i in 0..12 {
+        let name = format!("lock-{i}");
+        let owner = cluster.owner_of(&format!("{ns}:{name}")).await.unwrap();
+        guards.push((owner, holder.lock(&name).unwrap().acquire().await.unwrap()));
+    }
+    let down = guards[0].0;
+    assert!(
+        guards.iter().any(|(owner, _)| *owner != down),
+        "every lock landed on one primary"
+    );
+    let replica = cluster.replica_of(down).await.unwrap();
+    let _: () = node_query(
+        replica,
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-replica-no-failover")
+            .arg("yes"),
+    )
+    .await;
+    cluster.kill(down);
+    tokio::time::sleep(lease * 2).await;
+    let kept: Vec<bool> = guards
+        .iter()
+        .filter(|(owner, _)| *owner != down)
+        .map(|(_, guard)| guard.is_held())
+        .collect();
+    let cut_off: Vec<bool> = guards
+        .iter()
+        .filter(|(owner, _)| *owner == down)
+        .map(|(_, guard)| guard.is_held())
+        .collect();
+    assert!(
+        kept.iter().all(|held| *held),
+        "locks on primaries that answered were lost with the dead one's: {kept:?}"
+    );
+    assert!(
+        cut_off.iter().all(|held| !held),
+        "a lease nobody renewed for two lease lengths is still held: {cut_off:?}"
+    );
+    println!(
+        "PASS a_node_down_costs_only_the_leases_it_keeps ({} kept, {} lost with the dead node)",
+        kept.len(),
+        cut_off.len()
+    );
+}

@@ -399,12 +399,20 @@ impl<B: LockBackend> Acquisition<B> {
         }
         let sent = Stamp::now();
         let span = tracing::debug_span!("lock.extend", key = %self.lease.held.key, fence = self.lease.held.fence, ?ttl);
-        let renewed = match handle
+        let renewal = handle
             .backend()
             .renew(&[&self.lease.held], ttl)
             .instrument(span)
-            .await
-        {
+            .await;
+        // Unknown, as a failed call is.
+        let renewal = renewal.and_then(|renewed| match renewed.first() {
+            Some(Renewal::Unanswered) => Err(Error::unavailable(
+                handle.backend().name(),
+                "the server that keeps the lease did not answer",
+            )),
+            _ => Ok(renewed),
+        });
+        let renewed = match renewal {
             Ok(renewed) => renewed,
             Err(err) => {
                 // Nothing is known to have changed: a lease the watchdog kept stays kept,

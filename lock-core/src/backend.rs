@@ -147,6 +147,11 @@ pub enum Renewal {
     Renewed,
     /// The lease is gone or belongs to someone else; nothing was changed.
     Lost,
+    /// The server that keeps this lease did not answer, while others answered for
+    /// theirs (a node of a cluster down or failing over): unknown, as if the whole call
+    /// had failed, but for this lease alone. The watchdog tries it again, and reports
+    /// it lost once its local expiry passes with no renewal answered.
+    Unanswered,
 }
 
 /// The backend primitive: take, renew and release leases, answer two queries.
@@ -246,7 +251,10 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
 
     /// Sets every lease in `leases` to last `ttl` from now, in as few round trips as the
     /// backend allows (the watchdog calls this with every lease of a client at once).
-    /// Returns one [`Renewal`] per lease, in order.
+    /// Returns one [`Renewal`] per lease, in order. A backend whose leases live on
+    /// several servers answers [`Renewal::Unanswered`] for the leases of a server that
+    /// failed rather than failing the call, so that one server's outage costs only the
+    /// leases it keeps.
     fn renew(
         &self,
         leases: &[&HeldLease<Self::Lease>],

@@ -241,6 +241,7 @@ async fn tick<B: LockBackend>(shared: &Shared<B>, interval: Duration, retry: Dur
     let error = match outcome {
         Ok(Ok(renewals)) if renewals.len() == live.len() => {
             let mut renewed = 0;
+            let mut unanswered = Vec::new();
             for (entry, renewal) in live.iter().zip(renewals) {
                 // Released or extended while the renewal was out: what it renewed is
                 // the release's or the extend's to judge. A `Lost` then still ends the
@@ -269,11 +270,21 @@ async fn tick<B: LockBackend>(shared: &Shared<B>, interval: Duration, retry: Dur
                         entry.state.end(LeaseLoss::Revoked);
                         forget(shared, entry);
                     }
+                    Renewal::Unanswered => unanswered.push(*entry),
                 }
             }
-            shared.telemetry.renewals(renewed, 0);
+            shared.telemetry.renewals(renewed, unanswered.len());
             tracing::trace!(leases = live.len(), "watchdog renewed leases");
-            return sent.at + interval;
+            if unanswered.is_empty() {
+                return sent.at + interval;
+            }
+            let error = "the server that keeps the lease did not answer";
+            tracing::debug!(
+                error,
+                leases = unanswered.len(),
+                "lease renewal failed; retrying"
+            );
+            return failed(shared, unanswered.into_iter(), error, retry);
         }
         Ok(Ok(renewals)) => format!(
             "backend answered {} renewals for {} leases",
@@ -285,18 +296,32 @@ async fn tick<B: LockBackend>(shared: &Shared<B>, interval: Duration, retry: Dur
     };
     tracing::debug!(%error, leases = live.len(), "lease renewal failed; retrying");
     shared.telemetry.renewals(0, live.len());
-    let now = Instant::now();
     // As above: a lease released or extended while the renewal was out is not this
     // tick's to report.
-    for entry in live.iter().filter(|e| e.watched.load(Ordering::Acquire)) {
+    let watched = live
+        .into_iter()
+        .filter(|e| e.watched.load(Ordering::Acquire));
+    failed(shared, watched, &error, retry)
+}
+
+/// Counts a failed renewal of each of `entries`, ends those past their local expiry,
+/// and returns when to try again.
+fn failed<'a, B: LockBackend>(
+    shared: &Shared<B>,
+    entries: impl Iterator<Item = &'a Arc<LeaseEntry<B>>>,
+    error: &str,
+    retry: Duration,
+) -> Instant {
+    let now = Instant::now();
+    for entry in entries {
         if entry.failures.fetch_add(1, Ordering::Relaxed) == 0 {
             if let Some(identity) = entry.state.identity() {
-                identity.renewal_failed(&error);
+                identity.renewal_failed(error);
             }
         }
         if now >= entry.state.expires_at() {
             entry.state.end(LeaseLoss::RenewalFailed {
-                last_error: error.clone(),
+                last_error: error.to_owned(),
             });
             forget(shared, entry);
         }

@@ -447,3 +447,34 @@ async fn a_loss_found_while_an_extend_waits_is_reported_when_the_extend_is_dropp
     );
     assert_eq!(guard.lost().await, LeaseLoss::Revoked);
 }
+
+/// One server of several does not answer the renewals of the leases it keeps (a
+/// cluster node down), the others answer: only its leases run out and are reported
+/// lost, the others stay renewed; an `extend` of an unanswered lease is a retryable
+/// error that leaves it held until then.
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_lease_is_lost_alone() {
+    let backend = Wrapped::default();
+    let client = client(&backend, Duration::from_secs(3));
+    let kept = client.lock("kept").unwrap().acquire().await.unwrap();
+    let cut_off = client.lock("cut-off").unwrap().acquire().await.unwrap();
+    backend.leave_renewals_unanswered("cut-off");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let extended = cut_off.extend(Duration::from_secs(3)).await;
+    assert!(
+        extended.as_ref().is_err_and(lock_core::Error::is_retryable),
+        "{extended:?}"
+    );
+    assert!(cut_off.is_held(), "held until its local end");
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(
+        kept.is_held(),
+        "a lease whose server answered was lost with the other"
+    );
+    assert!(!cut_off.is_held());
+    let loss = cut_off.lost().await;
+    assert!(
+        matches!(loss, LeaseLoss::RenewalFailed { .. } | LeaseLoss::Expired),
+        "reported as run out: {loss:?}"
+    );
+}

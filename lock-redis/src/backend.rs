@@ -753,8 +753,10 @@ pub(crate) async fn renew_on(
 
 /// Renews `leases` on a cluster: one `CLUSTER SLOTS`, then one script call per node
 /// (per [`RENEW_CHUNK`] leases) for the leases whose slots it serves, all nodes at
-/// once. A node's call that fails because slots moved since the map was read renews
-/// its leases one by one instead, each routed by its own key.
+/// once. A node's call that fails (slots moved since the map was read, or the node
+/// down) renews its leases one by one instead, each routed by its own key. A node that does not
+/// answer costs only its own leases ([`Renewal::Unanswered`]); without a slot map
+/// (the node asked is down), every lease is renewed on its own.
 async fn renew_on_cluster(
     node: &Node,
     leases: &[&HeldLease<RedisLease>],
@@ -771,11 +773,33 @@ async fn renew_on_cluster(
             )
         })
         .collect();
-    let slots: redis::Value = node
+    let entry = |i: usize| {
+        let (key, stored, value) = &entries[i];
+        (key.clone(), *stored, value.as_str())
+    };
+    // One lease on its own, routed by its key (slots may have moved).
+    let renew_one = |i: usize| async move {
+        let one: Result<Vec<i64>> = node.call("renew", &calls::renew([entry(i)], ttl)).await;
+        match one {
+            Ok(one) => renewal_of(one.first().copied().unwrap_or(0)),
+            Err(error) => {
+                tracing::debug!(%error, "a lease's node did not answer its renewal");
+                Renewal::Unanswered
+            }
+        }
+    };
+    let slots: Result<redis::Value> = node
         .query("CLUSTER SLOTS", redis::cmd("CLUSTER").arg("SLOTS"))
-        .await?;
-    let owners = crate::cluster::slot_owners(&slots)
-        .ok_or_else(|| err::Error::UnexpectedReply(format!("CLUSTER SLOTS: {slots:?}")))?;
+        .await;
+    let owners = match slots {
+        Ok(slots) => crate::cluster::slot_owners(&slots)
+            .ok_or_else(|| err::Error::UnexpectedReply(format!("CLUSTER SLOTS: {slots:?}")))?,
+        Err(error) => {
+            tracing::debug!(%error, "no slot map for the renewals; renewing each lease on its own");
+            let each = (0..leases.len()).map(renew_one);
+            return Ok(futures::future::join_all(each).await);
+        }
+    };
     let keys: Vec<&str> = entries.iter().map(|(key, _, _)| key.as_str()).collect();
     let groups: Vec<Vec<usize>> = crate::cluster::nodes_of(&owners, &keys)
         .into_iter()
@@ -786,52 +810,49 @@ async fn renew_on_cluster(
                 .collect::<Vec<_>>()
         })
         .collect();
-    let entry = |i: usize| {
-        let (key, stored, value) = &entries[i];
-        (key.clone(), *stored, value.as_str())
-    };
-    // One lease on its own, routed by its key (slots may have moved).
-    let renew_one = |i: usize| async move {
-        let one: Vec<i64> = node.call("renew", &calls::renew([entry(i)], ttl)).await?;
-        Ok::<i64, Error>(one.first().copied().unwrap_or(0))
-    };
     let renew_group = |group: Vec<usize>| async move {
         let call = calls::renew_on_node(group.iter().map(|&i| entry(i)), ttl);
-        let mut renewed = match node.call::<Vec<i64>>("renew", &call).await {
+        let renewed = match node.call::<Vec<i64>>("renew", &call).await {
             Ok(renewed) if renewed.len() == group.len() => renewed,
             Ok(renewed) => {
-                return Err(err::Error::UnexpectedReply(format!(
-                    "{} renewals for {} leases",
+                tracing::warn!(
+                    "a node answered {} renewals for {} leases; renewing them one by one",
                     renewed.len(),
                     group.len()
-                ))
-                .into())
-            }
-            Err(error) if group.len() > 1 => {
-                tracing::debug!(%error, "batched renewal failed (slots moving?); renewing one by one");
+                );
                 vec![-1; group.len()]
             }
-            Err(error) => return Err(error),
-        };
-        // Leases whose slot this node no longer serves: renewed where it went.
-        for (slot, &i) in renewed.iter_mut().zip(&group) {
-            if *slot == -1 {
-                *slot = renew_one(i).await?;
+            Err(error) => {
+                tracing::debug!(%error, "batched renewal failed (slots moving, or the node down); renewing one by one");
+                vec![-1; group.len()]
             }
-        }
-        Ok((group, renewed))
+        };
+        // Leases whose slot this node no longer serves: renewed where they went, all
+        // at once, so that a node that stopped answering costs one call's time.
+        let each = renewed.iter().zip(&group).map(|(&r, &i)| async move {
+            match r {
+                -1 => renew_one(i).await,
+                r => renewal_of(r),
+            }
+        });
+        let renewed = futures::future::join_all(each).await;
+        (group, renewed)
     };
     let results = futures::future::join_all(groups.into_iter().map(renew_group)).await;
     let mut out = vec![Renewal::Lost; leases.len()];
-    for result in results {
-        let (group, renewed) = result?;
+    for (group, renewed) in results {
         for (i, r) in group.into_iter().zip(renewed) {
-            out[i] = if r == 1 {
-                Renewal::Renewed
-            } else {
-                Renewal::Lost
-            };
+            out[i] = r;
         }
     }
     Ok(out)
+}
+
+/// A renewal script's answer for one lease: 1 renewed, anything else lost.
+fn renewal_of(answer: i64) -> Renewal {
+    if answer == 1 {
+        Renewal::Renewed
+    } else {
+        Renewal::Lost
+    }
 }

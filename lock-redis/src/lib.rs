@@ -146,7 +146,9 @@
 //! percent-encoded on a cluster to keep it so). Scripts publish on sharded channels
 //! (`SPUBLISH`) and waiters listen with `SSUBSCRIBE` at the slot's owner, subscribing
 //! again wherever the slot moves. The watchdog renews with one `CLUSTER SLOTS` and one
-//! script call per node per tick. Waiters ride out a failover as under Sentinel.
+//! script call per node per tick; a node whose call fails costs only the leases it
+//! keeps ([`Renewal::Unanswered`](lock_core::backend::Renewal::Unanswered)). Waiters
+//! ride out a failover as under Sentinel.
 //!
 //! # What Redis does not promise
 //!

@@ -48,6 +48,9 @@ struct Hooks {
     losing_renewals: AtomicUsize,
     /// How long a renewal takes to reach the backend.
     renewal_request_delay: Mutex<Duration>,
+    /// Lock names whose leases' renewals go unanswered, the others' answered (a node
+    /// of a cluster down).
+    unanswered_names: Mutex<Vec<String>>,
     /// How long a release's reply takes to come back after the release took effect.
     release_reply_delay: Mutex<Duration>,
     /// How long a release takes to reach the backend.
@@ -84,6 +87,7 @@ impl Default for Wrapped {
                 failing_renewals: AtomicUsize::new(0),
                 losing_renewals: AtomicUsize::new(0),
                 renewal_request_delay: Mutex::new(Duration::ZERO),
+                unanswered_names: Mutex::new(Vec::new()),
                 release_reply_delay: Mutex::new(Duration::ZERO),
                 release_request_delay: Mutex::new(Duration::ZERO),
                 grant_request_delay: Mutex::new(Duration::ZERO),
@@ -109,6 +113,16 @@ impl Wrapped {
     /// notified: a backend that lost them and has no notifier.
     pub fn lose_next_renewals(&self, n: usize) {
         self.hooks.losing_renewals.store(n, Ordering::SeqCst);
+    }
+
+    /// Renewals answer [`Renewal::Unanswered`] for the leases of lock `name`, changing
+    /// nothing for them, and renew the others.
+    pub fn leave_renewals_unanswered(&self, name: &str) {
+        self.hooks
+            .unanswered_names
+            .lock()
+            .unwrap()
+            .push(name.to_owned());
     }
 
     /// Every renewal reaches the backend `delay` after it was sent.
@@ -269,10 +283,23 @@ impl LockBackend for Wrapped {
             self.hooks
                 .losing_renewals
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        let unanswered = self.hooks.unanswered_names.lock().unwrap().clone();
+        let answered =
+            |lease: &&HeldLease<()>| !unanswered.iter().any(|n| n == lease.key.name().as_str());
         let renewed = if losing.is_ok() {
             Ok(vec![Renewal::Lost; leases.len()])
         } else {
-            self.inner.renew(leases, ttl).await
+            let reached: Vec<&HeldLease<()>> = leases.iter().copied().filter(answered).collect();
+            self.inner.renew(&reached, ttl).await.map(|renewed| {
+                let mut renewed = renewed.into_iter();
+                leases
+                    .iter()
+                    .map(|lease| match answered(lease) {
+                        true => renewed.next().unwrap_or(Renewal::Lost),
+                        false => Renewal::Unanswered,
+                    })
+                    .collect()
+            })
         };
         let delay = *self.hooks.reply_delay.lock().unwrap();
         if !delay.is_zero() {
