@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, DeleteOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
-    TxnResponse, WatchOptions, WatchStream,
+    Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, TxnResponse,
+    WatchOptions, WatchStream,
 };
 use lock_core::backend::{
     AcquireRequest, Cleanups, Grant, HeldLease, LockBackend, LossNotifier, Renewal,
@@ -728,49 +728,7 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn force_unlock(&self, key: &LockKey, family: LockFamily) -> Result<bool> {
-        let prefix = Prefix::new(key, family);
-        let mut kv = self.inner.client.kv_client();
-        let timeout = self.inner.config.request_timeout();
-        if !matches!(family, LockFamily::Exclusive | LockFamily::Election) {
-            // No other lock's keys share these prefixes.
-            let options = DeleteOptions::new().with_prefix();
-            let deleted = within(
-                "force_unlock",
-                timeout,
-                kv.delete(prefix.range(), Some(options)),
-            )
-            .await?;
-            return Ok(deleted.deleted() > 0);
-        }
-        let options = GetOptions::new().with_prefix().with_keys_only();
-        let found = within(
-            "force_unlock",
-            timeout,
-            kv.get(prefix.range(), Some(options)),
-        )
-        .await?;
-        let keys: Vec<Vec<u8>> = found
-            .kvs()
-            .iter()
-            .filter(|kv| prefix.is_contender(kv.key()))
-            .map(|kv| kv.key().to_vec())
-            .collect();
-        let mut any = false;
-        for chunk in keys.chunks(CHECK_CHUNK) {
-            let deletes: Vec<TxnOp> = chunk
-                .iter()
-                .map(|k| TxnOp::delete(k.clone(), None))
-                .collect();
-            let reply = self
-                .inner
-                .txn("force_unlock", Txn::new().and_then(deletes))
-                .await?;
-            any |= reply
-                .op_responses()
-                .iter()
-                .any(|op| matches!(op, etcd_client::TxnOpResponse::Delete(d) if d.deleted() > 0));
-        }
-        Ok(any)
+        crate::inspect::force_unlock(&self.inner, key, family).await
     }
 }
 

@@ -12,6 +12,9 @@ use crate::backend::Inner;
 use crate::error::within;
 use crate::keys::Prefix;
 
+/// How many holders' keys `force_unlock` deletes at once (a semaphore may have many).
+const DELETES_AT_ONCE: usize = 100;
+
 /// The value of our keys.
 pub(crate) fn value(owner: &str, description: &str) -> Vec<u8> {
     format!("{owner}\n{description}").into_bytes()
@@ -24,6 +27,35 @@ pub(crate) async fn inspect(inner: &Inner, key: &LockKey, family: LockFamily) ->
     let holding = holders(&prefix, &queue);
     let infos = holding.iter().map(|kv| holder_info(&prefix, kv)).collect();
     Ok(LockInfo::new(infos, Some(queue.len() - holding.len())))
+}
+
+/// Deletes every holder's key, each only if it was not written since (a key written
+/// meanwhile is a new grant); the waiters' keys stay, so they keep their places and
+/// the next in line is granted as after a release. Returns whether any was deleted.
+pub(crate) async fn force_unlock(inner: &Inner, key: &LockKey, family: LockFamily) -> Result<bool> {
+    let prefix = Prefix::new(key, family);
+    let queue = contenders(inner, &prefix).await?;
+    let mut any = false;
+    for chunk in holders(&prefix, &queue).chunks(DELETES_AT_ONCE) {
+        // One transaction per holder: a compare that fails skips only its own delete.
+        let deletes = chunk.iter().map(|kv| delete_unchanged(inner, kv));
+        for deleted in futures::future::join_all(deletes).await {
+            any |= deleted?;
+        }
+    }
+    Ok(any)
+}
+
+/// Deletes `kv`'s key if it was not written since it was read.
+async fn delete_unchanged(inner: &Inner, kv: &KeyValue) -> Result<bool> {
+    let txn = Txn::new()
+        .when([Compare::mod_revision(
+            kv.key(),
+            CompareOp::Equal,
+            kv.mod_revision(),
+        )])
+        .and_then([TxnOp::delete(kv.key(), None)]);
+    Ok(inner.txn("force_unlock", txn).await?.succeeded())
 }
 
 /// Deletes the holder's key whose token is `fence`, only if it was not written since.
@@ -41,14 +73,7 @@ pub(crate) async fn force_unlock_holder(
     else {
         return Ok(false);
     };
-    let txn = Txn::new()
-        .when([Compare::mod_revision(
-            kv.key(),
-            CompareOp::Equal,
-            kv.mod_revision(),
-        )])
-        .and_then([TxnOp::delete(kv.key(), None)]);
-    Ok(inner.txn("force_unlock_holder", txn).await?.succeeded())
+    delete_unchanged(inner, kv).await
 }
 
 /// The lock's contenders, oldest first.

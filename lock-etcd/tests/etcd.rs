@@ -956,3 +956,97 @@ async fn an_extend_dropped_in_flight_never_leaves_two_owners() {
     );
     taken.release().await.unwrap();
 }
+
+/// Every key in etcd with its create revision.
+async fn keys_with_revisions(url: &str) -> std::collections::BTreeMap<Vec<u8>, i64> {
+    let mut raw = etcd_client::Client::connect([endpoint(url)], None)
+        .await
+        .unwrap();
+    let all = etcd_client::GetOptions::new().with_prefix();
+    let found = raw.get(vec![0u8], Some(all)).await.unwrap();
+    found
+        .kvs()
+        .iter()
+        .map(|kv| (kv.key().to_vec(), kv.create_revision()))
+        .collect()
+}
+
+/// An operator's `force_unlock` of a fair lock or an election takes only the holder:
+/// the waiters' keys stay as they were (the same create revisions, so the same places
+/// in line), and the first waiter is next, ahead of the one behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_takes_only_the_holder_and_the_waiters_keep_their_places() {
+    let (server, _) = start().await;
+    let url = server.url();
+    for election in [false, true] {
+        let name = if election { "office" } else { "line" };
+        let holder = client(backend(&url).await, Duration::from_secs(30));
+        let take = |client: LockClient<EtcdBackend>| async move {
+            if election {
+                let leader = client.election(name).unwrap().campaign("v").await?;
+                Ok::<_, Error>(leader.into_guard())
+            } else {
+                client.fair_lock(name).unwrap().acquire().await
+            }
+        };
+        let first = take(holder.clone()).await.unwrap();
+        let info = || async {
+            let info = if election {
+                holder.election(name).unwrap().inspect().await
+            } else {
+                holder.fair_lock(name).unwrap().inspect().await
+            };
+            info.unwrap()
+        };
+        let mut waiters = Vec::new();
+        for n in 1..=2 {
+            let next = client(backend(&url).await, Duration::from_secs(30));
+            waiters.push(tokio::spawn(take(next)));
+            let started = Instant::now();
+            while info().await.waiters != Some(n) {
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "waiter {n} never queued"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        let before = keys_with_revisions(&url).await;
+        let forced = if election {
+            holder.election(name).unwrap().force_unlock().await
+        } else {
+            holder.fair_lock(name).unwrap().force_unlock().await
+        };
+        assert!(forced.unwrap(), "someone held it");
+        let told = tokio::time::timeout(Duration::from_secs(10), first.lost()).await;
+        assert!(told.is_ok(), "[{name}] the holder was not told");
+        let second = tokio::time::timeout(Duration::from_secs(10), &mut waiters[0])
+            .await
+            .expect("the first waiter is next")
+            .unwrap()
+            .unwrap();
+        let after = keys_with_revisions(&url).await;
+        let moved: Vec<String> = before
+            .iter()
+            .filter(|(key, revision)| after.get(*key).is_some_and(|now| now != *revision))
+            .map(|(key, _)| String::from_utf8_lossy(key).into_owned())
+            .collect();
+        let kept = before.keys().filter(|key| after.contains_key(*key)).count();
+        assert!(
+            moved.is_empty() && kept + 1 >= before.len(),
+            "[{name}] the waiters' keys were taken and written again: {moved:?} ({kept} of {} kept)",
+            before.len()
+        );
+        assert!(
+            !waiters[1].is_finished(),
+            "[{name}] the second waiter got ahead"
+        );
+        second.release().await.unwrap();
+        let third = tokio::time::timeout(Duration::from_secs(10), &mut waiters[1])
+            .await
+            .expect("the second waiter is next")
+            .unwrap()
+            .unwrap();
+        third.release().await.unwrap();
+    }
+}
