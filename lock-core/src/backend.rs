@@ -142,6 +142,7 @@ pub struct HeldLease<L> {
 
 /// What a renewal found, per lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Renewal {
     /// The lease was found and now lasts the requested ttl from the renewal.
     Renewed,

@@ -788,15 +788,27 @@ async fn renew_on_cluster(
             }
         }
     };
-    let slots: Result<redis::Value> = node
-        .query("CLUSTER SLOTS", redis::cmd("CLUSTER").arg("SLOTS"))
-        .await;
+    // Answered well within the lease (the watchdog gives up on the whole call at its
+    // end): a lease whose node has not answered by then is `Unanswered`.
+    let started = tokio::time::Instant::now();
+    let deadline = started + ttl * 3 / 4;
+    let within = |i: usize| async move {
+        tokio::time::timeout_at(deadline, renew_one(i))
+            .await
+            .unwrap_or(Renewal::Unanswered)
+    };
+    let slots = tokio::time::timeout_at(
+        started + ttl / 4,
+        node.query::<redis::Value>("CLUSTER SLOTS", redis::cmd("CLUSTER").arg("SLOTS")),
+    )
+    .await;
     let owners = match slots {
-        Ok(slots) => crate::cluster::slot_owners(&slots)
+        Ok(Ok(slots)) => crate::cluster::slot_owners(&slots)
             .ok_or_else(|| err::Error::UnexpectedReply(format!("CLUSTER SLOTS: {slots:?}")))?,
-        Err(error) => {
+        failed => {
+            let error = failed.map_or_else(|_| "no answer".to_owned(), |e| format!("{e:?}"));
             tracing::debug!(%error, "no slot map for the renewals; renewing each lease on its own");
-            let each = (0..leases.len()).map(renew_one);
+            let each = (0..leases.len()).map(within);
             return Ok(futures::future::join_all(each).await);
         }
     };
@@ -831,14 +843,22 @@ async fn renew_on_cluster(
         // at once, so that a node that stopped answering costs one call's time.
         let each = renewed.iter().zip(&group).map(|(&r, &i)| async move {
             match r {
-                -1 => renew_one(i).await,
+                -1 => within(i).await,
                 r => renewal_of(r),
             }
         });
         let renewed = futures::future::join_all(each).await;
         (group, renewed)
     };
-    let results = futures::future::join_all(groups.into_iter().map(renew_group)).await;
+    let results = futures::future::join_all(groups.into_iter().map(|group| async move {
+        let unanswered = vec![Renewal::Unanswered; group.len()];
+        let indices = group.clone();
+        match tokio::time::timeout_at(deadline, renew_group(group)).await {
+            Ok(renewed) => renewed,
+            Err(_) => (indices, unanswered),
+        }
+    }))
+    .await;
     let mut out = vec![Renewal::Lost; leases.len()];
     for (group, renewed) in results {
         for (i, r) in group.into_iter().zip(renewed) {
