@@ -53,8 +53,8 @@ Exit codes:
   69             the backend could not be reached in time
   70             another error of the backend; the command's supervisor was killed
   75 (or -E N)   not acquired: held with --no-wait, or still held when --wait ran out
-  79             the lock was lost, or its lease was running out, while the command
-                 ran: the command was stopped, or ended with the lock no longer held
+  79             the lock was lost, or its lease was running out: the command was
+                 stopped (or not started), or ended with the lock no longer held
   126, 127       the command could not be run, or was not found
   128 + N        lockctl got signal N while it waited for the lock";
 

@@ -12,8 +12,8 @@ pub(crate) const UNAVAILABLE: u8 = 69;
 pub(crate) const FAILED: u8 = 70;
 /// The lock was not acquired: held, with `--no-wait`, or still held when `--wait` ran out.
 pub(crate) const NOT_ACQUIRED: u8 = 75;
-/// The lock was lost, or its lease was running out, while the command ran: the
-/// command was stopped, or it ended with the lock no longer held.
+/// The lock was lost, or its lease was running out: the command was stopped (or not
+/// started), or it ended with the lock no longer held.
 pub(crate) const LOST: u8 = 79;
 /// The command was found but could not be run.
 pub(crate) const CANNOT_RUN: u8 = 126;

@@ -36,6 +36,15 @@ const LONGEST_AGAIN_PAUSE: Duration = Duration::from_secs(30);
 /// After SIGKILL, how long lockctl waits for the supervisor to report the group gone.
 const AFTER_SIGKILL: Duration = Duration::from_secs(10);
 
+/// How often lockctl looks at the lease's end while nothing else happens.
+const LOOK_AGAIN: Duration = Duration::from_secs(1);
+
+/// A stop timer that fires this much after its time was held up.
+const LATE: Duration = Duration::from_millis(250);
+
+/// How long a stop found by a late timer waits for the watchdog's renewal.
+const RENEWAL_WAIT: Duration = Duration::from_secs(2);
+
 /// What a run takes: the lock (or election), the fair lock's ticket with `--fair`,
 /// and which side.
 struct Taking {
@@ -318,7 +327,9 @@ struct StopTimes {
     /// deaths on a loaded machine.
     kill_ahead: Duration,
     /// SIGTERM comes this long before SIGKILL: `--kill-grace`, at most a third of the
-    /// lease, so that a watchdog lease renewed on time never starts a stop.
+    /// lease, so that a watchdog lease renewed on time (every third of it) never starts
+    /// a stop, with a fifth of the lease to spare for the renewal's round trip and the
+    /// clock-drift margin.
     grace: Duration,
 }
 
@@ -355,12 +366,20 @@ async fn supervise(
 ) -> Result<u8, Failure> {
     let mut lost = Box::pin(guard.lost());
     let times = StopTimes::of(args);
+    // Set while a stop is put off for a renewal that a held-up timer may have kept
+    // waiting: until when, at the latest.
+    let mut put_off: Option<tokio::time::Instant> = None;
     let outcome = loop {
-        // Not held: the loss is reported at once below.
-        let term_at = guard
-            .expires_at()
-            .map_or_else(far_future, |end| times.term_at(end));
+        let now = tokio::time::Instant::now();
+        // Not held: the loss is reported at once below. Looked at every second too: the
+        // timer's clock stops while the machine is suspended, the lease's count does not.
+        let wake_at = match (put_off, guard.expires_at()) {
+            (_, None) => far_future(),
+            (Some(until), Some(_)) => until,
+            (None, Some(end)) => times.term_at(end).min(now + LOOK_AGAIN),
+        };
         tokio::select! {
+            biased;
             event = group.next() => match event {
                 Event::Ended(status) => break Outcome::Ended(status),
                 Event::Stopped(signal) => {
@@ -370,13 +389,22 @@ async fn supervise(
                 Event::Group(_) | Event::Empty => {}
             },
             loss = &mut lost => break Outcome::Lost(loss),
-            // A renewal since may have moved the end on: looked at again above.
-            () = tokio::time::sleep_until(term_at) => {
-                if guard
-                    .expires_at()
-                    .is_some_and(|end| times.term_at(end) <= tokio::time::Instant::now())
-                {
-                    break Outcome::Expiring;
+            () = tokio::time::sleep_until(wake_at) => {
+                let now = tokio::time::Instant::now();
+                // A renewal since may have moved the end on.
+                let Some(end) = guard.expires_at().filter(|&end| times.term_at(end) <= now) else {
+                    put_off = None;
+                    continue;
+                };
+                match put_off {
+                    // Fired late: lockctl was stopped (Ctrl-Z) or starved, and the
+                    // watchdog, held up alike, may have a renewal on its way. Waited
+                    // for, but never past the kill time.
+                    None if now.saturating_duration_since(wake_at) > LATE => {
+                        put_off = Some(times.kill_at(end).min(now + RENEWAL_WAIT));
+                    }
+                    Some(until) if now < until => {}
+                    _ => break Outcome::Expiring,
                 }
             }
             signal = signals.next() => match signal {
@@ -416,12 +444,16 @@ async fn supervise(
                     .kill_at(end)
                     .min(tokio::time::Instant::now() + args.kill_grace)
             });
-            stop_the_group(&mut group, kill_at, &mut lost).await;
+            let ended = stop_the_group(&mut group, kill_at, &mut lost).await;
             if let Some(terminal) = &terminal {
                 terminal.take_back_from(group.terminal_id());
             }
+            if let Some(left) = group.left_behind() {
+                // The supervisor was killed meanwhile: its group is on its own.
+                stop_leftovers(left, Duration::ZERO).await;
+            }
             // Still held, most likely: freed for the next run at once.
-            release(guard, reporter, Some(exit::LOST)).await;
+            release(guard, reporter, ended.map(code_of)).await;
             return Ok(exit::LOST);
         }
         Outcome::Lost(loss) => {
@@ -434,9 +466,12 @@ async fn supervise(
                 args.name
             );
             // Another run may hold the lock already: no grace.
-            kill_the_group(&mut group).await;
+            let _ = kill_the_group(&mut group).await;
             if let Some(terminal) = &terminal {
                 terminal.take_back_from(group.terminal_id());
+            }
+            if let Some(left) = group.left_behind() {
+                stop_leftovers(left, Duration::ZERO).await;
             }
             drop(guard);
             return Ok(exit::LOST);
@@ -486,26 +521,24 @@ async fn stop_the_group(
     group: &mut CommandGroup,
     kill_at: tokio::time::Instant,
     lost: &mut (impl std::future::Future<Output = LeaseLoss> + Unpin),
-) {
+) -> Option<ExitStatus> {
     group.signal(SIGTERM);
     group.signal(libc::SIGCONT);
     tokio::select! {
-        _ = group.ended() => return,
+        status = group.ended() => return Some(status),
         () = tokio::time::sleep_until(kill_at) => {}
         _ = lost => {}
     }
-    kill_the_group(group).await;
+    kill_the_group(group).await
 }
 
-/// SIGKILL to the whole group; returns once the supervisor says all of it is gone, or
-/// a while after if it does not (processes that left the group).
-async fn kill_the_group(group: &mut CommandGroup) {
+/// SIGKILL to the whole group; returns (with the command's status) once the supervisor
+/// says all of it is gone, or a while after if it does not (processes that left the
+/// group).
+async fn kill_the_group(group: &mut CommandGroup) -> Option<ExitStatus> {
     group.signal(SIGKILL);
-    if tokio::time::timeout(AFTER_SIGKILL, group.ended())
-        .await
-        .is_ok()
-    {
-        return;
+    if let Ok(status) = tokio::time::timeout(AFTER_SIGKILL, group.ended()).await {
+        return Some(status);
     }
     if group.live_id().is_some_and(signals::group_exists) {
         eprintln!(
@@ -516,6 +549,7 @@ async fn kill_the_group(group: &mut CommandGroup) {
             "lockctl: the command's process group is gone, but processes it moved out of its group still run; lockctl leaves them"
         );
     }
+    None
 }
 
 /// An instant no lease reaches: a timer that never fires.
@@ -648,13 +682,17 @@ mod tests {
 
     #[test]
     fn a_watchdog_lease_renewed_on_time_never_starts_a_stop() {
-        // Renewed every third of the lease, it has two thirds left at worst.
-        for (watchdog, grace) in [(30, 10), (30, 60), (6, 10), (3, 0), (600, 10)] {
+        // Renewed every third of the lease, it has two thirds left at worst, less the
+        // clock-drift margin (1 % and 2 ms) and the renewal's round trip.
+        for (watchdog, grace) in [(30, 10), (30, 60), (6, 10), (1, 10), (3, 0), (600, 10)] {
             let times = stop_times(None, watchdog, grace);
-            let end = tokio::time::Instant::now() + Duration::from_secs(watchdog);
+            let lease = Duration::from_secs(watchdog);
+            let end = tokio::time::Instant::now() + lease;
             let left_at_term = end - times.term_at(end);
+            let drift = lease / 100 + Duration::from_millis(2);
+            let round_trip = lease / 5;
             assert!(
-                left_at_term < Duration::from_secs(watchdog) * 2 / 3,
+                left_at_term + drift + round_trip <= lease * 2 / 3,
                 "{watchdog} s lease, {grace} s grace: stop with {left_at_term:?} left"
             );
             assert!(times.grace <= Duration::from_secs(grace));

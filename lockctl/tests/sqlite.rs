@@ -25,6 +25,16 @@ async fn the_command_group_on_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_shorter_than_the_lease_leaves_the_command_running_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    common::a_stop_shorter_than_the_lease_leaves_the_command_running(
+        &sqlite_url(dir.path()),
+        "sqlite",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn options_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     common::option_scenarios(&sqlite_url(dir.path()), "sqlite").await;

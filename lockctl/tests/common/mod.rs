@@ -853,6 +853,29 @@ pub async fn a_command_is_gone_before_its_lease_runs_out(url: &str, backend: &st
     );
 }
 
+/// lockctl stopped (SIGSTOP, as a stopped job or a starved process) for two thirds of
+/// a watchdog lease, right after its grant, then continued: its stop timer fires late,
+/// but the lease is still there to renew, so the command runs on and ends on its own.
+pub async fn a_stop_shorter_than_the_lease_leaves_the_command_running(url: &str, backend: &str) {
+    let ctl = Lockctl::new(url, "paused");
+    let holder = ctl.spawn(&[
+        "run",
+        "--watchdog-lease",
+        "6s",
+        "jobs",
+        "-c",
+        "touch \"$D/in\"; sleep 7; touch \"$D/out\"",
+    ]);
+    ctl.wait_for_file("in").await;
+    signal(&holder, libc::SIGSTOP);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    signal(&holder, libc::SIGCONT);
+    let (code, stderr) = finish(holder).await;
+    assert_eq!(code, 0, "[{backend}] the command was stopped: {stderr}");
+    assert!(ctl.file("out").exists(), "[{backend}] {stderr}");
+    println!("lockctl[{backend}] PASS a_stop_shorter_than_the_lease_leaves_the_command_running");
+}
+
 /// The command's supervisor (lockctl's only child) SIGKILLed alone: lockctl stops
 /// what is left of the command's group before it releases, and says so (exit 70).
 pub async fn a_killed_supervisor_leaves_nothing_running(url: &str, backend: &str) {
