@@ -42,6 +42,9 @@ pub(crate) struct CommandGroup {
     /// The supervisor said the group is empty: its id must not be used again.
     empty: bool,
     ended: bool,
+    /// The supervisor, as a pidfd (none on a kernel without them): signalled through
+    /// it, never a process that took its number once it was reaped.
+    supervisor: Option<OwnedFd>,
 }
 
 /// What [`CommandGroup::start`] needs.
@@ -129,6 +132,7 @@ impl CommandGroup {
             .map_err(|e| cannot("start the command's supervisor", e))?;
         // Only the supervisor holds the write end now: its exit is the end of the pipe.
         drop(write);
+        let supervisor = pidfd_of(child.id());
         let (tx, events) = mpsc::unbounded_channel();
         std::thread::spawn(move || listen(read, child, &tx));
         let mut group = CommandGroup {
@@ -137,6 +141,7 @@ impl CommandGroup {
             early: None,
             empty: false,
             ended: false,
+            supervisor,
         };
         match group.events.recv().await {
             Some(Event::Group(id)) => group.group = id,
@@ -163,6 +168,24 @@ impl CommandGroup {
     pub(crate) fn signal(&self, signal: i32) {
         if let Some(group) = self.live_id() {
             signals::send_to_group(group, signal);
+        }
+    }
+
+    /// Orders the supervisor to SIGKILL every process below it: the command's group,
+    /// and the processes that left it (which a signal to the group misses).
+    pub(crate) fn kill_everything(&self) {
+        if let Some(fd) = &self.supervisor {
+            // SAFETY: pidfd_send_signal on our own pidfd; it fails harmlessly once the
+            // supervisor has exited.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.as_raw_fd(),
+                    supervisor::kill_all_signal(),
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                );
+            }
         }
     }
 
@@ -228,6 +251,16 @@ fn listen(read: OwnedFd, mut child: std::process::Child, tx: &mpsc::UnboundedSen
         ExitStatus::from_raw(i32::from(exit::FAILED) << 8)
     });
     let _ = tx.send(Event::Ended(status));
+}
+
+/// A pidfd of the process `pid` (a child not yet reaped), closed on exec; none if the
+/// kernel has no pidfds.
+fn pidfd_of(pid: u32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open returns a new descriptor, or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+    // SAFETY: a descriptor pidfd_open just opened for us alone (O_CLOEXEC by default).
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// A pipe whose two ends close on exec.

@@ -537,6 +537,7 @@ async fn stop_the_group(
 /// group).
 async fn kill_the_group(group: &mut CommandGroup) -> Option<ExitStatus> {
     group.signal(SIGKILL);
+    group.kill_everything();
     if let Ok(status) = tokio::time::timeout(AFTER_SIGKILL, group.ended()).await {
         return Some(status);
     }

@@ -9,7 +9,9 @@
 //!   process group (and gives the terminal back to lockctl's group). It checks
 //!   `getppid()` once its handler is in place, for a lockctl that died before;
 //! * is a child subreaper: what the command leaves behind when its parent exits is
-//!   re-parented here, not to init, so it is waited for;
+//!   re-parented here, not to init, so it is waited for; on lockctl's order
+//!   ([`kill_all_signal`], when the lock is running out or lost) or its death, it
+//!   SIGKILLs every process below it, those that left the command's group included;
 //! * starts the command as the leader of a new process group (and gives it the
 //!   terminal if lockctl passed one on), with exactly the signal dispositions
 //!   lockctl inherited, and tells lockctl the group through a pipe;
@@ -40,6 +42,13 @@ pub(crate) const ARG: &str = "__lockctl-supervise";
 /// The signal lockctl's death sends (`PR_SET_PDEATHSIG`).
 pub(crate) const PARENT_DIED: i32 = libc::SIGUSR2;
 
+/// The signal with which lockctl orders every process below the supervisor killed,
+/// those that left the command's group included: a real-time one, which no shell or
+/// service manager sends a process group.
+pub(crate) fn kill_all_signal() -> i32 {
+    libc::SIGRTMIN() + 1
+}
+
 /// What the supervisor ignores for itself: signals that reach lockctl's process
 /// group as a whole and that lockctl passes on, or that would stop or end the
 /// supervisor while the command runs.
@@ -62,6 +71,8 @@ static PARENT: AtomicI32 = AtomicI32::new(0);
 static GROUP: AtomicI32 = AtomicI32::new(0);
 static TERMINAL: AtomicI32 = AtomicI32::new(-1);
 static PARENT_GONE: AtomicBool = AtomicBool::new(false);
+/// Every process below the supervisor is to be killed: lockctl ordered it, or died.
+static KILL_ALL: AtomicBool = AtomicBool::new(false);
 
 /// What lockctl passes: `ARG PARENT_PID REPORT_FD TERMINAL_FD|- GIVE_TERMINAL(0|1)
 /// IGNORED_HEX -- PROGRAM ARGS...`.
@@ -133,10 +144,13 @@ pub(crate) fn main(args: &[OsString]) -> ! {
     // SAFETY: the handler only makes async-signal-safe calls; SIG_IGN is valid for all
     // of these; prctl with these arguments has no memory effects.
     unsafe {
+        // No SA_RESTART: the wait for children returns, and kills what is left.
         let mut action = std::mem::MaybeUninit::<libc::sigaction>::zeroed().assume_init();
         action.sa_sigaction = on_parent_death as extern "C" fn(libc::c_int) as usize;
-        action.sa_flags = libc::SA_RESTART;
         libc::sigaction(PARENT_DIED, &action, std::ptr::null_mut());
+        let mut order = std::mem::MaybeUninit::<libc::sigaction>::zeroed().assume_init();
+        order.sa_sigaction = on_kill_all as extern "C" fn(libc::c_int) as usize;
+        libc::sigaction(kill_all_signal(), &order, std::ptr::null_mut());
         for signal in IGNORED_HERE {
             libc::signal(signal, libc::SIG_IGN);
         }
@@ -238,6 +252,9 @@ fn spawn(orders: &Orders) -> std::io::Result<std::process::Child> {
 fn reap_all(command: libc::pid_t, report: &mut std::fs::File) -> Option<libc::c_int> {
     let mut status_of_command = None;
     loop {
+        if KILL_ALL.load(Ordering::SeqCst) {
+            kill_descendants();
+        }
         let mut status = 0;
         // SAFETY: waitpid writes the status of a child it reaps or sees stop.
         let pid = unsafe { libc::waitpid(-1, &mut status, libc::WUNTRACED) };
@@ -308,6 +325,43 @@ fn exit_like(status: Option<libc::c_int>) -> ! {
     std::process::exit(128 + signal)
 }
 
+/// SIGKILLs every process below this one, those that left the command's group
+/// included (adopted here as the subreaper, or children of such), found through
+/// `/proc/<pid>/task/<tid>/children`; looked at again after each kill, for children
+/// forked meanwhile.
+fn kill_descendants() {
+    let mut below = vec![std::process::id()];
+    let mut killed = std::collections::HashSet::new();
+    while let Some(pid) = below.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok())
+            {
+                if killed.insert(child) {
+                    // SAFETY: kill(2) of a process below this one, not yet reaped.
+                    unsafe {
+                        libc::kill(child as libc::pid_t, libc::SIGKILL);
+                    }
+                    below.push(child);
+                }
+            }
+        }
+    }
+}
+
+/// lockctl's order to kill everything below ([`kill_all_signal`]): the group at once,
+/// the rest from the wait loop, which the signal interrupts.
+extern "C" fn on_kill_all(_: libc::c_int) {
+    KILL_ALL.store(true, Ordering::SeqCst);
+    kill_group();
+}
+
 /// SIGKILLs the command's group, once it exists.
 fn kill_group() {
     let group = GROUP.load(Ordering::SeqCst);
@@ -330,6 +384,7 @@ extern "C" fn on_parent_death(_: libc::c_int) {
             return;
         }
         PARENT_GONE.store(true, Ordering::SeqCst);
+        KILL_ALL.store(true, Ordering::SeqCst);
         kill_group();
         let (terminal, group) = (
             TERMINAL.load(Ordering::SeqCst),

@@ -616,6 +616,7 @@ pub async fn group_scenarios(url: &str, backend: &str) {
             sigterm_to_lockctl_reaches_every_process_of_the_command,
             a_command_that_ignores_sigterm_is_killed_before_its_lease_ends,
             a_command_is_gone_before_its_lease_runs_out,
+            a_process_that_left_the_group_is_killed_with_it,
             a_killed_supervisor_leaves_nothing_running,
         ]
     );
@@ -851,6 +852,42 @@ pub async fn a_command_is_gone_before_its_lease_runs_out(url: &str, backend: &st
         "lockctl[{backend}] PASS a_command_is_gone_before_its_lease_runs_out (gone {} ms before the next run)",
         (next - last) / 1_000_000
     );
+}
+
+/// A command that moved a process out of its process group (`setsid`, as daemons and
+/// `timeout` do), which ignores SIGTERM, and a fixed lease it outruns: that process
+/// is killed too before lockctl exits with the lost code, not left running without
+/// the lock.
+pub async fn a_process_that_left_the_group_is_killed_with_it(url: &str, backend: &str) {
+    if !has_fixed_leases(backend) {
+        println!("lockctl[{backend}] SKIP a_process_that_left_the_group_is_killed_with_it: no fixed leases");
+        return;
+    }
+    let ctl = Lockctl::new(url, "escaped");
+    let marked = Marked::new();
+    let holder = ctl.spawn_marked(
+        &marked,
+        &[
+            "run",
+            "--lease",
+            "3s",
+            "--kill-grace",
+            "1s",
+            "jobs",
+            "-c",
+            "setsid sh -c 'trap \"\" TERM; sleep 60; true' & wait",
+        ],
+    );
+    let lockctl = holder.id();
+    marked.wait_for_comm("sleep", 1).await;
+    let (code, stderr) = finish(holder).await;
+    let left = marked.processes_but(lockctl);
+    assert_eq!(code, LOST, "[{backend}] {stderr}");
+    assert!(
+        left.is_empty(),
+        "[{backend}] a process that left the group still runs without the lock: {left:?}"
+    );
+    println!("lockctl[{backend}] PASS a_process_that_left_the_group_is_killed_with_it");
 }
 
 /// lockctl stopped (SIGSTOP, as a stopped job or a starved process) for two thirds of
