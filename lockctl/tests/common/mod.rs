@@ -757,6 +757,36 @@ pub async fn sigterm_to_lockctl_reaches_every_process_of_the_command(url: &str, 
     println!("lockctl[{backend}] PASS sigterm_to_lockctl_reaches_every_process_of_the_command");
 }
 
+/// `lockctl run --lease 3s --kill-grace 1s jobs -c COMMAND`, once `sleeps` of its
+/// `sleep`s run, to the end: lockctl's exit code and stderr, and the processes of the
+/// command still there when it exited.
+async fn outrun_a_fixed_lease(
+    url: &str,
+    namespace: &str,
+    command: &str,
+    sleeps: usize,
+) -> (i32, String, Vec<Proc>) {
+    let ctl = Lockctl::new(url, namespace);
+    let marked = Marked::new();
+    let holder = ctl.spawn_marked(
+        &marked,
+        &[
+            "run",
+            "--lease",
+            "3s",
+            "--kill-grace",
+            "1s",
+            "jobs",
+            "-c",
+            command,
+        ],
+    );
+    let lockctl = holder.id();
+    marked.wait_for_comm("sleep", sleeps).await;
+    let (code, stderr) = finish(holder).await;
+    (code, stderr, marked.processes_but(lockctl))
+}
+
 /// Whether `--lease` works on `backend` (ZooKeeper's lease is its session).
 fn has_fixed_leases(backend: &str) -> bool {
     backend != "zookeeper"
@@ -772,28 +802,9 @@ pub async fn a_command_that_ignores_sigterm_is_killed_before_its_lease_ends(
         println!("lockctl[{backend}] SKIP a_command_that_ignores_sigterm_is_killed_before_its_lease_ends: no fixed leases");
         return;
     }
-    let ctl = Lockctl::new(url, "grace");
-    let marked = Marked::new();
-    let holder = ctl.spawn_marked(
-        &marked,
-        &[
-            "run",
-            "--lease",
-            "3s",
-            "--kill-grace",
-            "1s",
-            "jobs",
-            "--",
-            "sh",
-            "-c",
-            // An ignored SIGTERM is inherited: the sleeps ignore it too.
-            "trap '' TERM; (sleep 60; true) & sleep 60; true",
-        ],
-    );
-    let lockctl = holder.id();
-    marked.wait_for_comm("sleep", 2).await;
-    let (code, stderr) = finish(holder).await;
-    let left = marked.processes_but(lockctl);
+    // An ignored SIGTERM is inherited: the sleeps ignore it too.
+    let command = "trap '' TERM; (sleep 60; true) & sleep 60; true";
+    let (code, stderr, left) = outrun_a_fixed_lease(url, "grace", command, 2).await;
     assert_eq!(code, LOST, "[{backend}] {stderr}");
     assert!(
         left.is_empty(),
@@ -863,25 +874,8 @@ pub async fn a_process_that_left_the_group_is_killed_with_it(url: &str, backend:
         println!("lockctl[{backend}] SKIP a_process_that_left_the_group_is_killed_with_it: no fixed leases");
         return;
     }
-    let ctl = Lockctl::new(url, "escaped");
-    let marked = Marked::new();
-    let holder = ctl.spawn_marked(
-        &marked,
-        &[
-            "run",
-            "--lease",
-            "3s",
-            "--kill-grace",
-            "1s",
-            "jobs",
-            "-c",
-            "setsid sh -c 'trap \"\" TERM; sleep 60; true' & wait",
-        ],
-    );
-    let lockctl = holder.id();
-    marked.wait_for_comm("sleep", 1).await;
-    let (code, stderr) = finish(holder).await;
-    let left = marked.processes_but(lockctl);
+    let command = "setsid sh -c 'trap \"\" TERM; sleep 60; true' & wait";
+    let (code, stderr, left) = outrun_a_fixed_lease(url, "escaped", command, 1).await;
     assert_eq!(code, LOST, "[{backend}] {stderr}");
     assert!(
         left.is_empty(),
