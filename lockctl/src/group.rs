@@ -45,6 +45,8 @@ pub(crate) struct CommandGroup {
     /// The supervisor, as a pidfd (none on a kernel without them): signalled through
     /// it, never a process that took its number once it was reaped.
     supervisor: Option<OwnedFd>,
+    /// The supervisor's pid, for a kernel without pidfds (until it is reaped).
+    supervisor_pid: libc::pid_t,
 }
 
 /// What [`CommandGroup::start`] needs.
@@ -133,6 +135,7 @@ impl CommandGroup {
         // Only the supervisor holds the write end now: its exit is the end of the pipe.
         drop(write);
         let supervisor = pidfd_of(child.id());
+        let supervisor_pid = child.id() as libc::pid_t;
         let (tx, events) = mpsc::unbounded_channel();
         std::thread::spawn(move || listen(read, child, &tx));
         let mut group = CommandGroup {
@@ -142,6 +145,7 @@ impl CommandGroup {
             empty: false,
             ended: false,
             supervisor,
+            supervisor_pid,
         };
         match group.events.recv().await {
             Some(Event::Group(id)) => group.group = id,
@@ -174,18 +178,26 @@ impl CommandGroup {
     /// Orders the supervisor to SIGKILL every process below it: the command's group,
     /// and the processes that left it (which a signal to the group misses).
     pub(crate) fn kill_everything(&self) {
-        if let Some(fd) = &self.supervisor {
+        let order = supervisor::kill_all_signal();
+        match &self.supervisor {
             // SAFETY: pidfd_send_signal on our own pidfd; it fails harmlessly once the
             // supervisor has exited.
-            unsafe {
+            Some(fd) => unsafe {
                 libc::syscall(
                     libc::SYS_pidfd_send_signal,
                     fd.as_raw_fd(),
-                    supervisor::kill_all_signal(),
+                    order,
                     std::ptr::null::<libc::siginfo_t>(),
                     0,
                 );
-            }
+            },
+            // Not yet reported ended: not reaped by the listener either, but for the
+            // moment between its wait and its report.
+            None if !self.ended => unsafe {
+                // SAFETY: kill(2) of our own child.
+                libc::kill(self.supervisor_pid, order);
+            },
+            None => {}
         }
     }
 

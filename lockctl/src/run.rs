@@ -36,6 +36,9 @@ const LONGEST_AGAIN_PAUSE: Duration = Duration::from_secs(30);
 /// After SIGKILL, how long lockctl waits for the supervisor to report the group gone.
 const AFTER_SIGKILL: Duration = Duration::from_secs(10);
 
+/// How often lockctl repeats its order to kill everything below the supervisor.
+const ORDER_AGAIN: Duration = Duration::from_millis(100);
+
 /// How often lockctl looks at the lease's end while nothing else happens.
 const LOOK_AGAIN: Duration = Duration::from_secs(1);
 
@@ -366,6 +369,8 @@ async fn supervise(
 ) -> Result<u8, Failure> {
     let mut lost = Box::pin(guard.lost());
     let times = StopTimes::of(args);
+    // A watchdog lease: renewed, so a late look may be followed by a renewal.
+    let watched = args.lease.is_none();
     // Set while a stop is put off for a renewal that a held-up timer may have kept
     // waiting: until when, at the latest.
     let mut put_off: Option<tokio::time::Instant> = None;
@@ -375,7 +380,7 @@ async fn supervise(
         // timer's clock stops while the machine is suspended, the lease's count does not.
         let wake_at = match (put_off, guard.expires_at()) {
             (_, None) => far_future(),
-            (Some(until), Some(_)) => until,
+            (Some(until), Some(end)) => until.min(times.kill_at(end)).min(now + LOOK_AGAIN),
             (None, Some(end)) => times.term_at(end).min(now + LOOK_AGAIN),
         };
         tokio::select! {
@@ -399,11 +404,11 @@ async fn supervise(
                 match put_off {
                     // Fired late: lockctl was stopped (Ctrl-Z) or starved, and the
                     // watchdog, held up alike, may have a renewal on its way. Waited
-                    // for, but never past the kill time.
-                    None if now.saturating_duration_since(wake_at) > LATE => {
-                        put_off = Some(times.kill_at(end).min(now + RENEWAL_WAIT));
+                    // for, but never past the kill time. (A fixed lease has none.)
+                    None if watched && now.saturating_duration_since(wake_at) > LATE => {
+                        put_off = Some(now + RENEWAL_WAIT);
                     }
-                    Some(until) if now < until => {}
+                    Some(until) if now < until.min(times.kill_at(end)) => {}
                     _ => break Outcome::Expiring,
                 }
             }
@@ -537,9 +542,15 @@ async fn stop_the_group(
 /// group).
 async fn kill_the_group(group: &mut CommandGroup) -> Option<ExitStatus> {
     group.signal(SIGKILL);
-    group.kill_everything();
-    if let Ok(status) = tokio::time::timeout(AFTER_SIGKILL, group.ended()).await {
-        return Some(status);
+    let given_up = tokio::time::Instant::now() + AFTER_SIGKILL;
+    // The supervisor acts on an order from its wait for children, which one order
+    // may miss (landing just before it waits again): repeated until all is gone.
+    while tokio::time::Instant::now() < given_up {
+        group.kill_everything();
+        let next = (tokio::time::Instant::now() + ORDER_AGAIN).min(given_up);
+        if let Ok(status) = tokio::time::timeout_at(next, group.ended()).await {
+            return Some(status);
+        }
     }
     if group.live_id().is_some_and(signals::group_exists) {
         eprintln!(

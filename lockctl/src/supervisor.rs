@@ -149,7 +149,10 @@ pub(crate) fn main(args: &[OsString]) -> ! {
         action.sa_sigaction = on_parent_death as extern "C" fn(libc::c_int) as usize;
         libc::sigaction(PARENT_DIED, &action, std::ptr::null_mut());
         let mut order = std::mem::MaybeUninit::<libc::sigaction>::zeroed().assume_init();
-        order.sa_sigaction = on_kill_all as extern "C" fn(libc::c_int) as usize;
+        order.sa_sigaction = on_kill_all
+            as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)
+            as usize;
+        order.sa_flags = libc::SA_SIGINFO;
         libc::sigaction(kill_all_signal(), &order, std::ptr::null_mut());
         for signal in IGNORED_HERE {
             libc::signal(signal, libc::SIG_IGN);
@@ -355,11 +358,17 @@ fn kill_descendants() {
     }
 }
 
-/// lockctl's order to kill everything below ([`kill_all_signal`]): the group at once,
-/// the rest from the wait loop, which the signal interrupts.
-extern "C" fn on_kill_all(_: libc::c_int) {
-    KILL_ALL.store(true, Ordering::SeqCst);
-    kill_group();
+/// lockctl's order to kill everything below ([`kill_all_signal`]), done by the wait
+/// loop, which the signal interrupts (lockctl repeats the order until all is gone:
+/// one that lands just before the loop blocks again is acted on at the next). From
+/// anyone but lockctl (a `kill` of lockctl's whole group), it is ignored.
+extern "C" fn on_kill_all(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler; si_pid is
+    // set for signals sent by a process.
+    let sender = unsafe { info.as_ref().map(|info| info.si_pid()) };
+    if sender == Some(PARENT.load(Ordering::SeqCst)) {
+        KILL_ALL.store(true, Ordering::SeqCst);
+    }
 }
 
 /// SIGKILLs the command's group, once it exists.
