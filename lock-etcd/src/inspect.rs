@@ -38,7 +38,9 @@ pub(crate) async fn force_unlock(inner: &Inner, key: &LockKey, family: LockFamil
     let mut any = false;
     for chunk in holders(&prefix, &queue).chunks(DELETES_AT_ONCE) {
         // One transaction per holder: a compare that fails skips only its own delete.
-        let deletes = chunk.iter().map(|kv| delete_unchanged(inner, kv));
+        let deletes = chunk
+            .iter()
+            .map(|kv| delete_unchanged(inner, "force_unlock", kv));
         for deleted in futures::future::join_all(deletes).await {
             any |= deleted?;
         }
@@ -46,8 +48,9 @@ pub(crate) async fn force_unlock(inner: &Inner, key: &LockKey, family: LockFamil
     Ok(any)
 }
 
-/// Deletes `kv`'s key if it was not written since it was read.
-async fn delete_unchanged(inner: &Inner, kv: &KeyValue) -> Result<bool> {
+/// Deletes `kv`'s key if it was not written since it was read; `what` names the call
+/// in errors and metrics.
+async fn delete_unchanged(inner: &Inner, what: &'static str, kv: &KeyValue) -> Result<bool> {
     let txn = Txn::new()
         .when([Compare::mod_revision(
             kv.key(),
@@ -55,7 +58,7 @@ async fn delete_unchanged(inner: &Inner, kv: &KeyValue) -> Result<bool> {
             kv.mod_revision(),
         )])
         .and_then([TxnOp::delete(kv.key(), None)]);
-    Ok(inner.txn("force_unlock", txn).await?.succeeded())
+    Ok(inner.txn(what, txn).await?.succeeded())
 }
 
 /// Deletes the holder's key whose token is `fence`, only if it was not written since.
@@ -73,7 +76,7 @@ pub(crate) async fn force_unlock_holder(
     else {
         return Ok(false);
     };
-    delete_unchanged(inner, kv).await
+    delete_unchanged(inner, "force_unlock_holder", kv).await
 }
 
 /// The lock's contenders, oldest first.

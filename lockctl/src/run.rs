@@ -450,13 +450,7 @@ async fn supervise(
                     .min(tokio::time::Instant::now() + args.kill_grace)
             });
             let ended = stop_the_group(&mut group, kill_at, &mut lost).await;
-            if let Some(terminal) = &terminal {
-                terminal.take_back_from(group.terminal_id());
-            }
-            if let Some(left) = group.left_behind() {
-                // The supervisor was killed meanwhile: its group is on its own.
-                stop_leftovers(left, Duration::ZERO).await;
-            }
+            after_a_stop(&group, terminal.as_ref()).await;
             // Still held, most likely: freed for the next run at once.
             release(guard, reporter, ended.map(code_of)).await;
             return Ok(exit::LOST);
@@ -472,12 +466,7 @@ async fn supervise(
             );
             // Another run may hold the lock already: no grace.
             let _ = kill_the_group(&mut group).await;
-            if let Some(terminal) = &terminal {
-                terminal.take_back_from(group.terminal_id());
-            }
-            if let Some(left) = group.left_behind() {
-                stop_leftovers(left, Duration::ZERO).await;
-            }
+            after_a_stop(&group, terminal.as_ref()).await;
             drop(guard);
             return Ok(exit::LOST);
         }
@@ -562,6 +551,18 @@ async fn kill_the_group(group: &mut CommandGroup) -> Option<ExitStatus> {
         );
     }
     None
+}
+
+/// After the command was stopped for its lock: the terminal back, and what is left of
+/// its group killed at once if the supervisor was killed meanwhile (by someone else),
+/// leaving the group on its own.
+async fn after_a_stop(group: &CommandGroup, terminal: Option<&Terminal>) {
+    if let Some(terminal) = terminal {
+        terminal.take_back_from(group.terminal_id());
+    }
+    if let Some(left) = group.left_behind() {
+        stop_leftovers(left, Duration::ZERO).await;
+    }
 }
 
 /// An instant no lease reaches: a timer that never fires.
